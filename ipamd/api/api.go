@@ -1,0 +1,170 @@
+// Package api is the wire protocol between the vpcip-cni plugin and the vpcipd
+// daemon: versioned JSON request and response types sent over HTTP on the
+// daemon's unix socket (default /run/vpcip/ipamd.sock), and a small client.
+//
+// It imports the standard library only, so the plugin stays small and fast to
+// start, and an operator can reach the daemon with
+// `curl --unix-socket /run/vpcip/ipamd.sock http://vpcipd/v1/status`.
+//
+// Endpoints (all JSON bodies):
+//
+//	POST /v1/assign   AssignRequest  → Assignment
+//	POST /v1/release  ReleaseRequest → ReleaseResponse
+//	POST /v1/check    CheckRequest   → Assignment
+//	POST /v1/gc       GCRequest      → GCResponse
+//	GET  /v1/status                  → Status
+//
+// A failed call answers a non-2xx status with an Error body whose Code is
+// machine-readable.
+package api
+
+import (
+	"fmt"
+	"net/netip"
+	"time"
+)
+
+// Version is the protocol version carried in every request and response.
+const Version = "v1"
+
+// Key identifies one attachment, the CNI spec's (network name, container ID,
+// ifname) triple. The daemon keys every assignment by it; pod names are
+// metadata only.
+type Key struct {
+	Network     string `json:"network"`
+	ContainerID string `json:"containerID"`
+	IfName      string `json:"ifName"`
+}
+
+func (k Key) String() string { return k.Network + "/" + k.ContainerID + "/" + k.IfName }
+
+// Pod is the Kubernetes pod an attachment belongs to, from CNI_ARGS.
+type Pod struct {
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name,omitempty"`
+	UID       string `json:"uid,omitempty"`
+}
+
+// AssignRequest asks for a pod address. Asking twice with the same Key gets
+// the same Assignment (idempotent ADD).
+type AssignRequest struct {
+	Version string `json:"version"`
+	Key     Key    `json:"key"`
+	Pod     Pod    `json:"pod"`
+	Netns   string `json:"netns,omitempty"`
+}
+
+// Assignment is an address held by one Key, with what the plugin needs to wire
+// the datapath.
+type Assignment struct {
+	Version      string         `json:"version"`
+	Key          Key            `json:"key"`
+	Pod          Pod            `json:"pod"`
+	Address      netip.Addr     `json:"address"`      // the pod's IPv4 address (used as /32)
+	ENIID        string         `json:"eniID"`        // ENI the address lives on
+	DeviceNumber int            `json:"deviceNumber"` // that ENI's device number; 0 is the primary ENI
+	RouteTable   int            `json:"routeTable"`   // 0: main table (primary ENI); else DeviceNumber+1
+	SubnetCIDR   netip.Prefix   `json:"subnetCIDR"`
+	VPCCIDRs     []netip.Prefix `json:"vpcCIDRs"`
+	MTU          int            `json:"mtu"` // bytes
+	AssignedAt   time.Time      `json:"assignedAt"`
+}
+
+// ReleaseRequest gives an address back by Key. Releasing an unknown Key is
+// success with Released false (idempotent DEL).
+type ReleaseRequest struct {
+	Version string `json:"version"`
+	Key     Key    `json:"key"`
+}
+
+// ReleaseResponse says what was released. Assignment is nil when the Key held
+// nothing.
+type ReleaseResponse struct {
+	Version    string      `json:"version"`
+	Released   bool        `json:"released"`
+	Assignment *Assignment `json:"assignment,omitempty"`
+}
+
+// CheckRequest asks whether the daemon still holds the Key's assignment
+// (CNI CHECK). Unknown keys answer CodeNotFound.
+type CheckRequest struct {
+	Version string `json:"version"`
+	Key     Key    `json:"key"`
+}
+
+// GCRequest carries the runtime's valid attachments for one network
+// (CNI spec 1.1 §GC, cni.dev/valid-attachments). Every other assignment of
+// that network is released once it is older than the daemon's grace period.
+type GCRequest struct {
+	Version string `json:"version"`
+	Network string `json:"network"`
+	Valid   []Key  `json:"valid"`
+}
+
+// GCResponse lists the assignments released by a GC, so the plugin can remove
+// their host routes and rules.
+type GCResponse struct {
+	Version  string       `json:"version"`
+	Released []Assignment `json:"released"`
+}
+
+// Status is the daemon's readiness and pool counts (addresses).
+type Status struct {
+	Version  string `json:"version"`
+	Ready    bool   `json:"ready"`
+	Reason   string `json:"reason,omitempty"` // why not ready, or a degradation ("subnet exhausted")
+	Assigned int    `json:"assigned"`         // addresses held by pods
+	Warm     int    `json:"warm"`             // free addresses ready to assign now
+	Cooling  int    `json:"cooling"`          // released addresses waiting out IP_COOLDOWN_PERIOD
+	Capacity int    `json:"capacity"`         // addresses the attached ENIs could hold at most
+	ENIs     int    `json:"enis"`             // attached ENIs
+	MaxENIs  int    `json:"maxENIs"`          // ENIs the instance may have (after MAX_ENI)
+	Budget   int    `json:"budget"`           // addresses the node could hold at its ENI limit
+}
+
+// Code is a machine-readable error class.
+type Code string
+
+const (
+	// CodeNoAddress: no address is free now; the Cause says why (node at its
+	// ENI limit, subnet full, throttled, waiting for the cloud). Retryable:
+	// the plugin answers CNI error 11 (try again later).
+	CodeNoAddress Code = "no-address"
+	// CodeNotReady: the daemon has not finished restoring its state.
+	CodeNotReady Code = "not-ready"
+	// CodeNotFound: the Key holds no assignment (CHECK only).
+	CodeNotFound Code = "not-found"
+	// CodeInvalid: the request is malformed or of an unknown version.
+	CodeInvalid Code = "invalid-request"
+	// CodeInternal: anything else.
+	CodeInternal Code = "internal"
+)
+
+// Cause refines CodeNoAddress.
+type Cause string
+
+const (
+	CauseENILimit     Cause = "eni-limit"         // node at its ENI limit and every address assigned
+	CauseSubnetFull   Cause = "subnet-full"       // the subnet has no free address
+	CauseThrottled    Cause = "throttled"         // the cloud API is throttling the daemon
+	CauseWaitingCloud Cause = "waiting-for-cloud" // a pool refill is in flight
+	CauseMaxPods      Cause = "max-pods"          // the node holds its maximum number of pods
+)
+
+// Error is the body of every non-2xx answer.
+type Error struct {
+	Version string `json:"version"`
+	Code    Code   `json:"code"`
+	Cause   Cause  `json:"cause,omitempty"`
+	Message string `json:"message"` // human-readable, complete: it ends up in kubelet events
+}
+
+func (e *Error) Error() string {
+	if e.Message != "" {
+		return e.Message
+	}
+	return fmt.Sprintf("vpcipd: %s %s", e.Code, e.Cause)
+}
+
+// Retryable reports whether the plugin should answer "try again later".
+func (e *Error) Retryable() bool { return e.Code == CodeNoAddress || e.Code == CodeNotReady }

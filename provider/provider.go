@@ -1,0 +1,160 @@
+// Package provider is the cloud seam of vpcip: a small, cloud-neutral view of
+// the instance the daemon runs on, the ENIs attached to it and the addresses
+// and /28 prefixes those ENIs hold.
+//
+// The daemon (ipamd) speaks only these types; SDK structs never leave the
+// backend packages (provider/aws). Every backend classifies its cloud's error
+// codes into the sentinel errors below, so callers use errors.Is and never
+// match error text. The package imports the standard library only.
+package provider
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"time"
+)
+
+// Sentinel errors. A backend wraps its cloud error with one of these so that
+// errors.Is(err, provider.ErrThrottled) and friends hold; the wrapped message
+// keeps the cloud's own code and text for logs.
+var (
+	// ErrThrottled: the cloud refused the call for request rate
+	// (EC2 RequestLimitExceeded). Retry later with backoff.
+	ErrThrottled = errors.New("cloud API throttled")
+	// ErrAddressLimit: the ENI already holds as many addresses or prefixes
+	// as its instance type allows (EC2 PrivateIpAddressLimitExceeded).
+	ErrAddressLimit = errors.New("ENI address limit reached")
+	// ErrENILimit: the instance already has as many ENIs attached as its
+	// type allows (EC2 AttachmentLimitExceeded).
+	ErrENILimit = errors.New("instance ENI limit reached")
+	// ErrSubnetFull: the subnet has no free address left
+	// (EC2 InsufficientFreeAddressesInSubnet).
+	ErrSubnetFull = errors.New("subnet has no free addresses")
+	// ErrInsufficientCIDR: the subnet has free addresses but no aligned free
+	// /28 for a prefix (EC2 InsufficientCidrBlocks: fragmentation).
+	ErrInsufficientCIDR = errors.New("subnet has no free aligned /28 prefix")
+	// ErrNotFound: the named ENI, instance or subnet does not exist
+	// (EC2 InvalidNetworkInterfaceID.NotFound, InvalidInstanceID.NotFound, ...).
+	ErrNotFound = errors.New("cloud resource not found")
+	// ErrUnauthorized: the caller's credentials do not allow the call
+	// (EC2 UnauthorizedOperation).
+	ErrUnauthorized = errors.New("cloud call not authorized")
+)
+
+// Instance describes the instance the daemon runs on, as instance metadata
+// (IMDS) reports it.
+type Instance struct {
+	ID               string         // e.g. "i-0123456789abcdef0"
+	Type             string         // e.g. "m5.large"
+	Region           string         // e.g. "us-west-2"
+	AvailabilityZone string         // e.g. "us-west-2a"
+	VPCID            string         // e.g. "vpc-0123..."
+	VPCCIDRs         []netip.Prefix // primary and secondary IPv4 CIDRs of the VPC
+	PrimaryENI       string         // ENI id at device number 0
+	PrimaryMAC       string         // lower-case "0a:1b:..." MAC of the primary ENI
+	PrimaryIP        netip.Addr     // primary private IPv4 of the primary ENI
+	SubnetID         string         // subnet of the primary ENI
+	SecurityGroups   []string       // security group ids of the primary ENI
+}
+
+// Limits are the network limits of an instance type (EC2 DescribeInstanceTypes
+// NetworkInfo). Only the default network card's ENIs count, as pods use only it.
+type Limits struct {
+	MaxENIs          int  // ENIs attachable on the default network card
+	IPv4PerENI       int  // IPv4 addresses per ENI, the ENI's primary address included
+	PrefixDelegation bool // /28 prefixes may be assigned (Nitro or bare metal)
+	Hypervisor       string
+	BareMetal        bool
+}
+
+// PodAddressesPerENI is how many addresses (or, in prefix mode, /28 prefix
+// slots) one ENI can give to pods: IPv4PerENI minus the ENI's own primary.
+func (l Limits) PodAddressesPerENI() int {
+	if l.IPv4PerENI < 1 {
+		return 0
+	}
+	return l.IPv4PerENI - 1
+}
+
+// MaxPods is the reference formula ENIs × (IPv4 per ENI − 1) + 2 (the two are
+// host-network pods), in pods.
+func (l Limits) MaxPods() int { return l.MaxENIs*l.PodAddressesPerENI() + 2 }
+
+// ENI is one elastic network interface attached to the instance.
+type ENI struct {
+	ID             string         // "eni-" + 17 hex digits
+	MAC            string         // lower-case, colon-separated
+	DeviceNumber   int            // attachment device index; 0 is the primary ENI
+	NetworkCard    int            // network card index; pods use card 0
+	SubnetID       string         //
+	SubnetCIDR     netip.Prefix   // IPv4 CIDR of the ENI's subnet
+	Gateway        netip.Addr     // subnet gateway: the subnet's first address + 1
+	PrimaryIP      netip.Addr     // the ENI's primary private address (never a pod address)
+	SecondaryIPs   []netip.Addr   // secondary private addresses, sorted
+	Prefixes       []netip.Prefix // delegated /28 prefixes, sorted
+	SecurityGroups []string       //
+	Tags           map[string]string
+	Attached       time.Time // when the attachment was made; zero if unknown
+}
+
+// Subnet is a VPC subnet.
+type Subnet struct {
+	ID               string
+	CIDR             netip.Prefix
+	AvailabilityZone string
+	FreeAddresses    int // EC2 AvailableIpAddressCount, in addresses
+	Tags             map[string]string
+}
+
+// CreateENIRequest asks for a new ENI attached to this instance at the next
+// free device number, with its addresses or prefixes assigned in the same
+// EC2 call (CreateNetworkInterface with SecondaryPrivateIpAddressCount or
+// Ipv4PrefixCount). At most one of Addresses and Prefixes is non-zero.
+type CreateENIRequest struct {
+	SubnetID       string            // empty: the primary ENI's subnet
+	SecurityGroups []string          // empty: the primary ENI's groups
+	Addresses      int               // secondary IPv4 addresses to assign
+	Prefixes       int               // /28 prefixes to assign
+	Tags           map[string]string // extra tags; the backend adds node, cluster and creation-time tags
+}
+
+// Provider is the daemon's view of the cloud. Implementations are safe for
+// concurrent use, but the daemon calls the mutating methods from one goroutine.
+type Provider interface {
+	// Self describes this instance from instance metadata.
+	Self(ctx context.Context) (Instance, error)
+	// Limits returns the network limits of an instance type, from a built-in
+	// table or the cloud's DescribeInstanceTypes; results are cached.
+	Limits(ctx context.Context, instanceType string) (Limits, error)
+	// ENIs lists the ENIs attached to this instance on network card 0, with
+	// their addresses and prefixes, from the authoritative API
+	// (EC2 DescribeNetworkInterfaces filtered by attachment.instance-id).
+	ENIs(ctx context.Context) ([]ENI, error)
+	// MetadataENIs lists the same from instance metadata: cheap and not
+	// rate-limited, but eventually consistent. Never act destructively on it
+	// alone.
+	MetadataENIs(ctx context.Context) ([]ENI, error)
+	// CreateENI creates an ENI with its addresses or prefixes, attaches it at
+	// the next free device number with delete-on-termination set, and returns
+	// it once instance metadata shows it. A failed attach deletes the new ENI.
+	CreateENI(ctx context.Context, req CreateENIRequest) (ENI, error)
+	// AssignAddresses adds n secondary addresses (prefix false) or n /28
+	// prefixes (prefix true) to an ENI (EC2 AssignPrivateIpAddresses) and
+	// returns what was added, as /32 or /28 prefixes, once metadata shows it.
+	AssignAddresses(ctx context.Context, eniID string, n int, prefix bool) ([]netip.Prefix, error)
+	// UnassignAddresses removes the given /32 addresses and /28 prefixes from
+	// an ENI (EC2 UnassignPrivateIpAddresses).
+	UnassignAddresses(ctx context.Context, eniID string, addrs []netip.Prefix) error
+	// DeleteENI detaches and deletes an ENI. An ENI already gone is success.
+	DeleteENI(ctx context.Context, eniID string) error
+	// DeleteLeakedENIs deletes ENIs tagged as created by this cluster that are
+	// `available` (not attached) and older than grace, and returns their ids.
+	DeleteLeakedENIs(ctx context.Context, grace time.Duration) ([]string, error)
+}
+
+// CallObserver receives one report per cloud call: the operation name
+// (e.g. "AssignPrivateIpAddresses", "imds"), the outcome ("ok", "throttled",
+// "error", or the sentinel's short name) and the latency including retries.
+// The daemon turns it into metrics.
+type CallObserver func(operation, outcome string, latency time.Duration)

@@ -1,0 +1,165 @@
+// Package config is vpcipd's configuration: one typed Config parsed once from
+// the environment. Names follow the AWS VPC CNI where one exists (WARM_IP_TARGET,
+// IP_COOLDOWN_PERIOD, AWS_VPC_ENI_MTU, ...) so existing values keep working;
+// vpcip's own settings start with VPCIP_.
+//
+// Parse takes a getenv function so tests and other callers never touch the
+// process environment; only cmd/vpcipd passes os.Getenv. Every malformed value
+// is reported, joined with errors.Join, each naming the variable and the form
+// it accepts.
+package config
+
+import (
+	"errors"
+	"log/slog"
+	"net/netip"
+	"time"
+)
+
+// Config is the daemon's effective configuration.
+type Config struct {
+	// Warm pool (AWS VPC CNI meaning; 0 is unset unless noted).
+	WarmENITarget    int  // WARM_ENI_TARGET, whole ENIs of free addresses; default 1
+	WarmIPTarget     int  // WARM_IP_TARGET, free addresses
+	MinimumIPTarget  int  // MINIMUM_IP_TARGET, floor on addresses held by the node
+	WarmPrefixTarget int  // WARM_PREFIX_TARGET, free /28 prefixes (prefix mode)
+	PrefixDelegation bool // ENABLE_PREFIX_DELEGATION: assign /28 prefixes instead of /32s
+	MaxENI           int  // MAX_ENI: cap on ENIs below the instance type's limit; 0 (or -1) = no cap
+	MaxPods          int  // VPCIP_MAX_PODS: pods the node may run; 0 = limited by ENIs only
+
+	Cooldown        time.Duration // IP_COOLDOWN_PERIOD (seconds): a released address is not reused before this; default 30 s
+	ReleaseInterval time.Duration // VPCIP_RELEASE_INTERVAL: at most one release of surplus per interval; default 30 s
+	ENIMinAge       time.Duration // VPCIP_ENI_MIN_AGE: an ENI younger than this is not deleted; default 1 m
+
+	// Datapath.
+	MTU          int            // AWS_VPC_ENI_MTU, bytes, 576..9001; default 9001
+	ExternalSNAT bool           // AWS_VPC_K8S_CNI_EXTERNALSNAT: no SNAT rules on the node
+	ExcludeSNAT  []netip.Prefix // AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS: comma-separated CIDRs kept un-SNATed
+	RandomFully  bool           // AWS_VPC_K8S_CNI_RANDOMIZESNAT: "prng" (default) = --random-fully; "none"/"hashrandom" = off
+	VethPrefix   string         // AWS_VPC_K8S_CNI_VETHPREFIX, host veth name prefix; default "eni"
+	HostNetwork  bool           // VPCIP_HOSTNET: set up ENI links, tables, rules and SNAT; default true.
+	// false is a test/dev knob: the daemon then runs without root or a node
+	// netns, touching no host networking (and sees no pod routes).
+
+	LogLevel slog.Level // AWS_VPC_K8S_CNI_LOGLEVEL: DEBUG, INFO, WARN, ERROR; default INFO
+
+	// Daemon plumbing.
+	ClusterName       string        // VPCIP_CLUSTER_NAME, tagged on the ENIs the daemon creates; default "vpcip"
+	Socket            string        // VPCIP_SOCKET, plugin API unix socket; default /run/vpcip/ipamd.sock
+	Checkpoint        string        // VPCIP_CHECKPOINT, allocation state file; default /var/run/vpcip/ipam.json
+	MetricsAddr       string        // VPCIP_METRICS_ADDR (alias METRICS_BIND_ADDRESS); default :61678; "off" disables
+	IntrospectionAddr string        // VPCIP_INTROSPECTION_ADDR (alias INTROSPECTION_BIND_ADDRESS); default 127.0.0.1:61679; "off" disables
+	AddWait           time.Duration // VPCIP_ADD_WAIT: how long an ADD waits for the pool to refill; default 5 s
+	PoolInterval      time.Duration // VPCIP_POOL_INTERVAL: pool re-evaluation period; default 10 s
+	ReconcileInterval time.Duration // VPCIP_RECONCILE_INTERVAL: metadata comparison period; default 60 s
+	ResyncInterval    time.Duration // VPCIP_RESYNC_INTERVAL: authoritative EC2 re-read period; default 5 m
+	LeakSweepInterval time.Duration // VPCIP_LEAK_SWEEP_INTERVAL: leaked-ENI sweep period; default 5 m
+	LeakedENIGrace    time.Duration // VPCIP_LEAKED_ENI_GRACE: an available tagged ENI older than this is deleted; default 5 m
+	GCGrace           time.Duration // VPCIP_GC_GRACE: GC spares assignments younger than this; default 60 s
+
+	// install-cni.
+	CNIBinDir      string        // VPCIP_CNI_BIN_DIR; default /opt/cni/bin
+	CNIConfDir     string        // VPCIP_CNI_CONF_DIR; default /etc/cni/net.d
+	CNIVersion     string        // VPCIP_CNI_VERSION, cniVersion of the conflist; default 1.1.0
+	PluginSource   string        // VPCIP_CNI_PLUGIN_SRC, the vpcip-cni binary to copy; default: next to vpcipd
+	PluginLogFile  string        // VPCIP_PLUGIN_LOG_FILE; default /var/log/vpcip/plugin.log
+	PluginLogLevel string        // VPCIP_PLUGIN_LOG_LEVEL; default the daemon's level
+	InstallWait    time.Duration // VPCIP_INSTALL_WAIT: how long install-cni waits for the daemon to be ready; default 10 m
+}
+
+// Defaults for the settings above.
+const (
+	DefaultSocket            = "/run/vpcip/ipamd.sock"
+	DefaultCheckpoint        = "/var/run/vpcip/ipam.json"
+	DefaultMetricsAddr       = ":61678"
+	DefaultIntrospectionAddr = "127.0.0.1:61679"
+	DefaultCNIBinDir         = "/opt/cni/bin"
+	DefaultCNIConfDir        = "/etc/cni/net.d"
+	DefaultCNIVersion        = "1.1.0"
+	DefaultPluginLogFile     = "/var/log/vpcip/plugin.log"
+	DefaultMTU               = 9001
+)
+
+// SupportedCNIVersions are the cniVersion values install-cni may write.
+var SupportedCNIVersions = []string{"0.3.1", "0.4.0", "1.0.0", "1.1.0"}
+
+// Parse reads the configuration through getenv (os.Getenv in vpcipd). It
+// returns every problem found, joined; each names the variable, the value and
+// the accepted form.
+func Parse(getenv func(string) string) (Config, error) {
+	p := &parser{getenv: getenv}
+	var c Config
+	c.WarmENITarget = p.count("WARM_ENI_TARGET", 1)
+	c.WarmIPTarget = p.count("WARM_IP_TARGET", 0)
+	c.MinimumIPTarget = p.count("MINIMUM_IP_TARGET", 0)
+	c.WarmPrefixTarget = p.count("WARM_PREFIX_TARGET", 0)
+	c.PrefixDelegation = p.boolean("ENABLE_PREFIX_DELEGATION", false)
+	c.MaxENI = p.maxENI("MAX_ENI")
+	c.MaxPods = p.count("VPCIP_MAX_PODS", 0)
+	c.Cooldown = p.seconds("IP_COOLDOWN_PERIOD", 30*time.Second)
+	c.ReleaseInterval = p.duration("VPCIP_RELEASE_INTERVAL", 30*time.Second, 0)
+	c.ENIMinAge = p.duration("VPCIP_ENI_MIN_AGE", time.Minute, 0)
+
+	c.MTU = p.intRange("AWS_VPC_ENI_MTU", DefaultMTU, 576, 9001)
+	c.ExternalSNAT = p.boolean("AWS_VPC_K8S_CNI_EXTERNALSNAT", false)
+	c.ExcludeSNAT = p.cidrs("AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS")
+	c.RandomFully = p.randomizeSNAT("AWS_VPC_K8S_CNI_RANDOMIZESNAT")
+	c.VethPrefix = p.vethPrefix("AWS_VPC_K8S_CNI_VETHPREFIX", "eni")
+	c.HostNetwork = p.boolean("VPCIP_HOSTNET", true)
+	c.LogLevel = p.logLevel("AWS_VPC_K8S_CNI_LOGLEVEL", slog.LevelInfo)
+
+	c.ClusterName = p.name("VPCIP_CLUSTER_NAME", "vpcip")
+	c.Socket = p.path("VPCIP_SOCKET", DefaultSocket)
+	c.Checkpoint = p.path("VPCIP_CHECKPOINT", DefaultCheckpoint)
+	c.MetricsAddr = p.addr(DefaultMetricsAddr, "VPCIP_METRICS_ADDR", "METRICS_BIND_ADDRESS")
+	c.IntrospectionAddr = p.addr(DefaultIntrospectionAddr, "VPCIP_INTROSPECTION_ADDR", "INTROSPECTION_BIND_ADDRESS")
+	c.AddWait = p.duration("VPCIP_ADD_WAIT", 5*time.Second, 0)
+	c.PoolInterval = p.duration("VPCIP_POOL_INTERVAL", 10*time.Second, 10*time.Millisecond)
+	c.ReconcileInterval = p.duration("VPCIP_RECONCILE_INTERVAL", time.Minute, 10*time.Millisecond)
+	c.ResyncInterval = p.duration("VPCIP_RESYNC_INTERVAL", 5*time.Minute, 10*time.Millisecond)
+	c.LeakSweepInterval = p.duration("VPCIP_LEAK_SWEEP_INTERVAL", 5*time.Minute, 10*time.Millisecond)
+	c.LeakedENIGrace = p.duration("VPCIP_LEAKED_ENI_GRACE", 5*time.Minute, 0)
+	c.GCGrace = p.duration("VPCIP_GC_GRACE", time.Minute, 0)
+
+	c.CNIBinDir = p.path("VPCIP_CNI_BIN_DIR", DefaultCNIBinDir)
+	c.CNIConfDir = p.path("VPCIP_CNI_CONF_DIR", DefaultCNIConfDir)
+	c.CNIVersion = p.oneOf("VPCIP_CNI_VERSION", DefaultCNIVersion, SupportedCNIVersions)
+	c.PluginSource = p.optionalPath("VPCIP_CNI_PLUGIN_SRC")
+	c.PluginLogFile = p.path("VPCIP_PLUGIN_LOG_FILE", DefaultPluginLogFile)
+	c.PluginLogLevel = p.oneOf("VPCIP_PLUGIN_LOG_LEVEL", levelName(c.LogLevel), []string{"DEBUG", "INFO", "WARN", "ERROR"})
+	c.InstallWait = p.duration("VPCIP_INSTALL_WAIT", 10*time.Minute, 0)
+
+	p.crossChecks(&c)
+	return c, errors.Join(p.errs...)
+}
+
+// crossChecks reports combinations that make no sense on their own.
+func (p *parser) crossChecks(c *Config) {
+	if c.Socket == c.Checkpoint && c.Socket != "" {
+		p.fail("VPCIP_SOCKET", c.Socket, "a path different from VPCIP_CHECKPOINT")
+	}
+}
+
+// Notes are remarks on a valid but odd configuration, for the start-up log.
+func (c Config) Notes() []string {
+	var notes []string
+	if c.WarmPrefixTarget > 0 && !c.PrefixDelegation {
+		notes = append(notes, "WARM_PREFIX_TARGET is ignored unless ENABLE_PREFIX_DELEGATION=true")
+	}
+	if !c.HostNetwork {
+		notes = append(notes, "VPCIP_HOSTNET=false: no host networking is set up (test/dev mode)")
+	}
+	return notes
+}
+
+func levelName(l slog.Level) string {
+	switch {
+	case l <= slog.LevelDebug:
+		return "DEBUG"
+	case l <= slog.LevelInfo:
+		return "INFO"
+	case l <= slog.LevelWarn:
+		return "WARN"
+	}
+	return "ERROR"
+}

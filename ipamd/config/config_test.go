@@ -1,0 +1,146 @@
+package config
+
+import (
+	"log/slog"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func env(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func TestParseDefaults(t *testing.T) {
+	c, err := Parse(env(nil))
+	if err != nil {
+		t.Fatalf("Parse(empty) error: %v", err)
+	}
+	want := map[string]string{
+		"WARM_ENI_TARGET":               "1",
+		"WARM_IP_TARGET":                "0",
+		"IP_COOLDOWN_PERIOD":            "30s",
+		"AWS_VPC_ENI_MTU":               "9001",
+		"VPCIP_SOCKET":                  "/run/vpcip/ipamd.sock",
+		"VPCIP_CHECKPOINT":              "/var/run/vpcip/ipam.json",
+		"VPCIP_METRICS_ADDR":            ":61678",
+		"VPCIP_INTROSPECTION_ADDR":      "127.0.0.1:61679",
+		"VPCIP_CNI_VERSION":             "1.1.0",
+		"VPCIP_HOSTNET":                 "true",
+		"VPCIP_ADD_WAIT":                "5s",
+		"AWS_VPC_K8S_CNI_VETHPREFIX":    "eni",
+		"AWS_VPC_K8S_CNI_RANDOMIZESNAT": "prng",
+		"VPCIP_CNI_CONF_DIR":            "/etc/cni/net.d",
+		"VPCIP_CNI_BIN_DIR":             "/opt/cni/bin",
+	}
+	got := c.Map()
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("default %s = %q, want %q", k, got[k], v)
+		}
+	}
+	if c.LogLevel != slog.LevelInfo || !c.RandomFully || c.ExternalSNAT {
+		t.Errorf("defaults: level %v randomFully %v externalSNAT %v", c.LogLevel, c.RandomFully, c.ExternalSNAT)
+	}
+}
+
+func TestParseValues(t *testing.T) {
+	c, err := Parse(env(map[string]string{
+		"WARM_IP_TARGET":                     "5",
+		"MINIMUM_IP_TARGET":                  "10",
+		"WARM_ENI_TARGET":                    "0",
+		"ENABLE_PREFIX_DELEGATION":           "true",
+		"MAX_ENI":                            "-1",
+		"IP_COOLDOWN_PERIOD":                 "45",
+		"AWS_VPC_ENI_MTU":                    "1500",
+		"AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS": "10.1.0.0/16, 192.168.1.7/24",
+		"AWS_VPC_K8S_CNI_RANDOMIZESNAT":      "none",
+		"AWS_VPC_K8S_CNI_LOGLEVEL":           "debug",
+		"VPCIP_HOSTNET":                      "false",
+		"INTROSPECTION_BIND_ADDRESS":         "127.0.0.1:7000",
+		"VPCIP_METRICS_ADDR":                 "off",
+		"VPCIP_ADD_WAIT":                     "250ms",
+		"VPCIP_CNI_VERSION":                  "1.0.0",
+	}))
+	if err != nil {
+		t.Fatalf("Parse error: %v", err)
+	}
+	got := []any{c.WarmIPTarget, c.MinimumIPTarget, c.WarmENITarget, c.PrefixDelegation, c.MaxENI,
+		c.Cooldown, c.MTU, c.ExcludeSNAT, c.RandomFully, c.LogLevel, c.HostNetwork,
+		c.IntrospectionAddr, c.MetricsAddr, c.AddWait, c.CNIVersion}
+	want := []any{5, 10, 0, true, 0,
+		45 * time.Second, 1500, []netip.Prefix{netip.MustParsePrefix("10.1.0.0/16"), netip.MustParsePrefix("192.168.1.0/24")},
+		false, slog.LevelDebug, false,
+		"127.0.0.1:7000", "", 250 * time.Millisecond, "1.0.0"}
+	if d := cmp.Diff(want, got, cmp.Comparer(func(a, b netip.Prefix) bool { return a == b })); d != "" {
+		t.Errorf("Parse (-want +got):\n%s", d)
+	}
+}
+
+// TestParseErrorsNameEveryVariable: every bad value is reported at once, each
+// with its variable name and the accepted form; none silently becomes a default.
+func TestParseErrorsNameEveryVariable(t *testing.T) {
+	bad := map[string]string{
+		"WARM_IP_TARGET":                     "five",
+		"MINIMUM_IP_TARGET":                  "-3",
+		"ENABLE_PREFIX_DELEGATION":           "yes please",
+		"MAX_ENI":                            "x",
+		"IP_COOLDOWN_PERIOD":                 "soon",
+		"AWS_VPC_ENI_MTU":                    "100000",
+		"AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS": "10.0.0.0/33",
+		"AWS_VPC_K8S_CNI_RANDOMIZESNAT":      "maybe",
+		"AWS_VPC_K8S_CNI_VETHPREFIX":         "toolong",
+		"AWS_VPC_K8S_CNI_LOGLEVEL":           "loud",
+		"VPCIP_SOCKET":                       "relative/path.sock",
+		"VPCIP_METRICS_ADDR":                 "nope",
+		"VPCIP_ADD_WAIT":                     "5",
+		"VPCIP_CNI_VERSION":                  "9.9.9",
+		"VPCIP_CLUSTER_NAME":                 "a b",
+	}
+	_, err := Parse(env(bad))
+	if err == nil {
+		t.Fatal("Parse accepted malformed values")
+	}
+	msg := err.Error()
+	for name, v := range bad {
+		line := ""
+		for l := range strings.SplitSeq(msg, "\n") {
+			if strings.HasPrefix(l, name+"=") {
+				line = l
+			}
+		}
+		if line == "" {
+			t.Errorf("no error names %s=%q; errors:\n%s", name, v, msg)
+			continue
+		}
+		if !strings.Contains(line, "want ") {
+			t.Errorf("error for %s does not give the accepted form: %s", name, line)
+		}
+	}
+}
+
+func TestParseRejectsSocketEqualCheckpoint(t *testing.T) {
+	_, err := Parse(env(map[string]string{"VPCIP_SOCKET": "/tmp/x", "VPCIP_CHECKPOINT": "/tmp/x"}))
+	if err == nil || !strings.Contains(err.Error(), "VPCIP_SOCKET") {
+		t.Fatalf("err = %v, want one naming VPCIP_SOCKET", err)
+	}
+}
+
+func TestNamesCoverMap(t *testing.T) {
+	names := Names()
+	for k := range (Config{}).Map() {
+		found := false
+		for _, n := range names {
+			found = found || n == k
+		}
+		if !found {
+			t.Errorf("Names() misses %s", k)
+		}
+	}
+	if len(names) != len(Config{}.Map())+2 {
+		t.Errorf("Names() has %d entries, want %d", len(names), len(Config{}.Map())+2)
+	}
+}

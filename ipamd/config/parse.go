@@ -1,0 +1,271 @@
+package config
+
+import (
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// parser reads variables and collects one error per bad value.
+type parser struct {
+	getenv func(string) string
+	errs   []error
+}
+
+func (p *parser) fail(name, value, form string) {
+	p.errs = append(p.errs, fmt.Errorf("%s=%q: want %s", name, value, form))
+}
+
+func (p *parser) get(name string) (string, bool) {
+	v := strings.TrimSpace(p.getenv(name))
+	return v, v != ""
+}
+
+// count is a non-negative integer.
+func (p *parser) count(name string, def int) int {
+	v, ok := p.get(name)
+	if !ok {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		p.fail(name, v, "a whole number ≥ 0")
+		return def
+	}
+	return n
+}
+
+func (p *parser) intRange(name string, def, lo, hi int) int {
+	v, ok := p.get(name)
+	if !ok {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < lo || n > hi {
+		p.fail(name, v, fmt.Sprintf("a whole number from %d to %d", lo, hi))
+		return def
+	}
+	return n
+}
+
+// maxENI accepts the AWS VPC CNI's -1 (no cap) as well as 0.
+func (p *parser) maxENI(name string) int {
+	v, ok := p.get(name)
+	if !ok || v == "-1" {
+		return 0
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		p.fail(name, v, "a whole number ≥ 1, or -1 for the instance type's limit")
+		return 0
+	}
+	return n
+}
+
+func (p *parser) boolean(name string, def bool) bool {
+	v, ok := p.get(name)
+	if !ok {
+		return def
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		p.fail(name, v, "true or false")
+		return def
+	}
+	return b
+}
+
+// seconds is a whole number of seconds (the AWS VPC CNI form), or a Go
+// duration such as "30s".
+func (p *parser) seconds(name string, def time.Duration) time.Duration {
+	v, ok := p.get(name)
+	if !ok {
+		return def
+	}
+	if n, err := strconv.Atoi(v); err == nil && n >= 0 {
+		return time.Duration(n) * time.Second
+	}
+	if d, err := time.ParseDuration(v); err == nil && d >= 0 {
+		return d
+	}
+	p.fail(name, v, "a whole number of seconds ≥ 0 (or a duration like 30s)")
+	return def
+}
+
+// duration is a Go duration ("500ms", "2m") of at least min.
+func (p *parser) duration(name string, def, min time.Duration) time.Duration {
+	v, ok := p.get(name)
+	if !ok {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < min {
+		p.fail(name, v, fmt.Sprintf("a duration like 10s or 2m, at least %s", min))
+		return def
+	}
+	return d
+}
+
+func (p *parser) cidrs(name string) []netip.Prefix {
+	v, ok := p.get(name)
+	if !ok {
+		return nil
+	}
+	var out []netip.Prefix
+	for f := range strings.SplitSeq(v, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		pfx, err := netip.ParsePrefix(f)
+		if err != nil || !pfx.Addr().Is4() {
+			p.fail(name, v, "comma-separated IPv4 CIDRs like 10.0.0.0/8,192.168.0.0/16")
+			return nil
+		}
+		out = append(out, pfx.Masked())
+	}
+	return out
+}
+
+func (p *parser) randomizeSNAT(name string) bool {
+	v, ok := p.get(name)
+	if !ok {
+		return true
+	}
+	switch strings.ToLower(v) {
+	case "prng":
+		return true
+	case "none", "hashrandom":
+		return false
+	}
+	p.fail(name, v, "prng, hashrandom or none")
+	return true
+}
+
+// vethPrefix must leave room for the 11 hex digits of the host veth name in
+// the kernel's 15 characters, and must not shadow the node's own links.
+func (p *parser) vethPrefix(name, def string) string {
+	v, ok := p.get(name)
+	if !ok {
+		return def
+	}
+	bad := len(v) > 4 || slices.Contains([]string{"eth", "vlan", "lo"}, v) ||
+		strings.ContainsFunc(v, func(r rune) bool {
+			return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_')
+		})
+	if bad {
+		p.fail(name, v, "1 to 4 letters, digits, '-' or '_', not eth, vlan or lo")
+		return def
+	}
+	return v
+}
+
+func (p *parser) logLevel(name string, def slog.Level) slog.Level {
+	v, ok := p.get(name)
+	if !ok {
+		return def
+	}
+	switch strings.ToUpper(v) {
+	case "DEBUG", "TRACE":
+		return slog.LevelDebug
+	case "INFO":
+		return slog.LevelInfo
+	case "WARN", "WARNING":
+		return slog.LevelWarn
+	case "ERROR", "FATAL":
+		return slog.LevelError
+	}
+	p.fail(name, v, "DEBUG, INFO, WARN or ERROR")
+	return def
+}
+
+// name is a tag-safe identifier.
+func (p *parser) name(name, def string) string {
+	v, ok := p.get(name)
+	if !ok {
+		return def
+	}
+	if len(v) > 128 || strings.ContainsAny(v, " \t\n/=") {
+		p.fail(name, v, "up to 128 characters without spaces, '/' or '='")
+		return def
+	}
+	return v
+}
+
+func (p *parser) path(name, def string) string {
+	v, ok := p.get(name)
+	if !ok {
+		return def
+	}
+	if !filepath.IsAbs(v) {
+		p.fail(name, v, "an absolute path")
+		return def
+	}
+	return filepath.Clean(v)
+}
+
+func (p *parser) optionalPath(name string) string {
+	v, ok := p.get(name)
+	if !ok {
+		return ""
+	}
+	return p.path(name, v)
+}
+
+// addr reads the first set variable among names: host:port, or "off".
+func (p *parser) addr(def string, names ...string) string {
+	for _, name := range names {
+		v, ok := p.get(name)
+		if !ok {
+			continue
+		}
+		if v == "off" {
+			return ""
+		}
+		host, port, err := splitHostPort(v)
+		if err != nil || (host != "" && !validHost(host)) || port < 0 || port > 65535 {
+			p.fail(name, v, "host:port such as 127.0.0.1:61679 or :61678, or off")
+			return def
+		}
+		return v
+	}
+	return def
+}
+
+func splitHostPort(v string) (string, int, error) {
+	i := strings.LastIndexByte(v, ':')
+	if i < 0 {
+		return "", 0, fmt.Errorf("no port")
+	}
+	port, err := strconv.Atoi(v[i+1:])
+	if err != nil {
+		return "", 0, err
+	}
+	return strings.Trim(v[:i], "[]"), port, nil
+}
+
+func validHost(h string) bool {
+	if _, err := netip.ParseAddr(h); err == nil {
+		return true
+	}
+	return h == "localhost"
+}
+
+func (p *parser) oneOf(name, def string, allowed []string) string {
+	v, ok := p.get(name)
+	if !ok {
+		return def
+	}
+	for _, a := range allowed {
+		if strings.EqualFold(a, v) {
+			return a
+		}
+	}
+	p.fail(name, v, "one of "+strings.Join(allowed, ", "))
+	return def
+}

@@ -20,6 +20,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"time"
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/types"
@@ -56,7 +57,9 @@ type Pod struct {
 	Netns       string     // pod netns name (under NetnsDir)
 	Address     netip.Addr // the IPv4 address of the result's first IP
 	Result      *types100.Result
-	Network     string // the network name of the conflist used
+	Network     string        // the network name of the conflist used
+	AddTime     time.Duration // how long the chain's ADD took (libcni call only, not netns creation)
+	DelTime     time.Duration // how long the chain's DEL took, once Del ran
 }
 
 // NetnsPath is the pod's netns path, CNI_NETNS.
@@ -100,6 +103,8 @@ func (n *Node) Add(ctx context.Context, spec PodSpec) (*Pod, error) {
 		return nil, err
 	}
 	res, err := n.exec(func(c *libcni.CNIConfig) (types.Result, error) {
+		t0 := time.Now()
+		defer func() { pod.AddTime = time.Since(t0) }()
 		return c.AddNetworkList(ctx, list, n.runtimeConf(pod))
 	})
 	if err != nil {
@@ -139,6 +144,8 @@ func (n *Node) Del(ctx context.Context, pod *Pod) error {
 
 func (n *Node) del(ctx context.Context, list *libcni.NetworkConfigList, pod *Pod) error {
 	_, err := n.exec(func(c *libcni.CNIConfig) (types.Result, error) {
+		t0 := time.Now()
+		defer func() { pod.DelTime = time.Since(t0) }()
 		return nil, c.DelNetworkList(ctx, list, n.runtimeConf(pod))
 	})
 	return err

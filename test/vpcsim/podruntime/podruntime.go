@@ -99,7 +99,7 @@ func (n *Node) Add(ctx context.Context, spec PodSpec) (*Pod, error) {
 	}
 	pod := &Pod{PodSpec: spec, UID: randomHex(16), ContainerID: randomHex(32), Network: list.Name}
 	pod.Netns = n.podNetnsName(spec)
-	if err := createNetns(pod.Netns); err != nil {
+	if err := CreateNetns(pod.Netns); err != nil {
 		return nil, err
 	}
 	res, err := n.exec(func(c *libcni.CNIConfig) (types.Result, error) {
@@ -229,8 +229,8 @@ func (n *Node) podNetnsName(spec PodSpec) string {
 	return n.Prefix + "-p" + hex.EncodeToString(sum[:])[:10]
 }
 
-// createNetns creates a named netns without moving the caller's thread.
-func createNetns(name string) error {
+// CreateNetns creates a named netns without moving the caller's thread.
+func CreateNetns(name string) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	orig, err := netns.Get()

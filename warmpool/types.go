@@ -1,11 +1,45 @@
 // Package warmpool is vpcip's pool-sizing policy as pure functions: given the
 // node's ENIs and their address slots, the node's limits, the warm-pool
 // configuration (the AWS VPC CNI variables WARM_ENI_TARGET, WARM_IP_TARGET,
-// MINIMUM_IP_TARGET, WARM_PREFIX_TARGET, MAX_ENI) and the current demand, Plan
+// MINIMUM_IP_TARGET, WARM_PREFIX_TARGET, MAX_ENI) and the current demand, Next
 // returns the one next action the daemon should take through the cloud.
 //
 // No I/O, no goroutines, no clock reads: the caller passes Now. Same input,
 // same plan. The standard library only.
+//
+// The daemon loops: observe, call Next, execute the plan, feed the outcome
+// (new state, or a Refusal) back, and call Next again until it returns
+// Nothing or Wait. Every count is in addresses unless its name or comment
+// says prefixes (/28, 16 addresses each) or slots (one /32 or one /28).
+//
+// Rules and their sources (AWS VPC CNI, docs/eni-and-ip-target.md and
+// docs/prefix-and-ip-target.md of amazon-vpc-cni-k8s, unless marked vpcip):
+//   - WARM_IP_TARGET and MINIMUM_IP_TARGET, when either is set, take
+//     precedence over WARM_ENI_TARGET and WARM_PREFIX_TARGET. Shortfall is
+//     max(WARM_IP_TARGET − available, MINIMUM_IP_TARGET − total, 0); surplus
+//     is min(available − WARM_IP_TARGET, total − MINIMUM_IP_TARGET), at
+//     least 0. In prefix mode both round to whole /28 prefixes.
+//   - Otherwise, in prefix mode, WARM_PREFIX_TARGET (default 1) whole free
+//     /28 prefixes are kept; WARM_ENI_TARGET is not used.
+//   - Otherwise WARM_ENI_TARGET (default 1) whole ENIs' worth of free
+//     addresses are kept, and ENIs are filled whole.
+//   - Growth fills an attached ENI that has room before creating one, and a
+//     new ENI gets its addresses in the same call. Never beyond Limits.MaxENIs
+//     (the instance limit, capped by MAX_ENI) or Limits.MaxPods.
+//   - Surplus addresses are released only under WARM_IP_TARGET or
+//     MINIMUM_IP_TARGET; surplus whole free prefixes also beyond
+//     WARM_PREFIX_TARGET (reference ipamd, prefix mode). At most one release
+//     or ENI deletion per Config.ReleaseInterval.
+//   - An ENI is deleted only when it is not the primary, holds no assigned
+//     and no cooling address, is at least Config.ENIMinAge old, and the
+//     targets still hold without it.
+//   - vpcip: addresses in cooldown count toward the total but are not
+//     available (reference issues #2896, #1700).
+//   - vpcip: Input.Pending adds to the shortfall, so waiting pods are covered
+//     in one call instead of one warm batch per round trip.
+//   - vpcip: refusals from the cloud are inputs (see Refusal): growth falls
+//     back or waits instead of repeating a failing call; shrinking is never
+//     blocked by them.
 package warmpool
 
 import (
@@ -13,15 +47,38 @@ import (
 	"time"
 )
 
+// Defaults applied when the corresponding Config field is zero.
+const (
+	// DefaultReleaseInterval is the minimum time between two releases
+	// (addresses, prefixes or an ENI): 30 seconds, the interval at which the
+	// reference ipamd considers decreasing the pool.
+	DefaultReleaseInterval = 30 * time.Second
+	// DefaultENIMinAge is the minimum age of an ENI before it may be deleted:
+	// one minute, the reference datastore's minimum ENI lifetime (a young
+	// ENI is kept while instance metadata catches up with it).
+	DefaultENIMinAge = time.Minute
+	// DefaultWarmENITarget is WARM_ENI_TARGET when neither it nor any IP
+	// target is set: one ENI's worth of free addresses (reference default).
+	DefaultWarmENITarget = 1
+	// DefaultWarmPrefixTarget is WARM_PREFIX_TARGET in prefix mode when
+	// neither it nor any IP target is set: one whole free /28 prefix.
+	DefaultWarmPrefixTarget = 1
+	// PrefixAddresses is the number of addresses in one delegated /28
+	// prefix (EC2 prefix delegation).
+	PrefixAddresses = 16
+)
+
 // Slot is one unit of ENI capacity: a secondary address (a /32) or, in prefix
-// mode, a delegated /28 prefix (16 addresses).
+// mode, a delegated /28 prefix (16 addresses). EC2 counts each slot, /32 or
+// /28, against the ENI's IPv4 address limit.
 type Slot struct {
 	Prefix   netip.Prefix // /32 address or /28 prefix
 	Assigned int          // addresses of this slot held by pods
 	Cooling  int          // addresses of this slot released less than IP_COOLDOWN_PERIOD ago
 }
 
-// Size is the number of addresses in the slot: 1 for a /32, 16 for a /28.
+// Size is the number of addresses in the slot: 1 for a /32, 16 for a /28,
+// 0 for an invalid prefix.
 func (s Slot) Size() int {
 	if !s.Prefix.IsValid() {
 		return 0
@@ -29,7 +86,9 @@ func (s Slot) Size() int {
 	return 1 << (s.Prefix.Addr().BitLen() - s.Prefix.Bits())
 }
 
-// Free is the number of the slot's addresses a pod could get now.
+// Free is the number of the slot's addresses a pod could get now, in
+// addresses: Size − Assigned − Cooling, at least 0. Cooling addresses are not
+// free (reference issues #2896, #1700).
 func (s Slot) Free() int { return max(s.Size()-s.Assigned-s.Cooling, 0) }
 
 // ENI is the state of one attached ENI.
@@ -42,50 +101,53 @@ type ENI struct {
 
 // Limits are the node's limits.
 type Limits struct {
-	MaxENIs         int // ENIs the instance type allows on network card 0, already capped by MAX_ENI
-	SlotsPerENI     int // secondary addresses (or /28 prefixes) per ENI: IPv4 per ENI − 1
-	MaxPods         int // pods the node may run; 0: no limit beyond ENIs
-	PrefixSupported bool
+	MaxENIs         int  // ENIs the instance type allows on network card 0, already capped by MAX_ENI
+	SlotsPerENI     int  // secondary addresses (or /28 prefixes) per ENI: IPv4 per ENI − 1 (EC2 DescribeInstanceTypes)
+	MaxPods         int  // pods the node may run; 0: no limit beyond ENIs. Growth stops once the node holds this many addresses
+	PrefixSupported bool // the instance type supports prefix delegation (Nitro); without it PrefixDelegation is ignored
 }
 
 // Config is the warm-pool configuration, with AWS VPC CNI meaning. A zero
-// target is unset.
+// target is unset. Counts are addresses unless named for prefixes or ENIs.
 type Config struct {
-	WarmENITarget    int           // whole ENIs' worth of free addresses to keep (default 1)
-	WarmIPTarget     int           // free addresses to keep
-	MinimumIPTarget  int           // floor on total addresses (assigned + free + cooling)
-	WarmPrefixTarget int           // free /28 prefixes to keep (prefix mode)
-	PrefixDelegation bool          // assign /28 prefixes instead of single addresses
+	WarmENITarget    int           // WARM_ENI_TARGET: whole ENIs' worth of free addresses to keep (default 1; unused in prefix mode)
+	WarmIPTarget     int           // WARM_IP_TARGET: free addresses to keep
+	MinimumIPTarget  int           // MINIMUM_IP_TARGET: floor on total addresses (assigned + free + cooling)
+	WarmPrefixTarget int           // WARM_PREFIX_TARGET: whole free /28 prefixes to keep (prefix mode, default 1)
+	PrefixDelegation bool          // ENABLE_PREFIX_DELEGATION: assign /28 prefixes instead of single addresses
 	ReleaseInterval  time.Duration // at most one release per interval (default 30 s)
 	ENIMinAge        time.Duration // an ENI younger than this is not deleted (default 1 minute)
 }
 
 // Refusal is a recent refusal from the cloud, fed back so the plan falls back
-// or waits instead of repeating a failing call every cycle.
+// or waits instead of repeating a failing call every cycle. Refusals only
+// constrain growth (Assign, CreateENI); they never block Release or
+// DeleteENI. A refusal whose Until is not after Input.Now is ignored.
 type Refusal struct {
 	Kind  RefusalKind
 	Until time.Time // the refusal is taken into account until this time
+	ENI   string    // RefusedAddressLimit: the ENI that refused; empty: every attached ENI
 }
 
-// RefusalKind classifies a cloud refusal.
+// RefusalKind classifies a cloud refusal (provider's sentinel errors).
 type RefusalKind int
 
 const (
-	RefusedENILimit     RefusalKind = iota + 1 // no more ENIs can be attached
-	RefusedAddressLimit                        // the ENI holds its maximum (stale view)
-	RefusedSubnetFull                          // the subnet has no free address
-	RefusedNoPrefix                            // the subnet has no aligned free /28: fall back to single addresses
-	RefusedThrottled                           // API throttled: wait
+	RefusedENILimit     RefusalKind = iota + 1 // no more ENIs can be attached (EC2 AttachmentLimitExceeded): no CreateENI
+	RefusedAddressLimit                        // the ENI holds its maximum (EC2 PrivateIpAddressLimitExceeded, stale view): no Assign on it
+	RefusedSubnetFull                          // the subnet has no free address (EC2 InsufficientFreeAddressesInSubnet): no growth, Wait
+	RefusedNoPrefix                            // the subnet has no aligned free /28 (EC2 InsufficientCidrBlocks): fall back to single addresses
+	RefusedThrottled                           // API throttled (EC2 RequestLimitExceeded): no growth, Wait
 )
 
-// Input is everything Plan looks at.
+// Input is everything Next looks at.
 type Input struct {
 	ENIs        []ENI
 	Limits      Limits
 	Config      Config
-	Pending     int // pods waiting for an address now (ADDs that found none, scheduled pods not started)
-	Now         time.Time
-	LastRelease time.Time // when addresses or an ENI were last released
+	Pending     int       // pods waiting for an address now (ADDs that found none, scheduled pods not started); one address each
+	Now         time.Time // the caller's clock; Next never reads one
+	LastRelease time.Time // when addresses or an ENI were last released; zero: never
 	Refusals    []Refusal
 }
 
@@ -93,13 +155,32 @@ type Input struct {
 type ActionKind int
 
 const (
-	Nothing   ActionKind = iota // the pool is at target
-	Assign                      // assign Count addresses (or prefixes) on ENI
-	CreateENI                   // create and attach an ENI with Count addresses (or prefixes)
-	Release                     // unassign Release (free /32s or /28s) from ENI
-	DeleteENI                   // detach and delete ENI
+	Nothing   ActionKind = iota // the pool is at target, or short but at a static limit (MaxENIs, MaxPods)
+	Assign                      // assign Count addresses (or prefixes) on ENI (EC2 AssignPrivateIpAddresses)
+	CreateENI                   // create and attach an ENI with Count addresses (or prefixes) (EC2 CreateNetworkInterface, AttachNetworkInterface)
+	Release                     // unassign Release (free /32s or /28s) from ENI (EC2 UnassignPrivateIpAddresses)
+	DeleteENI                   // detach and delete ENI (EC2 DetachNetworkInterface, DeleteNetworkInterface)
 	Wait                        // the pool is short but a refusal says not to call now
 )
+
+// String is the action's lower-case name, fit for a metric label.
+func (k ActionKind) String() string {
+	switch k {
+	case Nothing:
+		return "nothing"
+	case Assign:
+		return "assign"
+	case CreateENI:
+		return "create_eni"
+	case Release:
+		return "release"
+	case DeleteENI:
+		return "delete_eni"
+	case Wait:
+		return "wait"
+	}
+	return "unknown"
+}
 
 // Plan is one action and its reason (for logs and metrics).
 type Plan struct {
@@ -107,6 +188,11 @@ type Plan struct {
 	ENI      string         // Assign, Release, DeleteENI
 	Count    int            // Assign, CreateENI: addresses, or /28 prefixes when Prefixes
 	Prefixes bool           // Count counts /28 prefixes
-	Release  []netip.Prefix // Release: /32 addresses or /28 prefixes, none of them assigned or cooling
+	Release  []netip.Prefix // Release: /32 addresses or /28 prefixes, none of them assigned or cooling, in address order
 	Reason   string         // one line, e.g. "short 5 addresses (WARM_IP_TARGET 5, available 0)"
+	// Until is when calling Next again may give a different plan without any
+	// change in state: for Wait, when the blocking refusals expire; for
+	// Nothing, when a due release or ENI deletion becomes allowed
+	// (Config.ReleaseInterval, Config.ENIMinAge). Zero: no such time.
+	Until time.Time
 }

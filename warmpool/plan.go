@@ -1,0 +1,262 @@
+package warmpool
+
+import (
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Next returns the one next action that moves the node's pool toward its
+// target, with a one-line reason. It is pure and deterministic: ENIs are
+// considered primary first, then by ID; addresses by address order, so the
+// order of Input.ENIs does not matter.
+//
+// Order of decisions:
+//  1. Growth, when the pool is short (see the package comment for the
+//     targets): Assign on the first attached ENI with room (Count capped at
+//     its room and at Limits.MaxPods), else CreateENI with the addresses in
+//     the same call (never beyond Limits.MaxENIs). Under WARM_ENI_TARGET the
+//     ENI is filled whole.
+//  2. If growth is not needed or cannot happen now: DeleteENI of an ENI the
+//     targets do not need, else Release of surplus free slots, at most once
+//     per Config.ReleaseInterval.
+//  3. Otherwise Wait (growth blocked by an active Refusal; Plan.Until says
+//     until when) or Nothing (at target, or short at a static limit).
+//
+// Next never plans an action on an assigned or cooling address, never
+// deletes the primary ENI, and never plans growth that a later call would
+// shrink: a release or deletion is planned only if the targets still hold
+// after it.
+func Next(in Input) Plan {
+	s := newState(in)
+	grow, blocked := s.grow()
+	if grow.Action == Assign || grow.Action == CreateENI {
+		return grow
+	}
+	shrink, deferred := s.shrink()
+	if shrink.Action == Release || shrink.Action == DeleteENI {
+		return shrink
+	}
+	if blocked {
+		return grow // Wait, or Nothing at a static limit
+	}
+	if deferred {
+		return shrink // Nothing until a release is allowed
+	}
+	return Plan{Action: Nothing, Reason: "at target (" + s.tgt.describe() + ", " + s.poolText() + ")"}
+}
+
+// state is Next's working view of one Input.
+type state struct {
+	in       Input
+	order    []int // indices into in.ENIs: primary first, then by ID
+	pool     pool
+	tgt      target
+	prefixes bool // growth assigns /28 prefixes now (prefix mode, no active RefusedNoPrefix)
+	ref      refusals
+}
+
+func newState(in Input) *state {
+	s := &state{in: in, pool: poolOf(in.ENIs), tgt: targetOf(in)}
+	s.order = make([]int, len(in.ENIs))
+	for i := range s.order {
+		s.order[i] = i
+	}
+	slices.SortStableFunc(s.order, func(a, b int) int {
+		ea, eb := &in.ENIs[a], &in.ENIs[b]
+		if ea.Primary != eb.Primary {
+			if ea.Primary {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(ea.ID, eb.ID)
+	})
+	s.ref = activeRefusals(in.Refusals, in.Now)
+	s.prefixes = prefixMode(in) && s.ref.noPrefix.IsZero()
+	return s
+}
+
+// refusals holds, per kind, the latest Until among the refusals still in
+// force at Now; zero: none.
+type refusals struct {
+	eniLimit, subnetFull, noPrefix, throttled time.Time
+	addrLimitAll                              time.Time
+	addrLimitENI                              map[string]time.Time
+}
+
+func activeRefusals(rs []Refusal, now time.Time) refusals {
+	var r refusals
+	later := func(t *time.Time, u time.Time) {
+		if u.After(*t) {
+			*t = u
+		}
+	}
+	for _, x := range rs {
+		if !x.Until.After(now) {
+			continue // expired: ignored
+		}
+		switch x.Kind {
+		case RefusedENILimit:
+			later(&r.eniLimit, x.Until)
+		case RefusedSubnetFull:
+			later(&r.subnetFull, x.Until)
+		case RefusedNoPrefix:
+			later(&r.noPrefix, x.Until)
+		case RefusedThrottled:
+			later(&r.throttled, x.Until)
+		case RefusedAddressLimit:
+			if x.ENI == "" {
+				later(&r.addrLimitAll, x.Until)
+				continue
+			}
+			if r.addrLimitENI == nil {
+				r.addrLimitENI = map[string]time.Time{}
+			}
+			u := r.addrLimitENI[x.ENI]
+			later(&u, x.Until)
+			r.addrLimitENI[x.ENI] = u
+		}
+	}
+	return r
+}
+
+// addrLimit is when the address-limit refusal for the ENI ends; zero: none.
+func (r refusals) addrLimit(id string) time.Time {
+	u := r.addrLimitAll
+	if v := r.addrLimitENI[id]; v.After(u) {
+		u = v
+	}
+	return u
+}
+
+// grow plans growth. blocked reports that the pool is short but cannot grow
+// now; the returned plan is then Wait or Nothing with the reason.
+func (s *state) grow() (p Plan, blocked bool) {
+	short := s.tgt.short(s.pool, s.prefixes)
+	if short == 0 {
+		return Plan{}, false
+	}
+	unit := 1
+	if s.prefixes {
+		unit = PrefixAddresses
+	}
+	lim := s.in.Limits
+	why := "short " + itoa(short) + " addresses (" + s.tgt.describe() + ", " + s.poolText() + ")"
+	if !s.prefixes && prefixMode(s.in) {
+		why += ", no free /28 in subnet: single addresses"
+	}
+	if lim.SlotsPerENI <= 0 {
+		return Plan{Action: Nothing, Reason: why + ", but the ENI limits allow no slots"}, true
+	}
+	capSlots := s.maxPodsSlots(unit)
+	if capSlots == 0 {
+		return Plan{Action: Nothing, Reason: why + ", but at max pods " + itoa(lim.MaxPods)}, true
+	}
+	if until := latest(s.ref.subnetFull, s.ref.throttled); !until.IsZero() {
+		what := "subnet full"
+		if !s.ref.throttled.IsZero() {
+			what = "throttled"
+		}
+		return Plan{Action: Wait, Reason: why + ", " + what + " until " + stamp(until), Until: until}, true
+	}
+	want := ceilDiv(short, unit)
+	whole := s.tgt.policy == byENITarget
+	var waitENI time.Time // earliest end of an address-limit refusal on an ENI with room
+	for _, i := range s.order {
+		e := &s.in.ENIs[i]
+		room := lim.SlotsPerENI - len(e.Slots)
+		if room <= 0 {
+			continue
+		}
+		if u := s.ref.addrLimit(e.ID); !u.IsZero() {
+			waitENI = earliest(waitENI, u)
+			continue
+		}
+		n := min(want, room)
+		if whole {
+			n = room
+		}
+		return s.growPlan(Assign, e.ID, min(n, capSlots), why), false
+	}
+	if len(s.in.ENIs) >= lim.MaxENIs {
+		if !waitENI.IsZero() {
+			return Plan{Action: Wait, Reason: why + ", ENIs refused addresses until " + stamp(waitENI), Until: waitENI}, true
+		}
+		return Plan{Action: Nothing, Reason: why + ", but at ENI limit " + itoa(lim.MaxENIs)}, true
+	}
+	if !s.ref.eniLimit.IsZero() {
+		until := earliest(waitENI, s.ref.eniLimit)
+		return Plan{Action: Wait, Reason: why + ", ENI attachment refused until " + stamp(s.ref.eniLimit), Until: until}, true
+	}
+	n := min(want, lim.SlotsPerENI)
+	if whole {
+		n = lim.SlotsPerENI
+	}
+	return s.growPlan(CreateENI, "", min(n, capSlots), why), false
+}
+
+func (s *state) growPlan(a ActionKind, eni string, n int, why string) Plan {
+	what := " addresses"
+	if s.prefixes {
+		what = " prefixes"
+	}
+	if a == Assign {
+		why += ": assign " + itoa(n) + what + " on " + eni
+	} else {
+		why += ": create ENI with " + itoa(n) + what
+	}
+	return Plan{Action: a, ENI: eni, Count: n, Prefixes: s.prefixes, Reason: why}
+}
+
+// maxPodsSlots is how many more slots of unit addresses Limits.MaxPods
+// allows: growth stops once the node holds MaxPods addresses, so the total
+// never exceeds MaxPods rounded up to a whole slot. math.MaxInt: no limit.
+func (s *state) maxPodsSlots(unit int) int {
+	m := s.in.Limits.MaxPods
+	if m <= 0 {
+		return math.MaxInt
+	}
+	if s.pool.total >= m {
+		return 0
+	}
+	return ceilDiv(m-s.pool.total, unit)
+}
+
+func (s *state) poolText() string {
+	p := s.pool
+	t := "available " + itoa(p.available) + ", total " + itoa(p.total)
+	if p.cooling > 0 {
+		t += ", cooling " + itoa(p.cooling)
+	}
+	if s.tgt.pending > 0 {
+		t += ", pending " + itoa(s.tgt.pending)
+	}
+	if s.tgt.policy == byPrefixTarget {
+		t += ", free prefixes " + itoa(p.freePrefixes)
+	}
+	return t
+}
+
+func ceilDiv(a, b int) int { return (a + b - 1) / b }
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+
+func latest(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// earliest is the earlier of two times, ignoring zero ones.
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || (!b.IsZero() && b.Before(a)) {
+		return b
+	}
+	return a
+}

@@ -1,0 +1,189 @@
+package warmpool
+
+// pool is the node's address accounting, in addresses except freePrefixes.
+type pool struct {
+	slots        int // slots held: /32s and /28s
+	total        int // addresses held: sum of slot sizes
+	assigned     int // addresses held by pods
+	cooling      int // addresses in cooldown: counted in total, not available
+	available    int // addresses a pod could get now
+	freePrefixes int // /28 prefixes with all 16 addresses available
+}
+
+// add adds (sign 1) or removes (sign −1) one slot's addresses.
+func (p *pool) add(s Slot, sign int) {
+	size := s.Size()
+	if size == 0 {
+		return
+	}
+	p.slots += sign
+	p.total += sign * size
+	p.assigned += sign * max(s.Assigned, 0)
+	p.cooling += sign * max(s.Cooling, 0)
+	p.available += sign * s.Free()
+	if size == PrefixAddresses && s.Free() == PrefixAddresses {
+		p.freePrefixes += sign
+	}
+}
+
+func (p *pool) addENI(e ENI, sign int) {
+	for _, s := range e.Slots {
+		p.add(s, sign)
+	}
+}
+
+func poolOf(enis []ENI) pool {
+	var p pool
+	for _, e := range enis {
+		p.addENI(e, 1)
+	}
+	return p
+}
+
+// policy is which configuration variable sizes the pool.
+type policy int
+
+const (
+	byIPTargets    policy = iota // WARM_IP_TARGET / MINIMUM_IP_TARGET
+	byPrefixTarget               // WARM_PREFIX_TARGET (prefix mode)
+	byENITarget                  // WARM_ENI_TARGET
+)
+
+// target is the pool's goal, resolved from Config with its defaults.
+type target struct {
+	policy       policy
+	warmIP       int // addresses (byIPTargets)
+	minIP        int // addresses (byIPTargets)
+	warmPrefixes int // whole free /28 prefixes (byPrefixTarget)
+	warmAddrs    int // addresses: WARM_ENI_TARGET × SlotsPerENI (byENITarget)
+	pending      int // addresses for pods waiting now
+}
+
+// prefixMode reports whether the node is configured for prefix delegation
+// and its instance type supports it.
+func prefixMode(in Input) bool {
+	return in.Config.PrefixDelegation && in.Limits.PrefixSupported
+}
+
+func targetOf(in Input) target {
+	c := in.Config
+	t := target{pending: max(in.Pending, 0)}
+	switch {
+	case c.WarmIPTarget > 0 || c.MinimumIPTarget > 0:
+		t.policy = byIPTargets
+		t.warmIP = max(c.WarmIPTarget, 0)
+		t.minIP = max(c.MinimumIPTarget, 0)
+	case prefixMode(in):
+		t.policy = byPrefixTarget
+		t.warmPrefixes = c.WarmPrefixTarget
+		if t.warmPrefixes <= 0 {
+			t.warmPrefixes = DefaultWarmPrefixTarget
+		}
+	default:
+		t.policy = byENITarget
+		n := c.WarmENITarget
+		if n <= 0 {
+			n = DefaultWarmENITarget
+		}
+		t.warmAddrs = n * max(in.Limits.SlotsPerENI, 0)
+	}
+	return t
+}
+
+// short is how many addresses the pool lacks, at least 0. wholePrefixes
+// says whether WARM_PREFIX_TARGET is counted in whole free /28s (prefix
+// growth possible) or only in addresses (falling back to single addresses).
+func (t target) short(p pool, wholePrefixes bool) int {
+	switch t.policy {
+	case byIPTargets:
+		return max(t.warmIP+t.pending-p.available, t.minIP-p.total, 0)
+	case byPrefixTarget:
+		byAddrs := t.pending + t.warmPrefixes*PrefixAddresses - p.available
+		if !wholePrefixes {
+			return max(byAddrs, 0)
+		}
+		return max((t.warmPrefixes-p.freePrefixes)*PrefixAddresses, byAddrs, 0)
+	default:
+		return max(t.warmAddrs+t.pending-p.available, 0)
+	}
+}
+
+// surplus is how many addresses the pool holds beyond its target, at least
+// 0, before slot granularity: under IP targets exactly what may be given
+// back; under the prefix and ENI targets an upper bound (whole free
+// prefixes, whole ENIs).
+func (t target) surplus(p pool) int {
+	switch t.policy {
+	case byIPTargets:
+		return max(min(p.available-t.warmIP-t.pending, p.total-t.minIP), 0)
+	case byPrefixTarget:
+		return max(p.available-t.pending-t.warmPrefixes*PrefixAddresses, 0)
+	default:
+		return max(p.available-t.warmAddrs-t.pending, 0)
+	}
+}
+
+func (t target) describe() string {
+	switch t.policy {
+	case byIPTargets:
+		return "WARM_IP_TARGET " + itoa(t.warmIP) + ", MINIMUM_IP_TARGET " + itoa(t.minIP)
+	case byPrefixTarget:
+		return "WARM_PREFIX_TARGET " + itoa(t.warmPrefixes)
+	default:
+		return "WARM_ENI_TARGET " + itoa(t.warmAddrs) + " addresses"
+	}
+}
+
+// Counts is a node's pool in numbers, for metrics and `vpcipctl capacity`.
+// All counts are addresses unless named otherwise.
+type Counts struct {
+	ENIs         int // ENIs attached
+	MaxENIs      int // Limits.MaxENIs
+	Slots        int // slots held: secondary /32 addresses plus /28 prefixes
+	Prefixes     int // /28 prefixes held
+	FreePrefixes int // /28 prefixes whose 16 addresses are all available
+	Total        int // addresses held on the node's ENIs: Assigned + Cooling + Available
+	Assigned     int // addresses held by pods
+	Cooling      int // addresses released by pods less than IP_COOLDOWN_PERIOD ago: not available yet
+	Available    int // addresses a pod could get now (the warm pool)
+	Capacity     int // addresses the node's ENIs could hold at most: MaxENIs × SlotsPerENI × (16 in prefix mode, else 1)
+	MaxPods      int // Limits.MaxPods; 0: no limit beyond ENIs
+	Short        int // addresses below the configured target (what Next would grow by, before slot rounding and limits)
+	Surplus      int // addresses beyond the configured target (an upper bound on what Next may give back)
+}
+
+// Summarize counts the pool of in: totals over every ENI and slot, the
+// node's address capacity and the distance to the configured target, with
+// the same accounting Next uses (cooling addresses are in Total, not in
+// Available). It does no I/O and never fails; invalid slots count as empty.
+func Summarize(in Input) Counts {
+	p := poolOf(in.ENIs)
+	t := targetOf(in)
+	unit := 1
+	if prefixMode(in) {
+		unit = PrefixAddresses
+	}
+	prefixes := 0
+	for _, e := range in.ENIs {
+		for _, s := range e.Slots {
+			if s.Size() == PrefixAddresses {
+				prefixes++
+			}
+		}
+	}
+	return Counts{
+		ENIs:         len(in.ENIs),
+		MaxENIs:      in.Limits.MaxENIs,
+		Slots:        p.slots,
+		Prefixes:     prefixes,
+		FreePrefixes: p.freePrefixes,
+		Total:        p.total,
+		Assigned:     p.assigned,
+		Cooling:      p.cooling,
+		Available:    p.available,
+		Capacity:     max(in.Limits.MaxENIs, 0) * max(in.Limits.SlotsPerENI, 0) * unit,
+		MaxPods:      in.Limits.MaxPods,
+		Short:        t.short(p, prefixMode(in)),
+		Surplus:      t.surplus(p),
+	}
+}

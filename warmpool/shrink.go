@@ -1,0 +1,175 @@
+package warmpool
+
+import (
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+)
+
+// shrink plans a DeleteENI or a Release when the targets allow one. When
+// one is allowed but not yet due (Config.ReleaseInterval since
+// Input.LastRelease, or Config.ENIMinAge since the ENI was attached), it
+// returns Nothing with Until set and deferred true.
+func (s *state) shrink() (p Plan, deferred bool) {
+	interval := s.in.Config.ReleaseInterval
+	if interval <= 0 {
+		interval = DefaultReleaseInterval
+	}
+	var due time.Time // zero: a release is allowed now
+	if !s.in.LastRelease.IsZero() && s.in.Now.Before(s.in.LastRelease.Add(interval)) {
+		due = s.in.LastRelease.Add(interval)
+	}
+	// The strict target (whole free prefixes whenever prefix mode is
+	// configured, whatever the refusals) so a release never opens a
+	// shortfall that growth would refill once a refusal expires.
+	strict := prefixMode(s.in)
+	before := s.tgt.short(s.pool, strict)
+
+	eni, young := s.deletable(before, strict)
+	if eni != "" {
+		if !due.IsZero() {
+			return s.deferPlan("ENI "+eni+" unneeded", due), true
+		}
+		return Plan{Action: DeleteENI, ENI: eni, Reason: "ENI " + eni + " unneeded: no assigned or cooling address, " +
+			s.tgt.describe() + " holds without it (" + s.poolText() + ")"}, false
+	}
+	rel, from := s.releasable(before, strict)
+	if len(rel) > 0 {
+		if !due.IsZero() {
+			return s.deferPlan("surplus on "+from, due), true
+		}
+		n := 0
+		for _, r := range rel {
+			n += Slot{Prefix: r}.Size()
+		}
+		return Plan{Action: Release, ENI: from, Release: rel, Reason: "surplus: release " + itoa(n) +
+			" addresses in " + itoa(len(rel)) + " slots from " + from + " (" + s.tgt.describe() + ", " + s.poolText() + ")"}, false
+	}
+	if !young.IsZero() {
+		return s.deferPlan("unneeded ENI younger than ENIMinAge", young), true
+	}
+	return Plan{}, false
+}
+
+func (s *state) deferPlan(what string, until time.Time) Plan {
+	return Plan{Action: Nothing, Reason: what + ", next release at " + stamp(until) + " (" + s.poolText() + ")", Until: until}
+}
+
+// deletable returns the first ENI (by ID) that may be deleted: not the
+// primary, no assigned and no cooling address, at least Config.ENIMinAge
+// old, and either holding no slot or leaving the targets met without it
+// (reference datastore: not required for WARM_IP_TARGET, MINIMUM_IP_TARGET
+// or the warm ENI/prefix target). young is the earliest time an ENI that
+// fails only the age rule becomes old enough; zero: none.
+func (s *state) deletable(before int, strict bool) (id string, young time.Time) {
+	minAge := s.in.Config.ENIMinAge
+	if minAge <= 0 {
+		minAge = DefaultENIMinAge
+	}
+	for _, i := range s.order {
+		e := &s.in.ENIs[i]
+		if e.Primary || busy(e) {
+			continue
+		}
+		after := s.pool
+		after.addENI(*e, -1)
+		if len(e.Slots) > 0 && s.tgt.short(after, strict) > 0 {
+			continue // needed for a target
+		}
+		if old := e.Attached.Add(minAge); s.in.Now.Before(old) {
+			young = earliest(young, old)
+			continue
+		}
+		return e.ID, young
+	}
+	return "", young
+}
+
+// busy reports whether any of the ENI's addresses is assigned or cooling.
+func busy(e *ENI) bool {
+	for _, sl := range e.Slots {
+		if sl.Assigned > 0 || sl.Cooling > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// releasable picks the free slots of one ENI to release: only under IP
+// targets or the prefix target (under WARM_ENI_TARGET the reference frees
+// whole ENIs only), only while the pool is not short, and only as many as
+// keep it not short. The ENI is the one with the fewest assigned and cooling
+// addresses (so it drains toward deletion), non-primary first, then by ID;
+// within it, larger slots first, then by address. The result is in address
+// order.
+func (s *state) releasable(before int, strict bool) ([]netip.Prefix, string) {
+	if s.tgt.policy == byENITarget || before > 0 {
+		return nil, ""
+	}
+	order := slices.Clone(s.order)
+	used := func(i int) int {
+		n := 0
+		for _, sl := range s.in.ENIs[i].Slots {
+			n += max(sl.Assigned, 0) + max(sl.Cooling, 0)
+		}
+		return n
+	}
+	slices.SortStableFunc(order, func(a, b int) int {
+		ea, eb := &s.in.ENIs[a], &s.in.ENIs[b]
+		if ua, ub := used(a), used(b); ua != ub {
+			return ua - ub
+		}
+		if ea.Primary != eb.Primary {
+			if eb.Primary {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(ea.ID, eb.ID)
+	})
+	for _, i := range order {
+		e := &s.in.ENIs[i]
+		if rel := s.pickFree(e, strict); len(rel) > 0 {
+			return rel, e.ID
+		}
+	}
+	return nil, ""
+}
+
+// pickFree greedily takes the ENI's free slots while the pool stays at
+// target without them.
+func (s *state) pickFree(e *ENI, strict bool) []netip.Prefix {
+	var free []Slot
+	for _, sl := range e.Slots {
+		if sl.Size() > 0 && sl.Assigned <= 0 && sl.Cooling <= 0 {
+			free = append(free, sl)
+		}
+	}
+	slices.SortFunc(free, func(a, b Slot) int {
+		if a.Size() != b.Size() {
+			return b.Size() - a.Size()
+		}
+		return comparePrefix(a.Prefix, b.Prefix)
+	})
+	after := s.pool
+	var out []netip.Prefix
+	for _, sl := range free {
+		next := after
+		next.add(sl, -1)
+		if s.tgt.short(next, strict) > 0 {
+			continue
+		}
+		after = next
+		out = append(out, sl.Prefix)
+	}
+	slices.SortFunc(out, comparePrefix)
+	return out
+}
+
+func comparePrefix(a, b netip.Prefix) int {
+	if c := a.Addr().Compare(b.Addr()); c != 0 {
+		return c
+	}
+	return a.Bits() - b.Bits()
+}

@@ -1,0 +1,364 @@
+package hostnet
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
+	"github.com/containernetworking/plugins/pkg/utils/sysctl"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// ErrLinkNotFound: no link in the current netns carries the ENI's MAC. After
+// EC2 AttachNetworkInterface the link appears asynchronously, so the caller
+// retries later.
+var ErrLinkNotFound = errors.New("no link with the ENI's MAC")
+
+// MTU bounds accepted by EnsureENI, in bytes: 576 is the IPv4 minimum
+// reassembly size (RFC 791), 9001 the largest MTU EC2 supports.
+const (
+	MinMTU = 576
+	MaxMTU = 9001
+)
+
+// rpFilterLoose is the rp_filter value for loose reverse-path filtering
+// (kernel Documentation/networking/ip-sysctl.rst): a packet passes if its
+// source is reachable by any interface. Pod traffic on secondary ENIs and
+// replies steered by connection mark are asymmetric by design (B15).
+const rpFilterLoose = "2"
+
+// ENI is one secondary ENI as the node must see it.
+type ENI struct {
+	MAC          string       // MAC of the ENI ("0a:1b:2c:3d:4e:5f", any case); its link is found by it
+	DeviceNumber int          // EC2 attachment device number, ≥ 1; route table is DeviceNumber+1
+	PrimaryIP    netip.Addr   // the ENI's primary private IPv4 address
+	SubnetCIDR   netip.Prefix // IPv4 CIDR of the ENI's subnet
+	Gateway      netip.Addr   // subnet gateway, by EC2 convention the subnet's first address + 1
+	MTU          int          // link MTU in bytes (AWS_VPC_ENI_MTU), MinMTU..MaxMTU; 0 leaves it as it is
+}
+
+func (e ENI) validate() error {
+	var errs []error
+	if _, err := net.ParseMAC(e.MAC); err != nil {
+		errs = append(errs, fmt.Errorf("MAC %q: %w", e.MAC, err))
+	}
+	if e.DeviceNumber < 1 {
+		errs = append(errs, fmt.Errorf("device number %d: a secondary ENI has device number ≥ 1", e.DeviceNumber))
+	}
+	if !e.SubnetCIDR.IsValid() || !e.SubnetCIDR.Addr().Is4() {
+		errs = append(errs, fmt.Errorf("subnet CIDR %v: want an IPv4 prefix", e.SubnetCIDR))
+	}
+	for _, a := range []struct {
+		name string
+		addr netip.Addr
+	}{{"primary IP", e.PrimaryIP}, {"gateway", e.Gateway}} {
+		if !a.addr.Is4() {
+			errs = append(errs, fmt.Errorf("%s %v: want an IPv4 address", a.name, a.addr))
+		} else if e.SubnetCIDR.IsValid() && !e.SubnetCIDR.Contains(a.addr) {
+			errs = append(errs, fmt.Errorf("%s %v is outside subnet %v", a.name, a.addr, e.SubnetCIDR))
+		}
+	}
+	if e.MTU != 0 && (e.MTU < MinMTU || e.MTU > MaxMTU) {
+		errs = append(errs, fmt.Errorf("MTU %d: want %d..%d bytes", e.MTU, MinMTU, MaxMTU))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("ENI %s: %w", e.MAC, err)
+	}
+	return nil
+}
+
+// EnsureENI makes the node side of a secondary ENI match e and returns the
+// name of its link. In the current netns it:
+//   - finds the link whose MAC is e.MAC (ErrLinkNotFound if none yet),
+//   - sets its MTU to e.MTU and brings it up,
+//   - sets rp_filter loose (2) on it,
+//   - puts e.PrimaryIP/<subnet bits> on it without a prefix route
+//     (IFA_F_NOPREFIXROUTE: the subnet route lives in the ENI's table only,
+//     so pods on the primary ENI never reach the subnet by this link),
+//   - fills table DeviceNumber+1 with exactly "<gateway>/32 scope link",
+//     "<subnet> scope link src <primary>" and "default via <gateway>", all on
+//     the link, removing any other route there,
+//   - adds the rule "from <primary>/32 lookup <table>" at PriorityENI,
+//     removing any other rule at that priority for the same table.
+//
+// Re-running it changes nothing when the host already matches. Bad input
+// returns an error naming the field and changes nothing.
+func EnsureENI(e ENI) (linkName string, err error) {
+	if err := e.validate(); err != nil {
+		return "", err
+	}
+	link, err := linkByMAC(e.MAC)
+	if err != nil {
+		return "", err
+	}
+	name := link.Attrs().Name
+	steps := []struct {
+		what string
+		do   func() error
+	}{
+		{"set MTU", func() error { return ensureMTU(link, e.MTU) }},
+		{"set up", func() error { return ensureUp(link) }},
+		{"set rp_filter", func() error { return ensureLooseRPFilter(name) }},
+		{"add address", func() error { return ensureENIAddr(link, e) }},
+		{"fill route table", func() error { return ensureENIRoutes(link, e) }},
+		{"add rule", func() error { return ensureENIRule(e) }},
+	}
+	for _, s := range steps {
+		if err := s.do(); err != nil {
+			return name, fmt.Errorf("ENI %s (%s, device %d): %s: %w", e.MAC, name, e.DeviceNumber, s.what, err)
+		}
+	}
+	return name, nil
+}
+
+// RemoveENI undoes EnsureENI for the ENI at e.DeviceNumber: it deletes every
+// route in table DeviceNumber+1, every rule at PriorityENI that looks up that
+// table, and e.PrimaryIP from the link if the link is still there. Link MTU
+// and state are left alone (the link usually disappears on detach). What is
+// already gone is success, so it is safe before or after EC2
+// DetachNetworkInterface.
+func RemoveENI(e ENI) error {
+	if e.DeviceNumber < 1 {
+		return fmt.Errorf("ENI %s: device number %d: a secondary ENI has device number ≥ 1", e.MAC, e.DeviceNumber)
+	}
+	table := TableForDevice(e.DeviceNumber)
+	var errs []error
+	rules, err := eniRules(table)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, r := range rules {
+		if err := netlink.RuleDel(&r); err != nil && !isGone(err) {
+			errs = append(errs, fmt.Errorf("delete rule %v: %w", r, err))
+		}
+	}
+	routes, err := tableRoutes(table)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, r := range routes {
+		if err := netlink.RouteDel(&r); err != nil && !isGone(err) {
+			errs = append(errs, fmt.Errorf("delete route %v: %w", r, err))
+		}
+	}
+	if e.PrimaryIP.Is4() {
+		link, err := linkByMAC(e.MAC)
+		switch {
+		case errors.Is(err, ErrLinkNotFound):
+		case err != nil:
+			errs = append(errs, err)
+		default:
+			if err := removeAddr(link, e.PrimaryIP); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("remove ENI %s (device %d): %w", e.MAC, e.DeviceNumber, err)
+	}
+	return nil
+}
+
+// linkByMAC finds the link carrying mac in the current netns.
+func linkByMAC(mac string) (netlink.Link, error) {
+	want, err := net.ParseMAC(mac)
+	if err != nil {
+		return nil, fmt.Errorf("MAC %q: %w", mac, err)
+	}
+	links, err := netlinksafe.LinkList()
+	if err != nil {
+		return nil, fmt.Errorf("list links: %w", err)
+	}
+	for _, l := range links {
+		if strings.EqualFold(l.Attrs().HardwareAddr.String(), want.String()) {
+			return l, nil
+		}
+	}
+	return nil, fmt.Errorf("%w %s", ErrLinkNotFound, want)
+}
+
+func ensureMTU(link netlink.Link, mtu int) error {
+	if mtu == 0 || link.Attrs().MTU == mtu {
+		return nil
+	}
+	return netlink.LinkSetMTU(link, mtu)
+}
+
+func ensureUp(link netlink.Link) error {
+	if link.Attrs().Flags&net.FlagUp != 0 {
+		return nil
+	}
+	return netlink.LinkSetUp(link)
+}
+
+// ensureLooseRPFilter sets net.ipv4.conf.<link>.rp_filter to loose. The
+// kernel uses the larger of conf.all and conf.<link>, so 2 is loose whatever
+// the distribution's default for all.
+func ensureLooseRPFilter(linkName string) error {
+	key := "net/ipv4/conf/" + linkName + "/rp_filter"
+	if v, err := sysctl.Sysctl(key); err == nil && strings.TrimSpace(v) == rpFilterLoose {
+		return nil
+	}
+	_, err := sysctl.Sysctl(key, rpFilterLoose)
+	return err
+}
+
+// ensureENIAddr puts the ENI's primary address on its link, replacing the
+// same address with another prefix length.
+func ensureENIAddr(link netlink.Link, e ENI) error {
+	want := netip.PrefixFrom(e.PrimaryIP, e.SubnetCIDR.Bits())
+	addrs, err := netlinksafe.AddrList(link, netlink.FAMILY_V4)
+	if err != nil {
+		return err
+	}
+	for _, a := range addrs {
+		p, err := toPrefix(a.IPNet)
+		if err != nil || p.Addr() != e.PrimaryIP {
+			continue
+		}
+		if p.Bits() == want.Bits() && a.Flags&unix.IFA_F_NOPREFIXROUTE != 0 {
+			return nil
+		}
+		if err := netlink.AddrDel(link, &a); err != nil && !isGone(err) {
+			return err
+		}
+	}
+	return netlink.AddrAdd(link, &netlink.Addr{
+		IPNet: &net.IPNet{IP: net.IP(e.PrimaryIP.AsSlice()), Mask: net.CIDRMask(want.Bits(), 32)},
+		Flags: unix.IFA_F_NOPREFIXROUTE,
+	})
+}
+
+func removeAddr(link netlink.Link, a netip.Addr) error {
+	addrs, err := netlinksafe.AddrList(link, netlink.FAMILY_V4)
+	if err != nil {
+		return err
+	}
+	for _, x := range addrs {
+		if toAddr(x.IP) == a {
+			if err := netlink.AddrDel(link, &x); err != nil && !isGone(err) {
+				return fmt.Errorf("delete address %v: %w", a, err)
+			}
+		}
+	}
+	return nil
+}
+
+// eniRoutes is the spec of an ENI's route table.
+func eniRoutes(link netlink.Link, e ENI) []netlink.Route {
+	idx, table := link.Attrs().Index, TableForDevice(e.DeviceNumber)
+	return []netlink.Route{
+		{LinkIndex: idx, Table: table, Scope: netlink.SCOPE_LINK, Dst: hostPrefix(e.Gateway)},
+		{LinkIndex: idx, Table: table, Scope: netlink.SCOPE_LINK, Dst: ipNet(e.SubnetCIDR), Src: net.IP(e.PrimaryIP.AsSlice())},
+		{LinkIndex: idx, Table: table, Scope: netlink.SCOPE_UNIVERSE, Gw: net.IP(e.Gateway.AsSlice())},
+	}
+}
+
+// sameRoute compares the fields eniRoutes sets.
+func sameRoute(a, b netlink.Route) bool {
+	pa, _ := toPrefix(a.Dst)
+	pb, _ := toPrefix(b.Dst)
+	return pa == pb && a.LinkIndex == b.LinkIndex && a.Table == b.Table && a.Scope == b.Scope &&
+		toAddr(a.Gw) == toAddr(b.Gw) && toAddr(a.Src) == toAddr(b.Src)
+}
+
+// ensureENIRoutes makes the ENI's table hold exactly eniRoutes: missing or
+// different routes are replaced (RouteReplace), then anything else in the
+// table is deleted. The gateway /32 comes first so the default route's
+// gateway is always reachable.
+func ensureENIRoutes(link netlink.Link, e ENI) error {
+	want := eniRoutes(link, e)
+	have, err := tableRoutes(TableForDevice(e.DeviceNumber))
+	if err != nil {
+		return err
+	}
+	for _, w := range want {
+		if containsRoute(have, w) {
+			continue
+		}
+		if err := netlink.RouteReplace(&w); err != nil {
+			return fmt.Errorf("replace route %v: %w", w, err)
+		}
+	}
+	for _, h := range have {
+		if containsRoute(want, h) {
+			continue
+		}
+		if err := netlink.RouteDel(&h); err != nil && !isGone(err) {
+			return fmt.Errorf("delete stale route %v: %w", h, err)
+		}
+	}
+	return nil
+}
+
+func containsRoute(rs []netlink.Route, r netlink.Route) bool {
+	for _, x := range rs {
+		if sameRoute(x, r) {
+			return true
+		}
+	}
+	return false
+}
+
+// tableRoutes lists the IPv4 routes of one table.
+func tableRoutes(table int) ([]netlink.Route, error) {
+	rs, err := netlinksafe.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: table}, netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return nil, fmt.Errorf("list routes of table %d: %w", table, err)
+	}
+	return rs, nil
+}
+
+// eniRules lists the IPv4 rules at PriorityENI that look up table.
+func eniRules(table int) ([]netlink.Rule, error) {
+	rs, err := netlinksafe.RuleListFiltered(netlink.FAMILY_V4,
+		&netlink.Rule{Priority: PriorityENI, Table: table}, netlink.RT_FILTER_PRIORITY|netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return nil, fmt.Errorf("list rules of table %d: %w", table, err)
+	}
+	return rs, nil
+}
+
+// ensureENIRule keeps exactly one rule at PriorityENI for the ENI's table,
+// "from <primary>/32 lookup <table>"; rules there for the same table with
+// another source (a former ENI at this device number) are deleted.
+func ensureENIRule(e ENI) error {
+	table := TableForDevice(e.DeviceNumber)
+	have, err := eniRules(table)
+	if err != nil {
+		return err
+	}
+	found := false
+	for _, r := range have {
+		src, _ := toPrefix(r.Src)
+		if !found && src == netip.PrefixFrom(e.PrimaryIP, 32) && r.Mark == 0 && r.Dst == nil && r.IifName == "" && r.OifName == "" {
+			found = true
+			continue
+		}
+		if err := netlink.RuleDel(&r); err != nil && !isGone(err) {
+			return fmt.Errorf("delete stale rule %v: %w", r, err)
+		}
+	}
+	if found {
+		return nil
+	}
+	r := netlink.NewRule()
+	r.Family = netlink.FAMILY_V4
+	r.Priority = PriorityENI
+	r.Table = table
+	r.Src = hostPrefix(e.PrimaryIP)
+	if err := netlink.RuleAdd(r); err != nil && !errors.Is(err, unix.EEXIST) {
+		return err
+	}
+	return nil
+}
+
+// isGone reports whether a delete failed only because the object is
+// already absent.
+func isGone(err error) bool {
+	return errors.Is(err, unix.ESRCH) || errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EADDRNOTAVAIL) || errors.Is(err, unix.ENODEV)
+}

@@ -1,0 +1,53 @@
+package hostnet
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
+	"github.com/vishvananda/netlink"
+)
+
+// PodRoute is one host route to a pod as the node shows it: the plugin's
+// "<pod>/32 dev <host veth> scope link" in the main table (design.md §4).
+type PodRoute struct {
+	Address  netip.Addr // the pod's IPv4 address
+	HostVeth string     // name of the host end of the pod's veth pair
+}
+
+// PodRoutes lists the host routes to pod veths in the current netns: IPv4
+// main-table routes with a /32 destination, scope link, whose device is a
+// veth. Sorted by address. Reconciliation reads it as "what the node shows":
+// an assigned address without a route has lost its pod (the netns went away
+// and took the veth with it).
+func PodRoutes() ([]PodRoute, error) {
+	links, err := netlinksafe.LinkList()
+	if err != nil {
+		return nil, fmt.Errorf("list links: %w", err)
+	}
+	veths := map[int]string{}
+	for _, l := range links {
+		if l.Type() == "veth" {
+			veths[l.Attrs().Index] = l.Attrs().Name
+		}
+	}
+	routes, err := netlinksafe.RouteList(nil, netlink.FAMILY_V4)
+	if err != nil {
+		return nil, fmt.Errorf("list routes: %w", err)
+	}
+	var out []PodRoute
+	for _, r := range routes {
+		name, ok := veths[r.LinkIndex]
+		if !ok || r.Scope != netlink.SCOPE_LINK || r.Gw != nil {
+			continue
+		}
+		dst, err := toPrefix(r.Dst)
+		if err != nil || dst.Bits() != 32 || !dst.Addr().Is4() {
+			continue
+		}
+		out = append(out, PodRoute{Address: dst.Addr(), HostVeth: name})
+	}
+	slices.SortFunc(out, func(a, b PodRoute) int { return a.Address.Compare(b.Address) })
+	return out, nil
+}

@@ -1,0 +1,234 @@
+// Package checkpoint persists vpcipd's allocations: which attachment key
+// holds which address, and when released addresses left their pods (so
+// IP_COOLDOWN_PERIOD survives a restart).
+//
+// The file is versioned JSON, rewritten atomically on every change: a temp
+// file in the same directory, fsync, rename over the old file, fsync of the
+// directory. A reader therefore sees the old or the new file, never a mix.
+// Load never trusts a damaged file: an empty, NUL-filled, truncated, invalid
+// or unknown-version file is reported as a *CorruptError so the daemon can move
+// it aside (Quarantine) and rebuild from the cloud and the host.
+package checkpoint
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/vpcip/vpcip/ipamd/api"
+)
+
+// Version is the schema version this package writes and reads.
+const Version = 1
+
+// maxSize bounds what Load reads: 250 pods take about 60 KiB.
+const maxSize = 16 << 20
+
+// State is the checkpoint's content.
+type State struct {
+	Version     int          `json:"version"`
+	InstanceID  string       `json:"instanceID,omitempty"` // the instance that wrote it
+	Written     time.Time    `json:"written"`
+	Assignments []Assignment `json:"assignments"`
+	Cooling     []Cooling    `json:"cooling,omitempty"`
+}
+
+// Assignment is one address held by one attachment key.
+type Assignment struct {
+	Key        api.Key    `json:"key"`
+	Pod        api.Pod    `json:"pod"`
+	Address    netip.Addr `json:"address"`
+	ENI        string     `json:"eni,omitempty"`
+	AssignedAt time.Time  `json:"assignedAt"`
+	// Recovered: rebuilt from a host pod route after the checkpoint was lost;
+	// the real key is unknown and HostVeth names the pod's host interface.
+	Recovered bool   `json:"recovered,omitempty"`
+	HostVeth  string `json:"hostVeth,omitempty"`
+}
+
+// Cooling is a free address released at UnassignedAt.
+type Cooling struct {
+	Address      netip.Addr `json:"address"`
+	ENI          string     `json:"eni,omitempty"`
+	UnassignedAt time.Time  `json:"unassignedAt"`
+}
+
+// CorruptError says why a checkpoint file cannot be trusted.
+type CorruptError struct {
+	Path   string
+	Reason string // "empty file", "NUL bytes", "invalid JSON: ...", "unknown version 7", ...
+}
+
+func (e *CorruptError) Error() string {
+	return fmt.Sprintf("checkpoint %s is corrupt: %s", e.Path, e.Reason)
+}
+
+// Load reads the checkpoint at path. A missing file returns an error
+// satisfying errors.Is(err, fs.ErrNotExist): a new node. A damaged file returns
+// a *CorruptError. Entries that are individually invalid (bad address, empty
+// container ID, an address or key listed twice) are dropped and described in
+// dropped, while the rest of the file is used.
+func Load(path string) (st State, dropped []string, err error) {
+	removeTemps(path)
+	f, err := os.Open(path)
+	if err != nil {
+		return State{}, nil, err
+	}
+	defer f.Close()
+	data, err := readAll(f)
+	if err != nil {
+		return State{}, nil, fmt.Errorf("read checkpoint %s: %w", path, err)
+	}
+	if reason := damage(data); reason != "" {
+		return State{}, nil, &CorruptError{Path: path, Reason: reason}
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&st); err != nil {
+		return State{}, nil, &CorruptError{Path: path, Reason: "invalid JSON: " + err.Error()}
+	}
+	if dec.More() {
+		return State{}, nil, &CorruptError{Path: path, Reason: "trailing data after the JSON document"}
+	}
+	if st.Version != Version {
+		return State{}, nil, &CorruptError{Path: path, Reason: fmt.Sprintf("unknown version %d (this daemon reads %d)", st.Version, Version)}
+	}
+	st.Assignments, st.Cooling, dropped = validate(st.Assignments, st.Cooling)
+	return st, dropped, nil
+}
+
+func readAll(f *os.File) ([]byte, error) {
+	data, err := io.ReadAll(io.LimitReader(f, maxSize+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > maxSize {
+		return nil, fmt.Errorf("larger than %d bytes", maxSize)
+	}
+	return data, nil
+}
+
+// damage names what makes data unusable before JSON decoding, or "".
+func damage(data []byte) string {
+	switch {
+	case len(bytes.TrimSpace(data)) == 0:
+		return "empty file"
+	case bytes.IndexByte(data, 0) >= 0:
+		return fmt.Sprintf("NUL bytes (%d of %d bytes)", bytes.Count(data, []byte{0}), len(data))
+	}
+	return ""
+}
+
+// validate drops entries that cannot be used and says why.
+func validate(as []Assignment, cs []Cooling) ([]Assignment, []Cooling, []string) {
+	var dropped []string
+	seenAddr := map[netip.Addr]bool{}
+	seenKey := map[api.Key]bool{}
+	okA := as[:0]
+	for _, a := range as {
+		switch {
+		case !a.Address.Is4():
+			dropped = append(dropped, fmt.Sprintf("assignment of %s: address %q is not IPv4", a.Key, a.Address))
+		case a.Key.ContainerID == "":
+			dropped = append(dropped, fmt.Sprintf("assignment of %s: empty container ID", a.Address))
+		case seenAddr[a.Address]:
+			dropped = append(dropped, fmt.Sprintf("assignment of %s to %s: address listed twice", a.Address, a.Key))
+		case seenKey[a.Key]:
+			dropped = append(dropped, fmt.Sprintf("assignment of %s to %s: key listed twice", a.Address, a.Key))
+		default:
+			seenAddr[a.Address], seenKey[a.Key] = true, true
+			okA = append(okA, a)
+		}
+	}
+	okC := cs[:0]
+	for _, c := range cs {
+		if !c.Address.Is4() || seenAddr[c.Address] {
+			dropped = append(dropped, fmt.Sprintf("cooldown record of %q: invalid or already assigned", c.Address))
+			continue
+		}
+		seenAddr[c.Address] = true
+		okC = append(okC, c)
+	}
+	return okA, okC, dropped
+}
+
+// Save writes st to path atomically: temp file in the same directory, fsync,
+// rename, fsync of the directory. The directory is created (0700) if missing.
+func Save(path string, st State) error {
+	st.Version = Version
+	data, err := json.MarshalIndent(st, "", " ")
+	if err != nil {
+		return fmt.Errorf("encode checkpoint: %w", err)
+	}
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("checkpoint directory: %w", err)
+	}
+	tmp, err := os.CreateTemp(dir, tempPrefix(path)+"*")
+	if err != nil {
+		return fmt.Errorf("checkpoint temp file: %w", err)
+	}
+	name := tmp.Name()
+	if err := writeSync(tmp, data); err != nil {
+		os.Remove(name)
+		return fmt.Errorf("write checkpoint %s: %w", name, err)
+	}
+	if err := os.Rename(name, path); err != nil {
+		os.Remove(name)
+		return fmt.Errorf("replace checkpoint %s: %w", path, err)
+	}
+	return syncDir(dir)
+}
+
+func writeSync(f *os.File, data []byte) error {
+	_, err := f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("open checkpoint directory: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("fsync checkpoint directory %s: %w", dir, err)
+	}
+	return nil
+}
+
+func tempPrefix(path string) string { return "." + filepath.Base(path) + ".tmp-" }
+
+// removeTemps deletes temp files a crash left between create and rename.
+func removeTemps(path string) {
+	entries, err := os.ReadDir(filepath.Dir(path))
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), tempPrefix(path)) {
+			os.Remove(filepath.Join(filepath.Dir(path), e.Name()))
+		}
+	}
+}
+
+// Quarantine moves a damaged checkpoint aside to
+// "<path>.corrupt-<UTC time>" and returns the new name.
+func Quarantine(path string, now time.Time) (string, error) {
+	to := path + ".corrupt-" + now.UTC().Format("20060102T150405.000Z")
+	if err := os.Rename(path, to); err != nil {
+		return "", fmt.Errorf("move corrupt checkpoint aside: %w", err)
+	}
+	return to, syncDir(filepath.Dir(path))
+}

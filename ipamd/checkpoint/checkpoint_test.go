@@ -1,0 +1,192 @@
+package checkpoint
+
+import (
+	"bytes"
+	"errors"
+	"io/fs"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/vpcip/vpcip/ipamd/api"
+)
+
+var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+
+func sample() State {
+	return State{
+		Version:    Version,
+		InstanceID: "i-0123",
+		Written:    t0,
+		Assignments: []Assignment{
+			{Key: api.Key{Network: "vpcip", ContainerID: "c1", IfName: "eth0"}, Pod: api.Pod{Namespace: "default", Name: "p1"},
+				Address: netip.MustParseAddr("100.64.0.11"), ENI: "eni-a", AssignedAt: t0},
+		},
+		Cooling: []Cooling{{Address: netip.MustParseAddr("100.64.0.12"), ENI: "eni-a", UnassignedAt: t0.Add(time.Second)}},
+	}
+}
+
+func TestSaveLoadRoundTrip(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sub", "ipam.json")
+	want := sample()
+	if err := Save(path, want); err != nil {
+		t.Fatal(err)
+	}
+	got, dropped, err := Load(path)
+	if err != nil || len(dropped) != 0 {
+		t.Fatalf("Load: %v, dropped %v", err, dropped)
+	}
+	if d := cmp.Diff(want, got, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); d != "" {
+		t.Errorf("round trip (-want +got):\n%s", d)
+	}
+	entries, _ := os.ReadDir(filepath.Dir(path))
+	if len(entries) != 1 {
+		t.Errorf("directory holds %d files after Save, want only the checkpoint", len(entries))
+	}
+	fi, _ := os.Stat(filepath.Dir(path))
+	if fi.Mode().Perm() != 0o700 {
+		t.Errorf("checkpoint directory mode %v, want 0700", fi.Mode().Perm())
+	}
+}
+
+func TestLoadMissingIsNotExist(t *testing.T) {
+	_, _, err := Load(filepath.Join(t.TempDir(), "none.json"))
+	if !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("err %v, want fs.ErrNotExist", err)
+	}
+}
+
+// TestLoadCorruptKinds: every kind of damage is reported as corrupt with a
+// reason, never decoded into a partial state (B34, B39).
+func TestLoadCorruptKinds(t *testing.T) {
+	good, _ := os.ReadFile(writeSample(t))
+	tests := []struct {
+		name, reason string
+		data         []byte
+	}{
+		{"empty", "empty file", nil},
+		{"whitespace", "empty file", []byte(" \n\t")},
+		{"NUL-filled", "NUL bytes", bytes.Repeat([]byte{0}, 4096)},
+		{"NUL tail", "NUL bytes", append(good[:len(good)/2:len(good)/2], bytes.Repeat([]byte{0}, 512)...)},
+		{"truncated", "invalid JSON", good[:len(good)/2]},
+		{"not JSON", "invalid JSON", []byte("hello")},
+		{"wrong type", "invalid JSON", []byte(`{"version":"one"}`)},
+		{"unknown version", "unknown version 7", []byte(`{"version":7,"assignments":[]}`)},
+		{"no version", "unknown version 0", []byte(`{"assignments":[]}`)},
+		{"two documents", "trailing data", append(append([]byte{}, good...), good...)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "ipam.json")
+			if err := os.WriteFile(path, tt.data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			st, _, err := Load(path)
+			var ce *CorruptError
+			if !errors.As(err, &ce) || !strings.Contains(ce.Reason, tt.reason) {
+				t.Fatalf("Load = %+v, %v; want CorruptError with %q", st, err, tt.reason)
+			}
+			to, err := Quarantine(path, t0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.HasSuffix(to, ".corrupt-20261129T120000.000Z") {
+				t.Errorf("quarantined to %s", to)
+			}
+			if _, err := os.Stat(path); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("corrupt file still at %s", path)
+			}
+			if kept, _ := os.ReadFile(to); !bytes.Equal(kept, tt.data) && len(tt.data) > 0 {
+				t.Error("quarantined file differs from the corrupt one")
+			}
+		})
+	}
+}
+
+func writeSample(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "ipam.json")
+	if err := Save(path, sample()); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestLoadDropsBadEntriesKeepsGood: one damaged entry does not cost the others.
+func TestLoadDropsBadEntriesKeepsGood(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ipam.json")
+	data := `{"version":1,"assignments":[
+	 {"key":{"network":"vpcip","containerID":"c1","ifName":"eth0"},"address":"100.64.0.11","assignedAt":"2026-11-29T12:00:00Z"},
+	 {"key":{"network":"vpcip","containerID":"","ifName":"eth0"},"address":"100.64.0.12","assignedAt":"2026-11-29T12:00:00Z"},
+	 {"key":{"network":"vpcip","containerID":"c3","ifName":"eth0"},"address":"100.64.0.11","assignedAt":"2026-11-29T12:00:00Z"},
+	 {"key":{"network":"vpcip","containerID":"c4","ifName":"eth0"},"address":"","assignedAt":"2026-11-29T12:00:00Z"},
+	 {"key":{"network":"vpcip","containerID":"c5","ifName":"eth0"},"address":"100.64.0.15","assignedAt":"2026-11-29T12:00:00Z"}],
+	 "cooling":[{"address":"100.64.0.15","unassignedAt":"2026-11-29T12:00:00Z"},{"address":"100.64.0.16","unassignedAt":"2026-11-29T12:00:00Z"}]}`
+	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	st, dropped, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, a := range st.Assignments {
+		got = append(got, a.Key.ContainerID+"="+a.Address.String())
+	}
+	if d := cmp.Diff([]string{"c1=100.64.0.11", "c5=100.64.0.15"}, got); d != "" {
+		t.Errorf("kept assignments (-want +got):\n%s", d)
+	}
+	if len(st.Cooling) != 1 || st.Cooling[0].Address != netip.MustParseAddr("100.64.0.16") {
+		t.Errorf("kept cooling %v", st.Cooling)
+	}
+	if len(dropped) != 4 {
+		t.Errorf("dropped %d entries, want 4: %v", len(dropped), dropped)
+	}
+}
+
+// TestLoadRemovesCrashLeftovers: a temp file from a crash between create and
+// rename is removed and never read.
+func TestLoadRemovesCrashLeftovers(t *testing.T) {
+	path := writeSample(t)
+	leftover := filepath.Join(filepath.Dir(path), ".ipam.json.tmp-123")
+	if err := os.WriteFile(leftover, []byte("{half"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := Load(path); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(leftover); !errors.Is(err, fs.ErrNotExist) {
+		t.Error("temp leftover not removed")
+	}
+}
+
+func TestSaveFailsCleanlyOnUnwritableDir(t *testing.T) {
+	dir := t.TempDir()
+	blocker := filepath.Join(dir, "file")
+	os.WriteFile(blocker, nil, 0o600)
+	if err := Save(filepath.Join(blocker, "ipam.json"), sample()); err == nil {
+		t.Fatal("Save under a regular file succeeded")
+	}
+}
+
+func BenchmarkSave250(b *testing.B) {
+	st := sample()
+	for i := range 250 {
+		a := st.Assignments[0]
+		a.Key.ContainerID = strings.Repeat("f", 60) + string(rune('a'+i%26)) + string(rune('a'+i/26))
+		a.Address = netip.AddrFrom4([4]byte{100, 64, byte(i / 200), byte(i%200 + 1)})
+		st.Assignments = append(st.Assignments, a)
+	}
+	st.Assignments = st.Assignments[1:]
+	path := filepath.Join(b.TempDir(), "ipam.json")
+	for b.Loop() {
+		if err := Save(path, st); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,305 @@
+// Package datastore is vpcipd's in-memory view of the node's addresses: the
+// attached ENIs, their secondary addresses and /28 prefixes (slots), and which
+// attachment key (CNI network, container ID, ifname) holds each address, with
+// the pod's metadata, when it was assigned and when it was last released.
+//
+// Rules it enforces under one mutex:
+//   - one owner per address and one address per key (ADD with a held key
+//     returns the same address);
+//   - release is by key only; an unknown key releases nothing;
+//   - a released address is not handed out again before the cooldown
+//     (IP_COOLDOWN_PERIOD) has passed since its release;
+//   - a slot chosen for release or an ENI chosen for deletion is marked under
+//     the same lock the allocator uses, so it can never be handed out while the
+//     cloud call is in flight, and a slot or ENI holding an assigned address is
+//     never marked;
+//   - an assigned address is never forgotten, whatever the cloud says.
+//
+// Times are passed in (now), so the package reads no clock.
+package datastore
+
+import (
+	"errors"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/vpcip/vpcip/ipamd/api"
+)
+
+// ErrNoAddress: no address is free to assign now. Counts tells why.
+var ErrNoAddress = errors.New("no free address")
+
+// ENI is an attached ENI as the datastore knows it.
+type ENI struct {
+	ID           string
+	MAC          string
+	DeviceNumber int // 0: the instance's primary ENI
+	SubnetID     string
+	SubnetCIDR   netip.Prefix
+	Gateway      netip.Addr
+	PrimaryIP    netip.Addr // the ENI's own address, never a pod's
+	Attached     time.Time
+	Slots        []netip.Prefix // secondary /32s and /28 prefixes, sorted
+	Deleting     bool           // chosen for deletion: nothing on it is handed out
+}
+
+// Primary reports whether this is the instance's primary ENI.
+func (e ENI) Primary() bool { return e.DeviceNumber == 0 }
+
+// Owner is who holds an address.
+type Owner struct {
+	Key        api.Key
+	Pod        api.Pod
+	AssignedAt time.Time
+	// Recovered: rebuilt from a host pod route when the checkpoint was lost;
+	// Key is synthetic and HostVeth names the pod's host interface.
+	Recovered bool
+	HostVeth  string
+}
+
+// Assignment is an address held by an owner, with its ENI's facts.
+type Assignment struct {
+	Owner
+	Address      netip.Addr
+	ENIID        string // "" when the cloud no longer shows the address on any ENI
+	DeviceNumber int
+	SubnetCIDR   netip.Prefix
+}
+
+// address is one pod-usable address.
+type address struct {
+	eni          string       // "" while not on any known ENI (restored, or gone from the cloud)
+	slot         netip.Prefix // the /32 or /28 it belongs to
+	owner        *Owner
+	unassignedAt time.Time // last release; zero: never released
+	releasing    bool      // its slot is being unassigned: never hand it out
+}
+
+// Store is the datastore. The zero value is not usable; use New.
+type Store struct {
+	cooldown time.Duration
+
+	mu      sync.Mutex              // guards the fields below
+	enis    map[string]*ENI         // by ENI id
+	addrs   map[netip.Addr]*address // every address we know, assigned or not
+	byKey   map[api.Key]netip.Addr  // assigned addresses by key
+	gen     uint64                  // bumped on every change a checkpoint records
+	changed chan struct{}           // closed (and replaced) when an address may have become free
+}
+
+// New returns an empty store whose released addresses cool down for cooldown.
+func New(cooldown time.Duration) *Store {
+	return &Store{
+		cooldown: cooldown,
+		enis:     map[string]*ENI{},
+		addrs:    map[netip.Addr]*address{},
+		byKey:    map[api.Key]netip.Addr{},
+		changed:  make(chan struct{}),
+	}
+}
+
+// Cooldown is the configured cooldown.
+func (s *Store) Cooldown() time.Duration { return s.cooldown }
+
+// Changed returns a channel closed at the next change that may free or add an
+// address (a release, new slots, a cancelled release). ADDs waiting for the
+// pool select on it.
+func (s *Store) Changed() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.changed
+}
+
+func (s *Store) notifyLocked() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// Generation counts checkpointed changes; equal generations mean equal state.
+func (s *Store) Generation() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.gen
+}
+
+// coolingLocked reports whether a is free but released less than cooldown ago.
+func (s *Store) coolingLocked(a *address, now time.Time) bool {
+	return a.owner == nil && !a.unassignedAt.IsZero() && now.Sub(a.unassignedAt) < s.cooldown
+}
+
+func (s *Store) assignmentLocked(addr netip.Addr, a *address) Assignment {
+	out := Assignment{Owner: *a.owner, Address: addr, ENIID: a.eni}
+	if e := s.enis[a.eni]; e != nil {
+		out.DeviceNumber = e.DeviceNumber
+		out.SubnetCIDR = e.SubnetCIDR
+	}
+	return out
+}
+
+// Assign gives key an address. A key that already holds one gets it again
+// (existing true). Otherwise it picks a free address out of cooldown: on the
+// primary ENI first (it is never freed), then on the ENI holding the most
+// assignments, so the other ENIs stay empty and can be released; within an
+// ENI, from the slot holding the most, so whole /28s stay releasable. It
+// returns ErrNoAddress when nothing is free.
+func (s *Store) Assign(key api.Key, pod api.Pod, now time.Time) (a Assignment, existing bool, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if addr, ok := s.byKey[key]; ok {
+		return s.assignmentLocked(addr, s.addrs[addr]), true, nil
+	}
+	addr, ok := s.pickLocked(now)
+	if !ok {
+		return Assignment{}, false, ErrNoAddress
+	}
+	st := s.addrs[addr]
+	st.owner = &Owner{Key: key, Pod: pod, AssignedAt: now}
+	s.byKey[key] = addr
+	s.gen++
+	return s.assignmentLocked(addr, st), false, nil
+}
+
+// Unassign undoes an Assign that could not be made durable. It is Release
+// without a cooldown: the address never reached a pod.
+func (s *Store) Unassign(key api.Key) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	addr, ok := s.byKey[key]
+	if !ok {
+		return
+	}
+	delete(s.byKey, key)
+	s.addrs[addr].owner = nil
+	s.gen++
+	s.notifyLocked()
+}
+
+// pickLocked chooses the address Assign hands out (see Assign).
+func (s *Store) pickLocked(now time.Time) (netip.Addr, bool) {
+	used := map[string]int{}
+	slotUsed := map[netip.Prefix]int{}
+	for _, a := range s.addrs {
+		if a.owner != nil {
+			used[a.eni]++
+			slotUsed[a.slot]++
+		}
+	}
+	var best netip.Addr
+	var bestRank [4]int
+	for addr, a := range s.addrs {
+		if a.owner != nil || a.releasing || a.eni == "" || s.coolingLocked(a, now) {
+			continue
+		}
+		e := s.enis[a.eni]
+		if e == nil || e.Deleting {
+			continue
+		}
+		primary := 1
+		if e.Primary() {
+			primary = 0
+		}
+		// Lower rank wins: primary ENI, busiest ENI, lowest device, busiest slot.
+		rank := [4]int{primary, -used[a.eni], e.DeviceNumber, -slotUsed[a.slot]}
+		if !best.IsValid() || less(rank, bestRank) || (rank == bestRank && addr.Less(best)) {
+			best, bestRank = addr, rank
+		}
+	}
+	return best, best.IsValid()
+}
+
+func less(a, b [4]int) bool {
+	for i := range a {
+		if a[i] != b[i] {
+			return a[i] < b[i]
+		}
+	}
+	return false
+}
+
+// Release frees key's address; it starts cooling down at now. An unknown key
+// releases nothing (ok false).
+func (s *Store) Release(key api.Key, now time.Time) (Assignment, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.releaseLocked(key, now)
+}
+
+func (s *Store) releaseLocked(key api.Key, now time.Time) (Assignment, bool) {
+	addr, ok := s.byKey[key]
+	if !ok {
+		return Assignment{}, false
+	}
+	st := s.addrs[addr]
+	out := s.assignmentLocked(addr, st)
+	delete(s.byKey, key)
+	st.owner = nil
+	st.unassignedAt = now
+	if st.eni == "" {
+		delete(s.addrs, addr) // the cloud no longer has it: nothing to cool
+	}
+	s.gen++
+	s.notifyLocked()
+	return out, true
+}
+
+// Get returns key's assignment.
+func (s *Store) Get(key api.Key) (Assignment, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	addr, ok := s.byKey[key]
+	if !ok {
+		return Assignment{}, false
+	}
+	return s.assignmentLocked(addr, s.addrs[addr]), true
+}
+
+// Holder returns the assignment holding addr.
+func (s *Store) Holder(addr netip.Addr) (Assignment, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a := s.addrs[addr]
+	if a == nil || a.owner == nil {
+		return Assignment{}, false
+	}
+	return s.assignmentLocked(addr, a), true
+}
+
+// GC releases, at now, every assignment of network whose key is not in valid
+// and that is at least grace old (so an ADD racing the runtime's listing is
+// spared). Recovered assignments have no network and are left to the host
+// route check. It returns what it released.
+func (s *Store) GC(network string, valid map[api.Key]bool, grace time.Duration, now time.Time) []Assignment {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []Assignment
+	for key, addr := range s.byKey {
+		o := s.addrs[addr].owner
+		if key.Network != network || valid[key] || o.Recovered || now.Sub(o.AssignedAt) < grace {
+			continue
+		}
+		a, _ := s.releaseLocked(key, now)
+		out = append(out, a)
+	}
+	sortAssignments(out)
+	return out
+}
+
+// Assignments lists every assignment, by address.
+func (s *Store) Assignments() []Assignment {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Assignment, 0, len(s.byKey))
+	for _, addr := range s.byKey {
+		out = append(out, s.assignmentLocked(addr, s.addrs[addr]))
+	}
+	sortAssignments(out)
+	return out
+}
+
+// ENIs lists the known ENIs by device number (copies).
+func (s *Store) ENIs() []ENI {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.enisLocked()
+}

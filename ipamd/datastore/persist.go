@@ -1,0 +1,101 @@
+package datastore
+
+import (
+	"cmp"
+	"fmt"
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/vpcip/vpcip/ipamd/api"
+	"github.com/vpcip/vpcip/ipamd/checkpoint"
+)
+
+// Checkpoint returns the state to persist at now, and the generation it
+// reflects: every assignment, and every free address still cooling down.
+func (s *Store) Checkpoint(now time.Time) (checkpoint.State, uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := checkpoint.State{Version: checkpoint.Version, Written: now, Assignments: []checkpoint.Assignment{}}
+	for addr, a := range s.addrs {
+		switch {
+		case a.owner != nil:
+			st.Assignments = append(st.Assignments, checkpoint.Assignment{
+				Key: a.owner.Key, Pod: a.owner.Pod, Address: addr, ENI: a.eni,
+				AssignedAt: a.owner.AssignedAt, Recovered: a.owner.Recovered, HostVeth: a.owner.HostVeth,
+			})
+		case s.coolingLocked(a, now):
+			st.Cooling = append(st.Cooling, checkpoint.Cooling{Address: addr, ENI: a.eni, UnassignedAt: a.unassignedAt})
+		}
+	}
+	slices.SortFunc(st.Assignments, func(x, y checkpoint.Assignment) int { return x.Address.Compare(y.Address) })
+	slices.SortFunc(st.Cooling, func(x, y checkpoint.Cooling) int { return x.Address.Compare(y.Address) })
+	return st, s.gen
+}
+
+// Restore loads a checkpoint into an empty store. Addresses are not on any ENI
+// until the first Sync places them; until then nothing can be assigned.
+func (s *Store) Restore(st checkpoint.State) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.addrs) != 0 {
+		return fmt.Errorf("restore into a store holding %d addresses", len(s.addrs))
+	}
+	for _, a := range st.Assignments {
+		o := &Owner{Key: a.Key, Pod: a.Pod, AssignedAt: a.AssignedAt, Recovered: a.Recovered, HostVeth: a.HostVeth}
+		s.addrs[a.Address] = &address{owner: o}
+		s.byKey[a.Key] = a.Address
+	}
+	for _, c := range st.Cooling {
+		if s.addrs[c.Address] == nil {
+			s.addrs[c.Address] = &address{unassignedAt: c.UnassignedAt}
+		}
+	}
+	s.gen++
+	return nil
+}
+
+// CoolFree starts the cooldown at now for every free address. The daemon uses
+// it when the checkpoint was lost: release times are unknown, so every free
+// address is treated as just released.
+func (s *Store) CoolFree(now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, a := range s.addrs {
+		if a.owner == nil {
+			a.unassignedAt = now
+		}
+	}
+	s.gen++
+}
+
+// Recover gives every free address on our ENIs that the host routes to a pod
+// (addr → host veth) a recovered owner, so it is not handed out twice after
+// the checkpoint was lost or missed it. It returns the new assignments.
+func (s *Store) Recover(routes map[netip.Addr]string, now time.Time) []Assignment {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []Assignment
+	for addr, veth := range routes {
+		a := s.addrs[addr]
+		if a == nil || a.owner != nil || a.eni == "" {
+			continue
+		}
+		key := api.Key{ContainerID: "recovered:" + addr.String()}
+		a.owner = &Owner{Key: key, AssignedAt: now, Recovered: true, HostVeth: veth}
+		a.releasing = false
+		s.byKey[key] = addr
+		out = append(out, s.assignmentLocked(addr, a))
+	}
+	if len(out) > 0 {
+		s.gen++
+	}
+	sortAssignments(out)
+	return out
+}
+
+func sortAssignments(as []Assignment) {
+	slices.SortFunc(as, func(x, y Assignment) int {
+		return cmp.Or(x.Address.Compare(y.Address), cmp.Compare(x.Key.String(), y.Key.String()))
+	})
+}

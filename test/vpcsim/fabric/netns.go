@@ -1,0 +1,162 @@
+package fabric
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+)
+
+// createNetns creates the named netns /var/run/netns/<name>, as
+// `ip netns add` does. It fails if the name exists.
+func createNetns(name string) error {
+	if _, err := os.Stat(netnsPath(name)); err == nil {
+		return fmt.Errorf("netns %s exists (left by a crashed run? remove it with fabric.Cleanup)", name)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		// unshare(CLONE_NEWNET) moves this thread into the new netns. The
+		// thread is never unlocked, so it exits with the goroutine and no
+		// other goroutine ever runs in the new netns by accident.
+		runtime.LockOSThread()
+		h, err := netns.NewNamed(name)
+		if err == nil {
+			h.Close()
+		}
+		errc <- err
+	}()
+	if err := <-errc; err != nil {
+		os.Remove(netnsPath(name)) // NewNamed may leave the mount point behind
+		return fmt.Errorf("create netns %s: %w", name, err)
+	}
+	return nil
+}
+
+// deleteNetns removes the name of a netns; the kernel frees the netns, and
+// the veths in it, once no process or socket uses it. A missing netns is
+// success.
+func deleteNetns(name string) error {
+	err := netns.DeleteNamed(name)
+	if err == nil || errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.EINVAL) {
+		// EINVAL: not a mount point any more; remove the file if present.
+		if rmErr := os.Remove(netnsPath(name)); rmErr != nil && !errors.Is(rmErr, fs.ErrNotExist) {
+			return fmt.Errorf("delete netns %s: %w", name, rmErr)
+		}
+		return nil
+	}
+	return fmt.Errorf("delete netns %s: %w", name, err)
+}
+
+// writeSysctls writes /proc/sys/<key> = value for each entry, in the netns of
+// the calling thread.
+func writeSysctls(kv map[string]string) error {
+	for k, v := range kv {
+		if err := os.WriteFile("/proc/sys/"+k, []byte(v), 0o644); err != nil {
+			return fmt.Errorf("sysctl %s=%s: %w", strings.ReplaceAll(k, "/", "."), v, err)
+		}
+	}
+	return nil
+}
+
+// Cleanup removes what fabrics with this prefix left behind, for instance
+// after a crash: it kills every process inside a netns named "<prefix>-*"
+// (SIGTERM, then SIGKILL after 2 s), removes those netns, and deletes veths
+// named "<prefix>*" in the caller's netns (the fabric makes none there, but a
+// crash during a manual repair might). It never touches anything else.
+func Cleanup(prefix string) error {
+	if !prefixRE.MatchString(prefix) {
+		return fmt.Errorf("fabric: cleanup: invalid prefix %q", prefix)
+	}
+	var errs []error
+	entries, err := os.ReadDir(netnsDir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		errs = append(errs, err)
+	}
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), prefix+"-") {
+			continue
+		}
+		if err := killNetnsProcesses(netnsPath(e.Name()), 2*time.Second); err != nil {
+			errs = append(errs, err)
+		}
+		if err := deleteNetns(e.Name()); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	links, err := netlinksafe.LinkList()
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, l := range links {
+		if _, isVeth := l.(*netlink.Veth); isVeth && strings.HasPrefix(l.Attrs().Name, prefix) {
+			if err := netlink.LinkDel(l); err != nil {
+				errs = append(errs, fmt.Errorf("delete link %s: %w", l.Attrs().Name, err))
+			}
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("fabric: cleanup %s: %w", prefix, err)
+	}
+	return nil
+}
+
+// killNetnsProcesses signals every process (but this one) with a thread in
+// the netns bind-mounted at path: SIGTERM, then SIGKILL to those still there
+// after grace.
+func killNetnsProcesses(path string, grace time.Duration) error {
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return err
+	}
+	pids := netnsProcesses(st.Dev, st.Ino)
+	for _, pid := range pids {
+		syscall.Kill(pid, syscall.SIGTERM)
+	}
+	deadline := time.Now().Add(grace)
+	for len(pids) > 0 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+		pids = netnsProcesses(st.Dev, st.Ino)
+	}
+	for _, pid := range pids {
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+			return fmt.Errorf("kill %d in %s: %w", pid, path, err)
+		}
+	}
+	return nil
+}
+
+// netnsProcesses lists the processes, other than this one, any of whose
+// threads is in the netns with this nsfs device and inode.
+func netnsProcesses(dev uint64, ino uint64) []int {
+	self := os.Getpid()
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	var pids []int
+	for _, p := range procs {
+		pid, err := strconv.Atoi(filepath.Base(p))
+		if err != nil || pid == self {
+			continue
+		}
+		tasks, _ := filepath.Glob(p + "/task/[0-9]*/ns/net")
+		for _, t := range tasks {
+			var st syscall.Stat_t
+			if syscall.Stat(t, &st) == nil && st.Dev == dev && st.Ino == ino {
+				pids = append(pids, pid)
+				break
+			}
+		}
+	}
+	return pids
+}

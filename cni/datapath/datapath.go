@@ -1,0 +1,103 @@
+// Package datapath wires and unwires the routed-veth datapath of design.md §4
+// with netlink: a veth pair created inside the pod netns with its host end
+// placed directly in the node netns, a /32 on the pod side behind the
+// link-local gateway 169.254.1.1, a host /32 route to the veth, and policy
+// rules (priority 512 "to <podIP> lookup main"; priority 1536 "from <podIP>
+// lookup <ENI table>" for addresses on secondary ENIs).
+//
+// Functions take the netns they work in explicitly or run in the calling
+// goroutine's current netns (the node netns, where the plugin runs). Removal
+// treats anything already gone as success.
+package datapath
+
+import (
+	"crypto/sha1"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"net/netip"
+
+	"golang.org/x/sys/unix"
+)
+
+// Gateway is the link-local next hop of every pod. It answers from a
+// permanent neighbour entry holding the host veth's MAC, so it never needs an
+// address on the host.
+var Gateway = netip.MustParseAddr("169.254.1.1")
+
+// Policy rule priorities (design.md §4). 512 sends traffic to a pod through
+// the main table before the ENI rules; 1536 sends a secondary-ENI pod's
+// traffic to its ENI's route table. SNAT's fwmark rule sits between at 1024.
+const (
+	PriorityToPod   = 512
+	PriorityFromPod = 1536
+)
+
+// mainTable is the kernel's main routing table (RT_TABLE_MAIN).
+const mainTable = unix.RT_TABLE_MAIN
+
+// HostVethName returns the host-side veth name: prefix + the first 11 hex
+// characters of sha1("<namespace>.<pod>"), or of sha1(containerID) when there
+// is no pod name (a runtime without Kubernetes CNI_ARGS). With a prefix of at
+// most 4 characters it fits the kernel's 15-byte limit; the name is stable
+// across sandbox restarts of one pod, as Calico-style tooling expects.
+func HostVethName(prefix, namespace, pod, containerID string) string {
+	key := containerID
+	if pod != "" {
+		key = namespace + "." + pod
+	}
+	sum := sha1.Sum([]byte(key))
+	return prefix + hex.EncodeToString(sum[:])[:11]
+}
+
+// Attachment is what one pod's wiring needs.
+type Attachment struct {
+	PodIP      netip.Addr // IPv4, used as /32
+	RouteTable int        // ENI route table for rule 1536; 0 = primary ENI (main table, no rule)
+	MTU        int        // bytes, both veth ends
+	HostVeth   string     // host-side veth name (HostVethName)
+	IfName     string     // pod-side name (CNI_IFNAME)
+}
+
+func (a Attachment) validate() error {
+	switch {
+	case !a.PodIP.Is4():
+		return fmt.Errorf("pod address %v is not IPv4", a.PodIP)
+	case a.MTU <= 0:
+		return fmt.Errorf("MTU %d is not positive", a.MTU)
+	case a.HostVeth == "" || len(a.HostVeth) > unix.IFNAMSIZ-1:
+		return fmt.Errorf("host veth name %q is empty or longer than %d bytes", a.HostVeth, unix.IFNAMSIZ-1)
+	case a.IfName == "":
+		return fmt.Errorf("pod interface name is empty")
+	case a.RouteTable < 0 || a.RouteTable == mainTable:
+		return fmt.Errorf("route table %d is not an ENI table", a.RouteTable)
+	}
+	return nil
+}
+
+// host32 converts a to the /32 net.IPNet netlink wants (the one place this
+// package leaves netip).
+func host32(a netip.Addr) *net.IPNet {
+	return &net.IPNet{IP: net.IP(a.AsSlice()), Mask: net.CIDRMask(32, 32)}
+}
+
+// addrOf converts a netlink IP back to netip; ok is false for nil or
+// non-IPv4.
+func addrOf(ip net.IP) (netip.Addr, bool) {
+	a, ok := netip.AddrFromSlice(ip)
+	if !ok {
+		return netip.Addr{}, false
+	}
+	a = a.Unmap()
+	return a, a.Is4()
+}
+
+// isHost32 reports whether n is exactly a/32.
+func isHost32(n *net.IPNet, a netip.Addr) bool {
+	if n == nil {
+		return false
+	}
+	ones, bits := n.Mask.Size()
+	got, ok := addrOf(n.IP)
+	return ok && ones == 32 && bits == 32 && got == a
+}

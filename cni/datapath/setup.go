@@ -1,0 +1,177 @@
+package datapath
+
+import (
+	"errors"
+	"fmt"
+	"net"
+
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// Wired describes the interfaces Setup made, read back after the last change
+// so a CHECK comparing against them sees what the kernel holds.
+type Wired struct {
+	Host net.Interface // in the node netns
+	Pod  net.Interface // in the pod netns
+	// ReplacedHostVeth is true when a veth of the same host name existed and
+	// was removed first (a previous sandbox of the same pod whose DEL never
+	// came, or a retried ADD).
+	ReplacedHostVeth bool
+}
+
+// Setup wires one pod. It must be called with hostNS as the current netns.
+// It creates the veth pair inside podNS with the peer placed directly in
+// hostNS (so the host end never changes namespace), configures the pod side
+// (address, gateway route, default route, permanent neighbour) and then the
+// host side (route, rules). On error the caller undoes with Teardown.
+func Setup(hostNS, podNS ns.NetNS, a Attachment) (Wired, error) {
+	var w Wired
+	if err := a.validate(); err != nil {
+		return w, err
+	}
+	replaced, err := DeleteHostVeth(a.HostVeth)
+	if err != nil {
+		return w, fmt.Errorf("remove stale host veth %s: %w", a.HostVeth, err)
+	}
+	w.ReplacedHostVeth = replaced
+	err = podNS.Do(func(ns.NetNS) error {
+		// A retried ADD finds its own veth here; anything else of that name
+		// is refused by DeleteHostVeth's veth-only rule.
+		if _, err := DeleteHostVeth(a.IfName); err != nil {
+			return fmt.Errorf("remove stale pod interface: %w", err)
+		}
+		return createVeth(a, hostNS)
+	})
+	if err != nil {
+		return w, err
+	}
+	host, err := netlinksafe.LinkByName(a.HostVeth)
+	if err != nil {
+		return w, fmt.Errorf("find host veth %s: %w", a.HostVeth, err)
+	}
+	if err := netlink.LinkSetUp(host); err != nil {
+		return w, fmt.Errorf("set host veth %s up: %w", a.HostVeth, err)
+	}
+	err = podNS.Do(func(ns.NetNS) error { return setupPodSide(a, host.Attrs().HardwareAddr) })
+	if err != nil {
+		return w, err
+	}
+	if err := setupHostSide(a, host); err != nil {
+		return w, err
+	}
+	return readBack(podNS, a)
+}
+
+// createVeth runs in the pod netns: the pair is created there with its peer
+// placed directly in hostNS (IFLA_NET_NS_FD), so the host end is never moved
+// between namespaces after creation.
+func createVeth(a Attachment, hostNS ns.NetNS) error {
+	attrs := netlink.NewLinkAttrs()
+	attrs.Name = a.IfName
+	attrs.MTU = a.MTU
+	veth := &netlink.Veth{LinkAttrs: attrs, PeerName: a.HostVeth, PeerMTU: uint32(a.MTU),
+		PeerNamespace: netlink.NsFd(int(hostNS.Fd()))}
+	if err := netlink.LinkAdd(veth); err != nil {
+		return fmt.Errorf("create veth %s (pod) / %s (host): %w", a.IfName, a.HostVeth, err)
+	}
+	return nil
+}
+
+// setupPodSide runs in the pod netns: up, /32, routes, neighbour.
+func setupPodSide(a Attachment, hostMAC net.HardwareAddr) error {
+	link, err := netlinksafe.LinkByName(a.IfName)
+	if err != nil {
+		return fmt.Errorf("find pod interface %s: %w", a.IfName, err)
+	}
+	if err := netlink.LinkSetUp(link); err != nil {
+		return fmt.Errorf("set %s up: %w", a.IfName, err)
+	}
+	if err := netlink.AddrReplace(link, &netlink.Addr{IPNet: host32(a.PodIP)}); err != nil {
+		return fmt.Errorf("add %v/32 to %s: %w", a.PodIP, a.IfName, err)
+	}
+	idx := link.Attrs().Index
+	gw := &netlink.Route{LinkIndex: idx, Dst: host32(Gateway), Scope: netlink.SCOPE_LINK}
+	if err := netlink.RouteReplace(gw); err != nil {
+		return fmt.Errorf("add route %v scope link dev %s: %w", Gateway, a.IfName, err)
+	}
+	def := &netlink.Route{LinkIndex: idx, Dst: &net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)}, Gw: host32(Gateway).IP}
+	if err := netlink.RouteReplace(def); err != nil {
+		return fmt.Errorf("add default route via %v dev %s: %w", Gateway, a.IfName, err)
+	}
+	neigh := &netlink.Neigh{LinkIndex: idx, Family: netlink.FAMILY_V4, State: netlink.NUD_PERMANENT,
+		IP: host32(Gateway).IP, HardwareAddr: hostMAC}
+	if err := netlink.NeighSet(neigh); err != nil {
+		return fmt.Errorf("add permanent neighbour %v lladdr %v dev %s: %w", Gateway, hostMAC, a.IfName, err)
+	}
+	return nil
+}
+
+// setupHostSide runs in the node netns: MTU and up (already done by
+// SetupVethWithName, re-asserted), the /32 route, the rules.
+func setupHostSide(a Attachment, host netlink.Link) error {
+	if host.Attrs().MTU != a.MTU {
+		if err := netlink.LinkSetMTU(host, a.MTU); err != nil {
+			return fmt.Errorf("set %s MTU %d: %w", a.HostVeth, a.MTU, err)
+		}
+	}
+	r := &netlink.Route{LinkIndex: host.Attrs().Index, Dst: host32(a.PodIP), Scope: netlink.SCOPE_LINK, Table: mainTable}
+	if err := netlink.RouteReplace(r); err != nil {
+		return fmt.Errorf("add host route %v/32 dev %s: %w", a.PodIP, a.HostVeth, err)
+	}
+	return ensureRules(a)
+}
+
+// ensureRules makes the pod's policy rules exactly the wanted set: rules at
+// our priorities for this address that differ (another table left by an
+// earlier owner of the address) are removed, the wanted ones added, and an
+// identical existing rule is success (B28).
+func ensureRules(a Attachment) error {
+	want := wantedRules(a)
+	have, err := rulesFor(a.PodIP)
+	if err != nil {
+		return err
+	}
+	for _, r := range have {
+		if !containsRule(want, r) {
+			if err := netlink.RuleDel(&r); err != nil && !errors.Is(err, unix.ENOENT) {
+				return fmt.Errorf("remove stale rule %s: %w", describeRule(r), err)
+			}
+		}
+	}
+	for _, r := range want {
+		if containsRule(have, r) {
+			continue
+		}
+		if err := netlink.RuleAdd(&r); err != nil && !errors.Is(err, unix.EEXIST) {
+			return fmt.Errorf("add rule %s: %w", describeRule(r), err)
+		}
+	}
+	return nil
+}
+
+// readBack reads both ends after the last change (B33).
+func readBack(podNS ns.NetNS, a Attachment) (Wired, error) {
+	var w Wired
+	host, err := netlinksafe.LinkByName(a.HostVeth)
+	if err != nil {
+		return w, fmt.Errorf("read back host veth %s: %w", a.HostVeth, err)
+	}
+	w.Host = toInterface(host)
+	err = podNS.Do(func(ns.NetNS) error {
+		pod, err := netlinksafe.LinkByName(a.IfName)
+		if err != nil {
+			return fmt.Errorf("read back pod interface %s: %w", a.IfName, err)
+		}
+		w.Pod = toInterface(pod)
+		return nil
+	})
+	return w, err
+}
+
+func toInterface(l netlink.Link) net.Interface {
+	at := l.Attrs()
+	return net.Interface{Index: at.Index, MTU: at.MTU, Name: at.Name, HardwareAddr: at.HardwareAddr, Flags: at.Flags}
+}

@@ -1,0 +1,206 @@
+package datapath
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// ErrNetnsGone is wrapped by DeletePodInterface when the netns path does not
+// exist or is not a network namespace: nothing inside is left to clean up.
+var ErrNetnsGone = errors.New("pod netns is gone")
+
+// Teardown undoes Setup for a: the pod interface (when podNSPath is given),
+// the host veth, the host route and the rules of a.PodIP. Anything already
+// gone is success. It must be called in the node netns.
+func Teardown(podNSPath string, a Attachment) error {
+	var errs []error
+	if podNSPath != "" {
+		if _, err := DeletePodInterface(podNSPath, a.IfName); err != nil && !errors.Is(err, ErrNetnsGone) {
+			errs = append(errs, err)
+		}
+	}
+	if a.HostVeth != "" {
+		if _, err := DeleteHostVeth(a.HostVeth); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if a.PodIP.Is4() {
+		if err := RemoveHostRoute(a.PodIP, ""); err != nil {
+			errs = append(errs, err)
+		}
+		if _, err := RemoveRules(a.PodIP); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// DeletePodInterface deletes ifName inside the netns at path (which removes
+// the host end of its veth too) and returns the IPv4 addresses it held. A
+// missing interface is success. A path that is gone or not a netns wraps
+// ErrNetnsGone; any other failure to open it (EPERM) is an error.
+func DeletePodInterface(path, ifName string) ([]netip.Addr, error) {
+	podNS, err := ns.GetNS(path)
+	if err != nil {
+		var notExist ns.NSPathNotExistErr
+		var notNS ns.NSPathNotNSErr
+		if errors.As(err, &notExist) || errors.As(err, &notNS) {
+			return nil, fmt.Errorf("%w: %v", ErrNetnsGone, err)
+		}
+		return nil, fmt.Errorf("open pod netns %s: %w", path, err)
+	}
+	defer podNS.Close()
+	var addrs []netip.Addr
+	err = podNS.Do(func(ns.NetNS) error {
+		link, err := netlinksafe.LinkByName(ifName)
+		if err != nil {
+			var nf netlink.LinkNotFoundError
+			if errors.As(err, &nf) {
+				return nil
+			}
+			return fmt.Errorf("find %s in %s: %w", ifName, path, err)
+		}
+		list, err := netlinksafe.AddrList(link, netlink.FAMILY_V4)
+		if err != nil {
+			return fmt.Errorf("list addresses of %s in %s: %w", ifName, path, err)
+		}
+		for _, a := range list {
+			if ip, ok := addrOf(a.IP); ok {
+				addrs = append(addrs, ip)
+			}
+		}
+		if err := netlink.LinkDel(link); err != nil && !errors.Is(err, unix.ENODEV) {
+			return fmt.Errorf("delete %s in %s: %w", ifName, path, err)
+		}
+		return nil
+	})
+	return addrs, err
+}
+
+// DeleteHostVeth deletes the named veth in the current netns (the node's,
+// or a pod's for a stale pod interface); it reports whether it existed. A link of that name that is not a veth is left alone
+// and reported as an error.
+func DeleteHostVeth(name string) (bool, error) {
+	link, err := netlinksafe.LinkByName(name)
+	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if errors.As(err, &nf) {
+			return false, nil
+		}
+		return false, fmt.Errorf("find host veth %s: %w", name, err)
+	}
+	if _, ok := link.(*netlink.Veth); !ok {
+		return false, fmt.Errorf("host link %s is a %s, not a veth; not deleting it", name, link.Type())
+	}
+	if err := netlink.LinkDel(link); err != nil && !errors.Is(err, unix.ENODEV) {
+		return true, fmt.Errorf("delete host veth %s: %w", name, err)
+	}
+	return true, nil
+}
+
+// HostRouteLink returns the name of the link the main-table route to
+// addr/32 goes through, or "" when there is no such route.
+func HostRouteLink(addr netip.Addr) (string, error) {
+	routes, err := hostRoutes(addr)
+	if err != nil || len(routes) == 0 {
+		return "", err
+	}
+	link, err := netlink.LinkByIndex(routes[0].LinkIndex)
+	if err != nil {
+		return "", fmt.Errorf("link %d of route %v/32: %w", routes[0].LinkIndex, addr, err)
+	}
+	return link.Attrs().Name, nil
+}
+
+// RoutedAddrs lists the addresses with a main-table /32 route through the
+// named link (what a host veth carries), or nil when the link is gone.
+func RoutedAddrs(hostVeth string) ([]netip.Addr, error) {
+	link, err := netlinksafe.LinkByName(hostVeth)
+	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if errors.As(err, &nf) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	routes, err := netlinksafe.RouteList(link, netlink.FAMILY_V4)
+	if err != nil {
+		return nil, fmt.Errorf("list routes of %s: %w", hostVeth, err)
+	}
+	var out []netip.Addr
+	for _, r := range routes {
+		if r.Dst == nil {
+			continue
+		}
+		if ones, _ := r.Dst.Mask.Size(); ones != 32 {
+			continue
+		}
+		if a, ok := addrOf(r.Dst.IP); ok {
+			out = append(out, a)
+		}
+	}
+	return out, nil
+}
+
+// RemoveHostRoute deletes the main-table route to addr/32 when it goes
+// through hostVeth, or through any link when hostVeth is "". A missing route
+// is success.
+func RemoveHostRoute(addr netip.Addr, hostVeth string) error {
+	routes, err := hostRoutes(addr)
+	if err != nil {
+		return err
+	}
+	for _, r := range routes {
+		if hostVeth != "" {
+			link, err := netlink.LinkByIndex(r.LinkIndex)
+			if err != nil || link.Attrs().Name != hostVeth {
+				continue
+			}
+		}
+		if err := netlink.RouteDel(&r); err != nil && !errors.Is(err, unix.ESRCH) && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("delete host route %v/32: %w", addr, err)
+		}
+	}
+	return nil
+}
+
+// RemoveRules deletes the pod rules of addr (priorities 512 and 1536) and
+// returns how many it removed. Missing rules are success.
+func RemoveRules(addr netip.Addr) (int, error) {
+	if !addr.Is4() {
+		return 0, nil
+	}
+	rules, err := rulesFor(addr)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, r := range rules {
+		if err := netlink.RuleDel(&r); err != nil {
+			if errors.Is(err, unix.ENOENT) {
+				continue
+			}
+			return n, fmt.Errorf("delete rule %s: %w", describeRule(r), err)
+		}
+		n++
+	}
+	return n, nil
+}
+
+func hostRoutes(addr netip.Addr) ([]netlink.Route, error) {
+	if !addr.Is4() {
+		return nil, nil
+	}
+	filter := &netlink.Route{Dst: host32(addr), Table: mainTable}
+	routes, err := netlinksafe.RouteListFiltered(netlink.FAMILY_V4, filter, netlink.RT_FILTER_DST|netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return nil, fmt.Errorf("list routes to %v/32: %w", addr, err)
+	}
+	return routes, nil
+}

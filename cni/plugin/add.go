@@ -1,0 +1,120 @@
+package plugin
+
+import (
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/plugins/pkg/ns"
+
+	"github.com/vpcip/vpcip/cni/datapath"
+	"github.com/vpcip/vpcip/ipamd/api"
+)
+
+// Add is CNI ADD: assign an address through vpcipd, wire the datapath and
+// print the Result. Anything that fails after the daemon assigned the address
+// is undone here, and the address released, before the error returns
+// (B37: the plugin cannot rely on a DEL arriving).
+func (p *Plugin) Add(args *skel.CmdArgs) error {
+	in, err := start("ADD", args, false)
+	if err != nil {
+		return err
+	}
+	defer in.close()
+	began := time.Now()
+
+	ctx, cancel := in.ctx(in.conf.Timeouts.Assign)
+	defer cancel()
+	asg, err := in.client.Assign(ctx, api.AssignRequest{
+		Key:   in.key,
+		Pod:   api.Pod{Namespace: in.pod.Namespace, Name: in.pod.Name, UID: in.pod.UID},
+		Netns: args.Netns,
+	})
+	if err != nil {
+		cerr := daemonError("assign", in.key, err)
+		in.log.Error("assign failed", "error", cerr.Msg, "code", cerr.Code)
+		return cerr
+	}
+	att := in.attachment(asg)
+	in.log = in.log.With("address", asg.Address.String(), "routeTable", asg.RouteTable, "hostVeth", att.HostVeth)
+
+	wired, err := wire(args.Netns, att)
+	if err != nil {
+		in.undo(args.Netns, att)
+		in.log.Error("wiring failed; undone and address released", "error", err)
+		return types.NewError(types.ErrInternal, fmt.Sprintf("wire %v for %s: %v", asg.Address, in.key, err), "")
+	}
+	if wired.ReplacedHostVeth {
+		in.log.Warn("replaced an existing host veth of the same pod")
+	}
+	res := result(args, att, wired)
+	if err := p.print(res, in.conf.CNIVersion); err != nil {
+		in.undo(args.Netns, att)
+		return err
+	}
+	in.log.Info("added", "ms", time.Since(began).Milliseconds(), "mtu", att.MTU)
+	return nil
+}
+
+// attachment derives the wiring from the daemon's answer. The config's mtu
+// wins when set; otherwise the daemon's (the ENI MTU), else DefaultMTU.
+func (in *invocation) attachment(asg api.Assignment) datapath.Attachment {
+	mtu := in.conf.MTU
+	if !in.conf.MTUSet && asg.MTU >= minMTU && asg.MTU <= maxMTU {
+		mtu = asg.MTU
+	}
+	return datapath.Attachment{
+		PodIP:      asg.Address,
+		RouteTable: asg.RouteTable,
+		MTU:        mtu,
+		HostVeth:   in.hostVeth(),
+		IfName:     in.key.IfName,
+	}
+}
+
+func wire(netnsPath string, att datapath.Attachment) (datapath.Wired, error) {
+	hostNS, err := ns.GetCurrentNS()
+	if err != nil {
+		return datapath.Wired{}, fmt.Errorf("open node netns: %w", err)
+	}
+	defer hostNS.Close()
+	podNS, err := ns.GetNS(netnsPath)
+	if err != nil {
+		return datapath.Wired{}, fmt.Errorf("open pod netns %s: %w", netnsPath, err)
+	}
+	defer podNS.Close()
+	return datapath.Setup(hostNS, podNS, att)
+}
+
+// undo removes everything a failed ADD made and gives the address back, with
+// fresh deadlines (the ADD's may be spent).
+func (in *invocation) undo(netnsPath string, att datapath.Attachment) {
+	if err := datapath.Teardown(netnsPath, att); err != nil {
+		in.log.Error("undo wiring", "error", err)
+	}
+	ctx, cancel := in.ctx(in.conf.Timeouts.Release)
+	defer cancel()
+	if _, err := in.client.Release(ctx, api.ReleaseRequest{Key: in.key}); err != nil {
+		in.log.Error("release after failed ADD; the daemon's GC reclaims it", "error", err)
+	}
+}
+
+// result is the CNI Result: host veth (index 0), pod interface (index 1,
+// with its sandbox), the /32 with the link-local gateway, the default route.
+func result(args *skel.CmdArgs, att datapath.Attachment, w datapath.Wired) *current.Result {
+	gw := net.IP(datapath.Gateway.AsSlice())
+	return &current.Result{
+		CNIVersion: current.ImplementedSpecVersion,
+		Interfaces: []*current.Interface{
+			{Name: w.Host.Name, Mac: w.Host.HardwareAddr.String(), Mtu: w.Host.MTU},
+			{Name: w.Pod.Name, Mac: w.Pod.HardwareAddr.String(), Mtu: w.Pod.MTU, Sandbox: args.Netns},
+		},
+		IPs: []*current.IPConfig{{Interface: current.Int(1), Address: ipNet32(att.PodIP), Gateway: gw}},
+		Routes: []*types.Route{
+			{Dst: net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)}, GW: gw},
+		},
+	}
+}

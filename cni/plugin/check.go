@@ -1,0 +1,99 @@
+package plugin
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/plugins/pkg/ns"
+
+	"github.com/vpcip/vpcip/cni/datapath"
+	"github.com/vpcip/vpcip/ipamd/api"
+)
+
+// Check is CNI CHECK: the daemon must still hold the key's assignment, and
+// every piece of design.md §4 wiring must be present; a prevResult, when
+// given, must agree with both. It changes nothing. Failures name each
+// missing item; a daemon that cannot answer gives code 11, not a failure.
+func (p *Plugin) Check(args *skel.CmdArgs) error {
+	in, err := start("CHECK", args, false)
+	if err != nil {
+		return err
+	}
+	defer in.close()
+
+	ctx, cancel := in.ctx(in.conf.Timeouts.Check)
+	defer cancel()
+	asg, err := in.client.Check(ctx, api.CheckRequest{Key: in.key})
+	if err != nil {
+		var ae *api.Error
+		if errors.As(err, &ae) && ae.Code == api.CodeNotFound {
+			return types.NewError(types.ErrInternal, fmt.Sprintf("vpcipd holds no address for %s: %s", in.key, ae.Error()), "")
+		}
+		return daemonError("check", in.key, err)
+	}
+	att := in.attachment(asg)
+	var problems []error
+	prev, perr := in.conf.PrevResult()
+	if perr != nil {
+		return types.NewError(types.ErrDecodingFailure, fmt.Sprintf("prevResult: %v", perr), "")
+	}
+
+	podNS, err := ns.GetNS(args.Netns)
+	if err != nil {
+		return types.NewError(types.ErrInvalidNetNS, fmt.Sprintf("open pod netns %s: %v", args.Netns, err), "")
+	}
+	defer podNS.Close()
+	wired, err := datapath.Check(podNS, att)
+	if err != nil {
+		problems = append(problems, err)
+	}
+	if prev != nil {
+		problems = append(problems, comparePrev(prev, att, wired)...)
+	}
+	if err := errors.Join(problems...); err != nil {
+		in.log.Error("check failed", "error", err)
+		return types.NewError(types.ErrInternal, fmt.Sprintf("CHECK %s (%v): %v", in.key, asg.Address, err), "")
+	}
+	in.log.Debug("check passed", "address", asg.Address.String())
+	return nil
+}
+
+// comparePrev checks that the runtime's recorded result still describes the
+// pod: the address the daemon holds, and the interfaces' names and MACs as
+// the kernel reports them now (B33: both were read back after the last
+// change, so a healthy pod always matches).
+func comparePrev(prev types.Result, att datapath.Attachment, w datapath.Wired) []error {
+	res, err := current.NewResultFromResult(prev)
+	if err != nil {
+		return []error{fmt.Errorf("prevResult: %v", err)}
+	}
+	var p []error
+	found := false
+	for _, ipc := range res.IPs {
+		if a, ok := netip.AddrFromSlice(ipc.Address.IP); ok && a.Unmap() == att.PodIP {
+			found = true
+		}
+	}
+	if !found {
+		p = append(p, fmt.Errorf("prevResult does not list %v, the address vpcipd holds for this attachment", att.PodIP))
+	}
+	for _, itf := range res.Interfaces {
+		var want string
+		switch {
+		case itf.Sandbox == "" && itf.Name == att.HostVeth && w.Host.Name != "":
+			want = w.Host.HardwareAddr.String()
+		case itf.Sandbox != "" && itf.Name == att.IfName && w.Pod.Name != "":
+			want = w.Pod.HardwareAddr.String()
+		default:
+			continue
+		}
+		if itf.Mac != "" && itf.Mac != want {
+			p = append(p, fmt.Errorf("interface %s MAC is %s, prevResult says %s", itf.Name, want, itf.Mac))
+		}
+	}
+	return p
+}

@@ -1,0 +1,113 @@
+package plugin
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"slices"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/vpcip/vpcip/cni/datapath"
+	"github.com/vpcip/vpcip/ipamd/api"
+)
+
+// Del is CNI DEL. It always releases the address by key, whether or not a
+// netns is given (B01) or still exists (B25), and succeeds when anything is
+// already gone (B14). When vpcipd cannot answer, it removes the host side
+// from what it knows locally (prevResult, the pod interface it just deleted)
+// and returns code 11 so the runtime retries; the daemon's GC and startup
+// reconcile recover the address (B13).
+//
+// A config whose network name cannot be read is an error (code 7): without
+// it the attachment key cannot be formed.
+func (p *Plugin) Del(args *skel.CmdArgs) error {
+	in, err := start("DEL", args, true)
+	if err != nil {
+		return err
+	}
+	defer in.close()
+
+	var errs []error
+	var podAddrs []netip.Addr
+	if args.Netns != "" {
+		podAddrs, err = datapath.DeletePodInterface(args.Netns, args.IfName)
+		switch {
+		case errors.Is(err, datapath.ErrNetnsGone):
+			in.log.Warn("pod netns gone; releasing anyway", "error", err)
+		case err != nil:
+			errs = append(errs, err)
+		}
+	}
+
+	ctx, cancel := in.ctx(in.conf.Timeouts.Release)
+	defer cancel()
+	resp, relErr := in.client.Release(ctx, api.ReleaseRequest{Key: in.key})
+	if relErr == nil {
+		if resp.Assignment != nil {
+			in.log.Info("released", "address", resp.Assignment.Address.String())
+			errs = append(errs, removeHostSide(in.log, resp.Assignment.Address, in.hostVeth(), true))
+		} else {
+			in.log.Info("nothing to release; key unknown or already released")
+		}
+		if err := errors.Join(errs...); err != nil {
+			return types.NewError(types.ErrInternal, fmt.Sprintf("DEL %s: %v", in.key, err), "")
+		}
+		return nil
+	}
+	if !unreachable(relErr) {
+		return daemonError("release", in.key, relErr)
+	}
+
+	local := slices.Concat(prevResultAddrs(in.conf, args.IfName, in.log), podAddrs)
+	slices.SortFunc(local, netip.Addr.Compare)
+	local = slices.Compact(local)
+	for _, a := range local {
+		errs = append(errs, removeHostSide(in.log, a, in.hostVeth(), false))
+	}
+	cerr := daemonError("release", in.key, relErr)
+	in.log.Error("daemon unreachable; host side removed from local knowledge", "addresses", fmt.Sprint(local), "error", cerr.Msg)
+	if err := errors.Join(errs...); err != nil {
+		cerr.Details = err.Error()
+	}
+	cerr.Msg += "; host routes and rules removed, the address is released when vpcipd answers a retried DEL or its GC"
+	return cerr
+}
+
+// removeHostSide removes addr's host route and rules and the host veth when
+// it carries addr. With authoritative false (the address comes from local
+// knowledge, not the daemon) it first checks that the host route to addr, if
+// any, goes through this pod's veth: if it goes elsewhere the address already
+// belongs to another pod and nothing is touched.
+func removeHostSide(log *slog.Logger, addr netip.Addr, hostVeth string, authoritative bool) error {
+	if !addr.Is4() {
+		return nil
+	}
+	link, err := datapath.HostRouteLink(addr)
+	if err != nil {
+		return err
+	}
+	if !authoritative && link != "" && link != hostVeth {
+		log.Warn("address routed to another veth; leaving its host state alone", "address", addr.String(), "link", link)
+		return nil
+	}
+	var errs []error
+	// The veth carrying addr is this pod's: by name, or because the daemon
+	// says the address was this key's.
+	if link != "" && (link == hostVeth || authoritative) {
+		if _, err := datapath.DeleteHostVeth(link); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := datapath.RemoveHostRoute(addr, link); err != nil {
+		errs = append(errs, err)
+	}
+	n, err := datapath.RemoveRules(addr)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	log.Debug("host side removed", "address", addr.String(), "rules", n, "routeLink", link)
+	return errors.Join(errs...)
+}

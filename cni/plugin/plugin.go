@@ -1,0 +1,179 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/cni/pkg/version"
+
+	"github.com/vpcip/vpcip/cni/datapath"
+	"github.com/vpcip/vpcip/ipamd/api"
+)
+
+// Versions are the CNI spec versions the plugin accepts in a config and
+// prints results in (VERSION advertises exactly these).
+var Versions = version.PluginSupports("0.4.0", "1.0.0", "1.1.0")
+
+// About is printed by skel when the binary runs without CNI_COMMAND.
+const About = "vpcip-cni: routed-veth CNI plugin backed by vpcipd"
+
+// Plugin runs the CNI commands; Funcs hands them to skel.PluginMainFuncs.
+// The zero value prints to os.Stdout.
+type Plugin struct {
+	// Stdout receives the result of ADD; nil means os.Stdout.
+	Stdout io.Writer
+}
+
+// Funcs returns the command table for skel.PluginMainFuncs.
+func (p *Plugin) Funcs() skel.CNIFuncs {
+	return skel.CNIFuncs{Add: p.Add, Del: p.Del, Check: p.Check, GC: p.GC, Status: p.Status}
+}
+
+// invocation is what every command starts from: the parsed config, the
+// key, the pod and a logger carrying them.
+type invocation struct {
+	conf   *Config
+	key    api.Key
+	pod    PodArgs
+	log    *slog.Logger
+	client *api.Client
+	close  func()
+}
+
+// start parses the config and CNI_ARGS and opens the log. Bad CNI_ARGS are
+// an error unless lenient (DEL must not fail on them).
+func start(cmd string, args *skel.CmdArgs, lenient bool) (*invocation, error) {
+	conf, err := ParseConfig(args.StdinData)
+	if err != nil {
+		return nil, err
+	}
+	pod, argsErr := ParseArgs(args.Args)
+	if argsErr != nil && !lenient {
+		return nil, argsErr
+	}
+	log, closeLog := openLog(conf)
+	log = log.With("cmd", cmd, "network", conf.Name, "containerID", args.ContainerID,
+		"ifName", args.IfName, "netns", args.Netns, "podNamespace", pod.Namespace, "pod", pod.Name)
+	if argsErr != nil {
+		log.Warn("ignoring malformed CNI_ARGS", "error", argsErr)
+	}
+	return &invocation{
+		conf:   conf,
+		key:    api.Key{Network: conf.Name, ContainerID: args.ContainerID, IfName: args.IfName},
+		pod:    pod,
+		log:    log,
+		client: api.NewClient(conf.IPAMDSocket, 0),
+		close:  closeLog,
+	}, nil
+}
+
+func (in *invocation) ctx(d Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), time.Duration(d))
+}
+
+func (in *invocation) hostVeth() string {
+	return datapath.HostVethName(in.conf.VethPrefix, in.pod.Namespace, in.pod.Name, in.key.ContainerID)
+}
+
+// openLog opens the plugin log file for appending JSON lines; when it cannot
+// be opened the log goes to stderr (which runtimes record), never stdout.
+func openLog(conf *Config) (*slog.Logger, func()) {
+	opts := &slog.HandlerOptions{Level: conf.LogLevel}
+	if err := os.MkdirAll(filepath.Dir(conf.PluginLogFile), 0o755); err == nil {
+		f, err := os.OpenFile(conf.PluginLogFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+		if err == nil {
+			return slog.New(slog.NewJSONHandler(f, opts)), func() { f.Close() }
+		}
+	}
+	return slog.New(slog.NewJSONHandler(os.Stderr, opts)), func() {}
+}
+
+// daemonError turns a failed daemon call into the CNI error the runtime
+// sees: the daemon's own message, code 11 when retrying can help.
+func daemonError(op string, key api.Key, err error) *types.Error {
+	var ae *api.Error
+	switch {
+	case errors.As(err, &ae):
+		code := uint(types.ErrInternal)
+		if ae.Retryable() {
+			code = types.ErrTryAgainLater
+		}
+		details := fmt.Sprintf("vpcipd %s %s: code %s", op, key, ae.Code)
+		if ae.Cause != "" {
+			details += ", cause " + string(ae.Cause)
+		}
+		return types.NewError(code, ae.Error(), details)
+	case errors.Is(err, api.ErrUnreachable), errors.Is(err, context.DeadlineExceeded):
+		return types.NewError(types.ErrTryAgainLater, fmt.Sprintf("vpcipd %s for %s: %v", op, key, err), "")
+	default:
+		return types.NewError(types.ErrInternal, fmt.Sprintf("vpcipd %s for %s: %v", op, key, err), "")
+	}
+}
+
+// unreachable reports whether err means the daemon could not answer at all
+// or answered that it cannot serve yet, so local knowledge must do.
+func unreachable(err error) bool {
+	var ae *api.Error
+	if errors.As(err, &ae) {
+		return ae.Code == api.CodeNotReady || ae.Code == api.CodeInternal
+	}
+	return err != nil
+}
+
+func (p *Plugin) print(r types.Result, ver string) error {
+	out, err := r.GetAsVersion(ver)
+	if err != nil {
+		return types.NewError(types.ErrIncompatibleCNIVersion, fmt.Sprintf("convert result to %s: %v", ver, err), "")
+	}
+	w := p.Stdout
+	if w == nil {
+		w = os.Stdout
+	}
+	return out.PrintTo(w)
+}
+
+// prevResultAddrs returns the IPv4 addresses a prevResult gives the
+// container interface ifName; a missing or unreadable prevResult gives none
+// (B34: a corrupt cached result never blocks DEL).
+func prevResultAddrs(conf *Config, ifName string, log *slog.Logger) []netip.Addr {
+	prev, err := conf.PrevResult()
+	if err != nil {
+		log.Warn("ignoring unreadable prevResult", "error", err)
+		return nil
+	}
+	if prev == nil {
+		return nil
+	}
+	res, err := current.NewResultFromResult(prev)
+	if err != nil {
+		log.Warn("ignoring prevResult of unknown shape", "error", err)
+		return nil
+	}
+	var out []netip.Addr
+	for _, ipc := range res.IPs {
+		if ipc.Interface != nil && (*ipc.Interface < 0 || *ipc.Interface >= len(res.Interfaces) ||
+			res.Interfaces[*ipc.Interface].Name != ifName) {
+			continue
+		}
+		if a, ok := netip.AddrFromSlice(ipc.Address.IP); ok && a.Unmap().Is4() {
+			out = append(out, a.Unmap())
+		}
+	}
+	return out
+}
+
+// ipNet32 is the CNI result's form of a pod address.
+func ipNet32(a netip.Addr) net.IPNet {
+	return net.IPNet{IP: net.IP(a.AsSlice()), Mask: net.CIDRMask(32, 32)}
+}

@@ -53,16 +53,16 @@ const (
 	// MetadataAddr is the link-local address of IMDS and of the EC2 API,
 	// routed from every instance's eth0 to the router.
 	MetadataAddr = "169.254.169.254"
-	// IMDSListenAddr is where IMDS listens inside the router netns.
-	IMDSListenAddr = MetadataAddr + ":80"
-	// EC2ListenAddr is where the EC2 Query API listens inside the router
+	// IMDSAddr is where IMDS listens inside the router netns.
+	IMDSAddr = MetadataAddr + ":80"
+	// EC2Addr is where the EC2 Query API listens inside the router
 	// netns. EC2's real endpoint is outside the VPC; the fabric has no
 	// outside, so the API shares IMDS's address on another port.
-	EC2ListenAddr = MetadataAddr + ":8080"
+	EC2Addr = MetadataAddr + ":8080"
 	// IMDSURL and EC2URL are the endpoints for AWS_EC2_METADATA_SERVICE_ENDPOINT
 	// and AWS_ENDPOINT_URL_EC2 inside an instance netns.
 	IMDSURL = "http://" + MetadataAddr
-	EC2URL  = "http://" + EC2ListenAddr
+	EC2URL  = "http://" + EC2Addr
 )
 
 // ENIMTU is the MTU of every ENI veth, EC2's jumbo-frame MTU inside a VPC.
@@ -246,7 +246,7 @@ func (f *Fabric) routerLinkName(eniID string) string {
 }
 
 // Listen opens a TCP listener inside the router netns, e.g. on
-// IMDSListenAddr or EC2ListenAddr. Close closes it with the fabric.
+// IMDSAddr or EC2Addr. Close closes it with the fabric.
 func (f *Fabric) Listen(addr string) (net.Listener, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -82,7 +82,7 @@ func outsideRuleSources(t *testing.T, f *Fabric) []netip.Addr {
 func TestListenServesInstances(t *testing.T) {
 	f := newTestFabric(t)
 	twoInstances(t, f)
-	l, err := f.Listen(EC2ListenAddr)
+	l, err := f.Listen(EC2Addr)
 	if err != nil {
 		t.Fatal(err)
 	}

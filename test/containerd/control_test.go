@@ -1,0 +1,126 @@
+package containerd_test
+
+import (
+	"encoding/json"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+
+	"github.com/vpcip/vpcip/test/containerd/crinode"
+)
+
+// bridgeNetwork is the reference conflist: the bridge plugin with host-local
+// IPAM, a subnet per node. It is the control: the same scenarios pass with it
+// when the runtime setup is sound.
+type bridgeNetwork struct {
+	name    string       // CNI network name, also host-local's store directory
+	bridge  string       // bridge link in the node netns
+	subnet  netip.Prefix // host-local range
+	dataDir string       // host-local store
+}
+
+func newBridgeNetwork(n *crinode.Node, subnet netip.Prefix) *bridgeNetwork {
+	return &bridgeNetwork{name: "control", bridge: "vcrbr0", subnet: subnet, dataDir: filepath.Join(n.Dir, "host-local")}
+}
+
+// conflist renders the reference conflist for a CNI version.
+func (b *bridgeNetwork) conflist(cniVersion string) ([]byte, error) {
+	return json.MarshalIndent(map[string]any{
+		"cniVersion": cniVersion,
+		"name":       b.name,
+		"plugins": []any{map[string]any{
+			"type": "bridge", "bridge": b.bridge, "isGateway": true, "ipMasq": false,
+			"ipam": map[string]any{
+				"type":    "host-local",
+				"ranges":  [][]map[string]string{{{"subnet": b.subnet.String()}}},
+				"dataDir": b.dataDir,
+			},
+		}},
+	}, "", "  ")
+}
+
+func (b *bridgeNetwork) Install(t *testing.T, n *crinode.Node) {
+	t.Helper()
+	data, err := b.conflist(crinode.MaxCNIVersion(n.Major))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(n.CNIConfDir, "10-control.conflist"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (b *bridgeNetwork) CheckAttached(t *testing.T, n *crinode.Node, sb crinode.Sandbox) {
+	t.Helper()
+	if !b.subnet.Contains(sb.IP) {
+		t.Errorf("%s: CRI reports %s, outside the host-local range %s", sb.Pod.Name, sb.IP, b.subnet)
+	}
+	if got := linkAddrs(t, podNetnsPath(sb), "eth0"); !slices.Contains(got, sb.IP) {
+		t.Errorf("%s: eth0 in the sandbox has %v, CRI reports %s", sb.Pod.Name, got, sb.IP)
+	}
+	record, err := os.ReadFile(filepath.Join(b.dataDir, b.name, sb.IP.String()))
+	if err != nil {
+		t.Errorf("%s: host-local holds no reservation for %s: %v", sb.Pod.Name, sb.IP, err)
+	} else if !strings.Contains(string(record), sb.ID) {
+		t.Errorf("%s: host-local reserved %s for %q, not for sandbox %s", sb.Pod.Name, sb.IP, record, sb.ID)
+	}
+}
+
+func (b *bridgeNetwork) CheckReleased(t *testing.T, n *crinode.Node, gone []crinode.Sandbox) {
+	t.Helper()
+	reserved := hostLocalReserved(t, b.dataDir, b.name)
+	for _, sb := range gone {
+		if slices.Contains(reserved, sb.IP) {
+			t.Errorf("%s: host-local still holds %s", sb.Pod.Name, sb.IP)
+		}
+	}
+	if ports := bridgePorts(t, n.Netns, b.bridge); len(ports) != len(reserved) {
+		t.Errorf("bridge %s has ports %v for %d reserved addresses", b.bridge, ports, len(reserved))
+	}
+}
+
+// bridgePorts lists the links enslaved to the bridge in the named netns.
+func bridgePorts(t *testing.T, netnsName, bridge string) []string {
+	t.Helper()
+	h, err := netns.GetFromName(netnsName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	nl, err := netlink.NewHandleAt(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nl.Close()
+	br, err := nl.LinkByName(bridge)
+	if err != nil {
+		t.Fatalf("bridge %s in %s: %v", bridge, netnsName, err)
+	}
+	links, err := nl.LinkList()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ports []string
+	for _, l := range links {
+		if l.Attrs().MasterIndex == br.Attrs().Index {
+			ports = append(ports, l.Attrs().Name)
+		}
+	}
+	return ports
+}
+
+// TestControlBridge runs the node scenarios with the reference bridge +
+// host-local conflist in a throwaway netns.
+func TestControlBridge(t *testing.T) {
+	tools := requireRuntime(t)
+	n := startNode(t, tools, newNetns(t), "bridge", "host-local")
+	runLifecycle(t, n, newBridgeNetwork(n, netip.MustParsePrefix("100.127.0.0/24")))
+}
+
+var _ podNetwork = (*bridgeNetwork)(nil)

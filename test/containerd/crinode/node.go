@@ -1,0 +1,307 @@
+// Package crinode runs one containerd, with its CRI plugin and runc, per
+// simulated node, and drives it through the Container Runtime Interface with
+// crictl, the way the kubelet drives it.
+//
+// Each Node has its own root, state, socket, runc state and CNI bin and conf
+// dirs under one directory, so several run side by side on one machine. A
+// Node may run inside a named network namespace (a vpcsim instance): it is
+// entered with `nsenter --net` only, not `ip netns exec`, because the latter
+// remounts /sys and hides /sys/fs/cgroup from runc. The pod network
+// namespaces containerd creates are kept under the Node's state directory.
+//
+// The package does not import testing; callers close what they start.
+package crinode
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Config describes one Node.
+type Config struct {
+	Dir     string   // everything the node writes lives under it; keep it short (unix socket paths hold 108 bytes)
+	Netns   string   // named network namespace (/var/run/netns/<Netns>) to run in; "" = the caller's
+	Tools   Tools    // from FindTools
+	Plugins []string // reference plugins linked from Tools.PluginDir into the CNI bin dir; loopback is always linked (the CRI plugin brings up lo with it)
+}
+
+// Node is one running containerd.
+type Node struct {
+	Config
+	Major      int    // containerd major release (1 or 2)
+	Socket     string // CRI and containerd API socket
+	CNIBinDir  string
+	CNIConfDir string
+	LogPath    string // containerd's stderr
+
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+// Start writes the node's containerd config, starts containerd, waits until
+// CRI answers (up to 30 s) and imports the pause image. It does not wait for
+// the CNI network to be ready: that is the caller's conflist to provide.
+// On error nothing is left running.
+func Start(ctx context.Context, cfg Config) (*Node, error) {
+	if cfg.Dir == "" || !filepath.IsAbs(cfg.Dir) {
+		return nil, fmt.Errorf("crinode: Dir %q must be an absolute path", cfg.Dir)
+	}
+	major, err := ContainerdMajor(ctx, cfg.Tools.Containerd)
+	if err != nil {
+		return nil, err
+	}
+	n := &Node{
+		Config:     cfg,
+		Major:      major,
+		Socket:     filepath.Join(cfg.Dir, "containerd.sock"),
+		CNIBinDir:  filepath.Join(cfg.Dir, "cni", "bin"),
+		CNIConfDir: filepath.Join(cfg.Dir, "cni", "net.d"),
+		LogPath:    filepath.Join(cfg.Dir, "containerd.log"),
+	}
+	if err := n.prepare(); err != nil {
+		return nil, err
+	}
+	if err := n.start(ctx); err != nil {
+		return nil, err
+	}
+	if err := n.importPause(ctx); err != nil {
+		n.Close()
+		return nil, err
+	}
+	return n, nil
+}
+
+// prepare makes the directories, links the plugins and writes config.toml.
+func (n *Node) prepare() error {
+	for _, d := range []string{n.CNIBinDir, n.CNIConfDir, n.path("root"), n.path("state"), n.path("opt")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return fmt.Errorf("crinode: %w", err)
+		}
+	}
+	for _, p := range append([]string{"loopback"}, n.Plugins...) {
+		if err := n.LinkPlugin(filepath.Join(n.Tools.PluginDir, p)); err != nil {
+			return err
+		}
+	}
+	version := 2
+	if n.Major >= 2 {
+		version = 3
+	}
+	var buf bytes.Buffer
+	err := writeConfig(&buf, configParams{
+		Version: version, Root: n.path("root"), State: n.path("state"), Socket: n.Socket,
+		RuncRoot: n.path("runc"), OptDir: n.path("opt"), CNIBinDir: n.CNIBinDir, CNIConfDir: n.CNIConfDir,
+		Runc: n.Tools.Runc, Pause: PauseImage,
+	})
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(n.path("config.toml"), buf.Bytes(), 0o644)
+}
+
+// LinkPlugin puts a symlink to the plugin binary at path into the node's CNI bin dir.
+func (n *Node) LinkPlugin(path string) error {
+	if _, err := os.Stat(path); err != nil {
+		return fmt.Errorf("crinode: plugin: %w", err)
+	}
+	dst := filepath.Join(n.CNIBinDir, filepath.Base(path))
+	os.Remove(dst)
+	if err := os.Symlink(path, dst); err != nil {
+		return fmt.Errorf("crinode: %w", err)
+	}
+	return nil
+}
+
+func (n *Node) path(name string) string { return filepath.Join(n.Dir, name) }
+
+// start launches containerd and waits for CRI to answer.
+func (n *Node) start(ctx context.Context) error {
+	log, err := os.OpenFile(n.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("crinode: %w", err)
+	}
+	defer log.Close()
+	args := []string{n.Tools.Containerd, "--config", n.path("config.toml")}
+	if n.Netns != "" {
+		args = append([]string{"nsenter", "--net=" + filepath.Join("/var/run/netns", n.Netns), "--"}, args...)
+	}
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.Env = os.Environ()
+	if dir := os.Getenv("VPCIP_CONTAINERD_BIN"); dir != "" {
+		// containerd finds containerd-shim-runc-v2 on PATH.
+		cmd.Env = append(cmd.Env, "PATH="+dir+":"+os.Getenv("PATH"))
+	}
+	// Own process group: a Ctrl-C of the test does not race our orderly stop.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("crinode: start containerd: %w", err)
+	}
+	n.cmd, n.exited = cmd, make(chan struct{})
+	go func(exited chan struct{}) { cmd.Wait(); close(exited) }(n.exited)
+
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := n.Status(ctx); err == nil {
+			return nil
+		} else if time.Now().After(deadline) || ctx.Err() != nil {
+			n.stop()
+			return fmt.Errorf("crinode: CRI did not answer: %w; log:\n%s", err, n.LogTail(20))
+		}
+		select {
+		case <-n.exited:
+			return fmt.Errorf("crinode: containerd exited at start; log:\n%s", n.LogTail(20))
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func (n *Node) importPause(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, n.Tools.Ctr, "--address", n.Socket, "-n", "k8s.io",
+		"images", "import", n.Tools.PauseArchive).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("crinode: import %s: %w: %s", n.Tools.PauseArchive, err, out)
+	}
+	return nil
+}
+
+// Running reports whether containerd is running.
+func (n *Node) Running() bool {
+	if n.exited == nil {
+		return false
+	}
+	select {
+	case <-n.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// Stop stops containerd (SIGTERM, then SIGKILL after 10 s). Pod sandboxes keep
+// running in their shims, as they do when the real daemon restarts.
+func (n *Node) Stop() error {
+	if !n.Running() {
+		return nil
+	}
+	return n.stop()
+}
+
+func (n *Node) stop() error {
+	n.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-n.exited:
+		return nil
+	case <-time.After(10 * time.Second):
+		n.cmd.Process.Kill()
+		<-n.exited
+		return errors.New("crinode: containerd did not stop on SIGTERM within 10 s; killed")
+	}
+}
+
+// Restart stops containerd and starts it again on the same root and state:
+// it recovers the running sandboxes and their cached CNI results.
+func (n *Node) Restart(ctx context.Context) error {
+	if err := n.Stop(); err != nil {
+		return err
+	}
+	return n.start(ctx)
+}
+
+// Close removes every pod sandbox through CRI (best effort), stops
+// containerd, kills any shim of this node still running, and unmounts what
+// is left under Dir. The returned error joins what failed; the caller
+// removes Dir.
+func (n *Node) Close() error {
+	var errs []error
+	if n.Running() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		ids, err := n.PodSandboxIDs(ctx)
+		errs = append(errs, err)
+		for _, id := range ids {
+			errs = append(errs, n.StopPodSandbox(ctx, id), n.RemovePodSandbox(ctx, id))
+		}
+		cancel()
+		errs = append(errs, n.Stop())
+	}
+	errs = append(errs, n.killShims(), n.unmountAll())
+	return errors.Join(errs...)
+}
+
+// killShims kills the containerd-shim processes serving this node's socket,
+// found by their exact "-address <socket>" arguments.
+func (n *Node) killShims() error {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(cmdline), "\x00")
+		if !strings.HasPrefix(filepath.Base(args[0]), "containerd-shim") {
+			continue
+		}
+		for i := 0; i+1 < len(args); i++ {
+			if args[i] == "-address" && args[i+1] == n.Socket {
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	}
+	return nil
+}
+
+// unmountAll lazily unmounts every mount point under Dir, deepest first
+// (sandbox root filesystems and pod netns bind mounts of killed shims).
+func (n *Node) unmountAll() error {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var points []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) > 4 && strings.HasPrefix(fields[4], n.Dir+"/") {
+			points = append(points, fields[4])
+		}
+	}
+	sort.Sort(sort.Reverse(sort.StringSlice(points)))
+	var errs []error
+	for _, p := range points {
+		if err := syscall.Unmount(p, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) {
+			errs = append(errs, fmt.Errorf("unmount %s: %w", p, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// LogTail returns the last lines of containerd's log.
+func (n *Node) LogTail(lines int) string {
+	data, _ := os.ReadFile(n.LogPath)
+	all := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(all) > lines {
+		all = all[len(all)-lines:]
+	}
+	return strings.Join(all, "\n")
+}

@@ -1,0 +1,132 @@
+package crinode
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"time"
+)
+
+// DefaultToolsDir is where scripts/containerd-setup.sh caches crictl and the
+// pause image archive (environment VPCIP_CONTAINERD_TOOLS overrides it).
+const DefaultToolsDir = "/tmp/vpcip-containerd-tools"
+
+// DefaultPluginDir is where the reference CNI plugins are cached, shared with
+// the end-to-end tests (environment VPCIP_CNI_PLUGINS overrides it).
+const DefaultPluginDir = "/tmp/vpcip-cni-plugins"
+
+// SetupHint tells a reader how to get the tools FindTools looks for.
+const SetupHint = "run `bash scripts/containerd-setup.sh` as root (CI runs it before `make test`)"
+
+// Tools are the programs and files a Node needs.
+type Tools struct {
+	Containerd   string // containerd binary
+	Ctr          string // ctr of the same containerd release
+	Runc         string // runc binary
+	Crictl       string // crictl (cri-tools)
+	PauseArchive string // OCI archive of PauseImage
+	PluginDir    string // reference CNI plugins (bridge, host-local, loopback, portmap)
+}
+
+// FindTools locates the tools: containerd, ctr and runc in VPCIP_CONTAINERD_BIN
+// when set (a containerd release built from source) or else on PATH; crictl
+// and the pause archive in VPCIP_CONTAINERD_TOOLS (default DefaultToolsDir);
+// the reference plugins in VPCIP_CNI_PLUGINS (default DefaultPluginDir). The
+// error lists everything missing and ends with SetupHint.
+func FindTools() (Tools, error) {
+	toolsDir := envOr("VPCIP_CONTAINERD_TOOLS", DefaultToolsDir)
+	t := Tools{
+		Crictl:       filepath.Join(toolsDir, "bin", "crictl"),
+		PauseArchive: filepath.Join(toolsDir, "pause", "pause.tar"),
+		PluginDir:    envOr("VPCIP_CNI_PLUGINS", DefaultPluginDir),
+	}
+	var errs []error
+	binDir := os.Getenv("VPCIP_CONTAINERD_BIN")
+	for _, p := range []struct {
+		dst  *string
+		name string
+	}{{&t.Containerd, "containerd"}, {&t.Ctr, "ctr"}, {&t.Runc, "runc"}} {
+		path, err := lookTool(binDir, p.name)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		*p.dst = path
+	}
+	if binDir != "" {
+		// containerd 2 finds its shim on PATH; a source build keeps it beside containerd.
+		if _, err := os.Stat(filepath.Join(binDir, "containerd-shim-runc-v2")); err != nil {
+			errs = append(errs, fmt.Errorf("containerd-shim-runc-v2 not in %s", binDir))
+		}
+	}
+	for _, f := range []string{t.Crictl, t.PauseArchive, filepath.Join(t.PluginDir, "loopback")} {
+		if _, err := os.Stat(f); err != nil {
+			errs = append(errs, fmt.Errorf("%s is missing", f))
+		}
+	}
+	if len(errs) > 0 {
+		return t, fmt.Errorf("crinode: %w; %s", errors.Join(errs...), SetupHint)
+	}
+	return t, nil
+}
+
+func lookTool(dir, name string) (string, error) {
+	if dir != "" {
+		p := filepath.Join(dir, name)
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("%s not in VPCIP_CONTAINERD_BIN=%s", name, dir)
+		}
+		return p, nil
+	}
+	p, err := exec.LookPath(name)
+	if err != nil {
+		return "", fmt.Errorf("%s not on PATH", name)
+	}
+	return p, nil
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+// versionPattern finds the release in `containerd --version`, e.g.
+// "containerd github.com/containerd/containerd 1.6.20~ds1 ..." or
+// "containerd github.com/containerd/containerd/v2 v2.4.2 ...".
+var versionPattern = regexp.MustCompile(`\sv?(\d+)\.(\d+)\.\d+`)
+
+// ContainerdMajor returns the major release of the containerd binary (1 or 2).
+func ContainerdMajor(ctx context.Context, containerd string) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, containerd, "--version").Output()
+	if err != nil {
+		return 0, fmt.Errorf("crinode: %s --version: %w", containerd, err)
+	}
+	return parseMajor(out)
+}
+
+func parseMajor(out []byte) (int, error) {
+	m := versionPattern.FindSubmatch(bytes.TrimSpace(out))
+	if m == nil {
+		return 0, fmt.Errorf("crinode: no release in containerd version %q", out)
+	}
+	return strconv.Atoi(string(m[1]))
+}
+
+// MaxCNIVersion is the newest CNI result version a containerd major release
+// accepts: containerd 1.6 refuses 1.1.0 results ("unsupported CNI result
+// version"); containerd 2.x parses them.
+func MaxCNIVersion(major int) string {
+	if major >= 2 {
+		return "1.1.0"
+	}
+	return "1.0.0"
+}

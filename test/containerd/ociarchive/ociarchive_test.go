@@ -1,0 +1,176 @@
+package ociarchive
+
+import (
+	"archive/tar"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// readArchive returns every regular file of a tar stream by name.
+func readArchive(t *testing.T, data []byte) map[string][]byte {
+	t.Helper()
+	files := map[string][]byte{}
+	tr := tar.NewReader(bytes.NewReader(data))
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			return files
+		}
+		if err != nil {
+			t.Fatalf("read archive: %v", err)
+		}
+		body, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatalf("read %s: %v", hdr.Name, err)
+		}
+		files[hdr.Name] = body
+	}
+}
+
+// blob returns the blob a descriptor names, after checking its digest and size.
+func blob(t *testing.T, files map[string][]byte, d Descriptor) []byte {
+	t.Helper()
+	body, ok := files[blobPath(d.Digest)]
+	if !ok {
+		t.Fatalf("blob %s missing from archive", d.Digest)
+	}
+	sum := sha256.Sum256(body)
+	if got := "sha256:" + hex.EncodeToString(sum[:]); got != d.Digest {
+		t.Fatalf("blob %s has digest %s", d.Digest, got)
+	}
+	if int64(len(body)) != d.Size {
+		t.Fatalf("blob %s has %d bytes, descriptor says %d", d.Digest, len(body), d.Size)
+	}
+	return body
+}
+
+func TestWriteLayoutResolves(t *testing.T) {
+	img := Image{
+		Name: "localhost/vpcip/pause:7", OS: "linux", Architecture: "amd64",
+		Entrypoint: []string{"/pause"},
+		Files:      []File{{Path: "/pause", Mode: 0o755, Data: []byte("binary")}, {Path: "/etc/hostname", Mode: 0o644, Data: []byte("pod\n")}},
+	}
+	var buf bytes.Buffer
+	desc, err := Write(&buf, img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := readArchive(t, buf.Bytes())
+	if got, want := string(files["oci-layout"]), `{"imageLayoutVersion":"1.0.0"}`; got != want {
+		t.Errorf("oci-layout = %s, want %s", got, want)
+	}
+	var index Index
+	if err := json.Unmarshal(files["index.json"], &index); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]Descriptor{desc}, index.Manifests); diff != "" {
+		t.Errorf("index manifests differ from returned descriptor (-want +got):\n%s", diff)
+	}
+	if got := desc.Annotations[AnnotationImageName]; got != img.Name {
+		t.Errorf("image name annotation = %q, want %q", got, img.Name)
+	}
+	if got := desc.Annotations[AnnotationRefName]; got != "7" {
+		t.Errorf("ref name annotation = %q, want 7", got)
+	}
+
+	var manifest Manifest
+	if err := json.Unmarshal(blob(t, files, desc), &manifest); err != nil {
+		t.Fatal(err)
+	}
+	var config Config
+	if err := json.Unmarshal(blob(t, files, manifest.Config), &config); err != nil {
+		t.Fatal(err)
+	}
+	if len(manifest.Layers) != 1 {
+		t.Fatalf("manifest has %d layers, want 1", len(manifest.Layers))
+	}
+	if diff := cmp.Diff([]string{manifest.Layers[0].Digest}, config.RootFS.DiffIDs); diff != "" {
+		t.Errorf("diff IDs of an uncompressed layer must equal its digest (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(img.Entrypoint, config.Config.Entrypoint); diff != "" {
+		t.Errorf("entrypoint (-want +got):\n%s", diff)
+	}
+
+	layer := blob(t, files, manifest.Layers[0])
+	tr := tar.NewReader(bytes.NewReader(layer))
+	var names []string
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, hdr.Name)
+		if hdr.Name == "pause" && hdr.Mode != 0o755 {
+			t.Errorf("pause mode = %o, want 755", hdr.Mode)
+		}
+	}
+	if diff := cmp.Diff([]string{"etc/hostname", "pause"}, names); diff != "" {
+		t.Errorf("layer entries (-want +got):\n%s", diff)
+	}
+}
+
+func TestWriteIsDeterministic(t *testing.T) {
+	img := Image{Name: "x/y:z", OS: "linux", Architecture: "arm64", Files: []File{{Path: "/a", Mode: 0o755, Data: []byte("a")}}}
+	var a, b bytes.Buffer
+	da, err := Write(&a, img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := Write(&b, img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(a.Bytes(), b.Bytes()) || da.Digest != db.Digest {
+		t.Errorf("two writes of one image differ: %s vs %s", da.Digest, db.Digest)
+	}
+}
+
+func TestWriteRejectsBadImages(t *testing.T) {
+	good := File{Path: "/pause", Mode: 0o755, Data: []byte("x")}
+	tests := []struct {
+		name string
+		img  Image
+		want string
+	}{
+		{"no name", Image{OS: "linux", Architecture: "amd64", Files: []File{good}}, "name is empty"},
+		{"no platform", Image{Name: "a:b", Files: []File{good}}, "OS and Architecture"},
+		{"no files", Image{Name: "a:b", OS: "linux", Architecture: "amd64"}, "no files"},
+		{"relative path", Image{Name: "a:b", OS: "linux", Architecture: "amd64", Files: []File{{Path: "pause"}}}, "not an absolute"},
+		{"duplicate path", Image{Name: "a:b", OS: "linux", Architecture: "amd64", Files: []File{good, good}}, "given twice"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			_, err := Write(&buf, tt.img)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Write error = %v, want one containing %q", err, tt.want)
+			}
+			if buf.Len() != 0 {
+				t.Errorf("Write wrote %d bytes for a rejected image", buf.Len())
+			}
+		})
+	}
+}
+
+func TestTagOf(t *testing.T) {
+	tests := []struct{ ref, want string }{
+		{"localhost/vpcip/pause:1", "1"},
+		{"localhost:5000/pause", "latest"},
+		{"pause", "latest"},
+	}
+	for _, tt := range tests {
+		if got := tagOf(tt.ref); got != tt.want {
+			t.Errorf("tagOf(%q) = %q, want %q", tt.ref, got, tt.want)
+		}
+	}
+}

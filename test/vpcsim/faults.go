@@ -1,0 +1,223 @@
+package vpcsim
+
+import (
+	"context"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"time"
+)
+
+// AnyOp, as the op of SetLatency, SetErrorRate or FailNext, applies the fault
+// to every EC2 action that has no fault of its own.
+const AnyOp = "*"
+
+// IMDSOp is the name Calls counts IMDS metadata GETs under.
+const IMDSOp = "imds"
+
+// Faults injects latency, errors and throttling into the EC2 API and lag into
+// IMDS, and counts calls. All methods are safe for concurrent use; changes
+// apply to the next request.
+type Faults struct {
+	mu       sync.Mutex // guards the fields below
+	rnd      *rand.Rand
+	latency  map[string]latencyFault
+	errRate  map[string]errorFault
+	failNext map[string][]string
+	buckets  [2]bucket // [describe, mutating]
+	imdsLag  time.Duration
+	calls    map[string]int
+}
+
+type latencyFault struct{ fixed, jitter time.Duration }
+
+type errorFault struct {
+	rate float64
+	code string
+}
+
+// bucket is a token bucket: perSecond tokens a second up to burst; 0 = off.
+type bucket struct {
+	perSecond float64
+	burst     int
+	tokens    float64
+	last      time.Time
+}
+
+func newFaults(seed int64) *Faults {
+	f := &Faults{}
+	if seed != 0 {
+		f.rnd = rand.New(rand.NewPCG(uint64(seed), 0x6661756c7473))
+	} else {
+		f.rnd = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+	}
+	f.resetLocked()
+	return f
+}
+
+func (f *Faults) resetLocked() {
+	f.latency = map[string]latencyFault{}
+	f.errRate = map[string]errorFault{}
+	f.failNext = map[string][]string{}
+	f.buckets = [2]bucket{}
+	f.imdsLag = 0
+	f.calls = map[string]int{}
+}
+
+// Reset removes every fault and zeroes the call counters.
+func (f *Faults) Reset() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.resetLocked()
+}
+
+// SetLatency delays every call of the EC2 action op (or AnyOp) by fixed plus
+// a uniformly random duration in [0, jitter). Zero durations remove it.
+func (f *Faults) SetLatency(op string, fixed, jitter time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if fixed <= 0 && jitter <= 0 {
+		delete(f.latency, op)
+		return
+	}
+	f.latency[op] = latencyFault{fixed: max(fixed, 0), jitter: max(jitter, 0)}
+}
+
+// SetErrorRate fails the given fraction (0..1) of calls of op (or AnyOp) with
+// the EC2 error code, e.g. "InsufficientFreeAddressesInSubnet", answered with
+// the code's HTTP status. A rate of 0 removes it.
+func (f *Faults) SetErrorRate(op string, rate float64, code string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if rate <= 0 || code == "" {
+		delete(f.errRate, op)
+		return
+	}
+	f.errRate[op] = errorFault{rate: min(rate, 1), code: code}
+}
+
+// FailNext fails the next call of op (or, with AnyOp, the next call of any
+// action) with the EC2 error code. Calls queue: two FailNext fail two calls.
+func (f *Faults) FailNext(op string, code string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.failNext[op] = append(f.failNext[op], code)
+}
+
+// SetThrottle sets the account-wide token bucket of mutating calls (mutating
+// true) or of Describe calls: perSecond tokens a second, up to burst. A call
+// that finds the bucket empty gets RequestLimitExceeded (HTTP 503), as EC2's
+// request-rate limits answer. perSecond 0 turns the bucket off.
+func (f *Faults) SetThrottle(mutating bool, perSecond float64, burst int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	b := &f.buckets[bucketIndex(mutating)]
+	*b = bucket{}
+	if perSecond > 0 {
+		burst = max(burst, 1)
+		*b = bucket{perSecond: perSecond, burst: burst, tokens: float64(burst), last: time.Now()}
+	}
+}
+
+// SetIMDSLag makes IMDS show each change d after the API made it.
+func (f *Faults) SetIMDSLag(d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.imdsLag = max(d, 0)
+}
+
+// IMDSLag returns the lag set with SetIMDSLag.
+func (f *Faults) IMDSLag() time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.imdsLag
+}
+
+// Calls returns how many requests of the EC2 action op were received (throttled
+// and failed ones included), or, for IMDSOp, how many IMDS GETs.
+func (f *Faults) Calls(op string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls[op]
+}
+
+func (f *Faults) count(op string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls[op]++
+}
+
+func bucketIndex(mutating bool) int {
+	if mutating {
+		return 1
+	}
+	return 0
+}
+
+// isMutating reports whether an EC2 action changes state; EC2 meters
+// Describe calls and mutating calls in separate buckets.
+func isMutating(action string) bool { return !strings.HasPrefix(action, "Describe") }
+
+// before applies the faults of one call of action: it counts the call,
+// sleeps the injected latency (or until ctx ends), then takes a throttle
+// token and applies one-shot and random errors. A non-nil *Error is the
+// answer to send instead of doing the action.
+func (f *Faults) before(ctx context.Context, action string) *Error {
+	f.mu.Lock()
+	f.calls[action]++
+	lat, ok := f.latency[action]
+	if !ok {
+		lat = f.latency[AnyOp]
+	}
+	delay := lat.fixed
+	if lat.jitter > 0 {
+		delay += time.Duration(f.rnd.Int64N(int64(lat.jitter)))
+	}
+	f.mu.Unlock()
+	if delay > 0 {
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return errorf("RequestCanceled", "The request was canceled.")
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.buckets[bucketIndex(isMutating(action))].take(time.Now()) {
+		return errorf("RequestLimitExceeded", "Request limit exceeded.")
+	}
+	for _, op := range []string{action, AnyOp} {
+		if q := f.failNext[op]; len(q) > 0 {
+			f.failNext[op] = q[1:]
+			return injected(q[0], action)
+		}
+	}
+	e, ok := f.errRate[action]
+	if !ok {
+		e = f.errRate[AnyOp]
+	}
+	if e.rate > 0 && f.rnd.Float64() < e.rate {
+		return injected(e.code, action)
+	}
+	return nil
+}
+
+func injected(code, action string) *Error {
+	return errorf(code, "Injected failure of %s.", action)
+}
+
+// take removes one token, refilling first; it reports false when empty.
+func (b *bucket) take(now time.Time) bool {
+	if b.perSecond <= 0 {
+		return true
+	}
+	b.tokens = min(float64(b.burst), b.tokens+now.Sub(b.last).Seconds()*b.perSecond)
+	b.last = now
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
+}

@@ -1,0 +1,116 @@
+// Package introspect is vpcipd's read-only view for operators: the JSON
+// shapes of the daemon's state (node, pool counts, ENIs, assignments,
+// addresses in cooldown, effective config, readiness), an HTTP handler that
+// serves them and a client that reads them. The daemon serves it on
+// INTROSPECTION_BIND_ADDRESS (default 127.0.0.1:61679, design.md §5);
+// vpcipctl is its client.
+//
+// Endpoints (GET only, JSON bodies):
+//
+//	/v1/state   State
+//	/v1/pool    Pool
+//	/v1/enis    []ENI
+//	/v1/pods    Pods (assignments and addresses in cooldown)
+//	/v1/config  map[string]string
+//	/healthz    Health; 200 when ready, 503 otherwise
+//
+// The daemon builds a State from its datastore on every request; the handler
+// never changes anything.
+package introspect
+
+import (
+	"net/netip"
+	"time"
+
+	"github.com/vpcip/vpcip/ipamd/api"
+)
+
+// DefaultAddr is the introspection listen address (design.md §5).
+const DefaultAddr = "127.0.0.1:61679"
+
+// State is everything the daemon shows about itself at one moment.
+type State struct {
+	Node        NodeInfo          `json:"node"`
+	Pool        Pool              `json:"pool"`
+	ENIs        []ENI             `json:"enis"`        // attached ENIs, by device number
+	Assignments []Assignment      `json:"assignments"` // addresses held by pods, by address
+	Cooling     []CoolingAddress  `json:"cooling"`     // released addresses waiting out IP_COOLDOWN_PERIOD
+	Config      map[string]string `json:"config"`      // effective configuration, by environment variable name
+	Ready       bool              `json:"ready"`       // the daemon can assign addresses (CNI STATUS succeeds)
+	Reason      string            `json:"reason,omitempty"`
+	Time        time.Time         `json:"time"` // when the daemon took this view
+}
+
+// NodeInfo identifies the node and its instance (from IMDS).
+type NodeInfo struct {
+	Name             string     `json:"name,omitempty"` // Kubernetes node name, when known
+	InstanceID       string     `json:"instanceID"`     // e.g. "i-0123456789abcdef0"
+	InstanceType     string     `json:"instanceType"`   // e.g. "m5.large"
+	AvailabilityZone string     `json:"availabilityZone,omitempty"`
+	PrimaryIP        netip.Addr `json:"primaryIP"` // primary private IPv4 of the primary ENI
+	Mode             string     `json:"mode"`      // ModeSecondaryIP or ModePrefix
+	Version          string     `json:"version,omitempty"`
+	StartedAt        time.Time  `json:"startedAt"` // when the daemon process started
+}
+
+// Address modes of a node.
+const (
+	ModeSecondaryIP = "secondary-ip" // one secondary IP per pod (EC2 AssignPrivateIpAddresses)
+	ModePrefix      = "prefix"       // /28 prefixes split into pod addresses (ENABLE_PREFIX_DELEGATION)
+)
+
+// Pool is the node's address pool in counts. Address counts are addresses
+// available to pods (ENI primary addresses excluded); ENI counts are ENIs.
+type Pool struct {
+	Assigned int `json:"assigned"` // addresses held by pods
+	Warm     int `json:"warm"`     // free addresses out of cooldown, ready to assign now
+	Cooling  int `json:"cooling"`  // released addresses still in IP_COOLDOWN_PERIOD
+	Capacity int `json:"capacity"` // addresses the attached ENIs could hold at most
+	Budget   int `json:"budget"`   // addresses the node could hold at its ENI limit (MaxENIs)
+	ENIs     int `json:"enis"`     // attached ENIs, the primary included
+	MaxENIs  int `json:"maxENIs"`  // ENIs the instance type allows, capped by MAX_ENI
+}
+
+// ENI is one attached ENI and the pod addresses it holds.
+type ENI struct {
+	ID           string         `json:"id"`           // e.g. "eni-0123456789abcdef0"
+	MAC          string         `json:"mac"`          // lower-case, colon-separated
+	DeviceNumber int            `json:"deviceNumber"` // 0 is the primary ENI
+	RouteTable   int            `json:"routeTable"`   // 254 (main) for the primary, DeviceNumber+1 otherwise
+	LinkName     string         `json:"linkName,omitempty"`
+	SubnetID     string         `json:"subnetID"`
+	SubnetCIDR   netip.Prefix   `json:"subnetCIDR"`
+	PrimaryIP    netip.Addr     `json:"primaryIP"` // the ENI's own address, never given to a pod
+	Addresses    []netip.Addr   `json:"addresses"` // secondary IPs (or addresses out of Prefixes) usable by pods
+	Prefixes     []netip.Prefix `json:"prefixes,omitempty"`
+	Capacity     int            `json:"capacity"` // pod addresses this ENI could hold at most
+}
+
+// Assignment is one address held by one attachment.
+type Assignment struct {
+	Key        api.Key    `json:"key"` // CNI attachment: network, container ID, ifname
+	Pod        api.Pod    `json:"pod"` // namespace, name, UID
+	Address    netip.Addr `json:"address"`
+	ENIID      string     `json:"eniID"`
+	AssignedAt time.Time  `json:"assignedAt"`
+}
+
+// CoolingAddress is a released address that is not handed out again before
+// UnassignedAt + IP_COOLDOWN_PERIOD (B11: this survives restarts).
+type CoolingAddress struct {
+	Address      netip.Addr `json:"address"`
+	ENIID        string     `json:"eniID"`
+	UnassignedAt time.Time  `json:"unassignedAt"`
+}
+
+// Pods is the /v1/pods body.
+type Pods struct {
+	Assignments []Assignment     `json:"assignments"`
+	Cooling     []CoolingAddress `json:"cooling"`
+}
+
+// Health is the /healthz body.
+type Health struct {
+	Ready  bool   `json:"ready"`
+	Reason string `json:"reason,omitempty"`
+}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
+	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 )
@@ -159,4 +160,9 @@ func netnsProcesses(dev uint64, ino uint64) []int {
 		}
 	}
 	return pids
+}
+
+// withNetns runs fn on a thread inside the named netns.
+func withNetns(name string, fn func() error) error {
+	return ns.WithNetNSPath(netnsPath(name), func(ns.NetNS) error { return fn() })
 }

@@ -1,0 +1,98 @@
+package fabric
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"time"
+
+	"github.com/vpcip/vpcip/test/vpcsim"
+)
+
+// Servers are a cloud's EC2 API and IMDS served inside the fabric, on
+// EC2Addr and IMDSAddr.
+type Servers struct {
+	ec2, imds *http.Server
+}
+
+// Serve starts c's EC2 API on EC2Addr and its IMDS on IMDSAddr inside the
+// router netns. IMDS answers each caller for the instance whose primary
+// address the request comes from (CallerInstance). Stop them with Close.
+func (f *Fabric) Serve(c *vpcsim.Cloud) (*Servers, error) {
+	ec2l, err := f.Listen(EC2Addr)
+	if err != nil {
+		return nil, err
+	}
+	imdsl, err := f.Listen(IMDSAddr)
+	if err != nil {
+		ec2l.Close()
+		return nil, err
+	}
+	s := &Servers{
+		ec2:  &http.Server{Handler: c.EC2Handler(), ReadHeaderTimeout: 10 * time.Second},
+		imds: &http.Server{Handler: c.IMDSHandler(CallerInstance(c)), ReadHeaderTimeout: 10 * time.Second},
+	}
+	go s.ec2.Serve(ec2l)
+	go s.imds.Serve(imdsl)
+	return s, nil
+}
+
+// Close stops both servers, waiting up to 2 s for requests in flight.
+func (s *Servers) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	var errs []error
+	for _, srv := range []*http.Server{s.ec2, s.imds} {
+		if err := srv.Shutdown(ctx); err != nil {
+			errs = append(errs, srv.Close())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// CallerInstance identifies an IMDS caller as EC2 does, by the source
+// address of the request: the instance whose ENI has it as primary address.
+// Callers whose address is not a primary address get no answer (404).
+func CallerInstance(c *vpcsim.Cloud) func(r *http.Request) (string, bool) {
+	return func(r *http.Request) (string, bool) {
+		ap, err := netip.ParseAddrPort(r.RemoteAddr)
+		if err != nil {
+			return "", false
+		}
+		return c.InstanceByAddress(ap.Addr().Unmap())
+	}
+}
+
+// NodeEnv is the environment for a process inside an instance netns that
+// uses the AWS SDK: the EC2 and IMDS endpoints inside the fabric, the
+// region, and dummy credentials (vpcsim does not check signatures).
+func NodeEnv(region string) []string {
+	return []string{
+		"AWS_ENDPOINT_URL_EC2=" + EC2URL,
+		"AWS_EC2_METADATA_SERVICE_ENDPOINT=" + IMDSURL,
+		"AWS_REGION=" + region,
+		"AWS_ACCESS_KEY_ID=vpcsim",
+		"AWS_SECRET_ACCESS_KEY=vpcsim",
+	}
+}
+
+// DialContext returns a dial function that makes its sockets inside the named
+// netns, for an http.Transport used by a process outside it (a test) to
+// speak as that instance.
+func DialContext(netnsName string) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		var c net.Conn
+		err := withNetns(netnsName, func() error {
+			var err error
+			c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("dial %s from %s: %w", addr, netnsName, err)
+		}
+		return c, nil
+	}
+}

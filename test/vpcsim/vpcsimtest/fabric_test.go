@@ -1,0 +1,128 @@
+package vpcsimtest_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"io"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+
+	"github.com/vpcip/vpcip/test/vpcsim"
+	"github.com/vpcip/vpcip/test/vpcsim/vpcsimtest"
+)
+
+// uniquePrefix is "vt" and 4 hex digits, so parallel test runs do not meet.
+func uniquePrefix() string {
+	b := make([]byte, 2)
+	rand.Read(b)
+	return "vt" + hex.EncodeToString(b)
+}
+
+// imdsGet reads one metadata path through the SDK's IMDS client, speaking
+// from inside the instance's netns.
+func imdsGet(t *testing.T, f *vpcsimtest.Fabricated, instanceID, path string) string {
+	t.Helper()
+	c := imds.New(imds.Options{Endpoint: f.IMDSURL, HTTPClient: f.HTTPClient(instanceID)})
+	out, err := c.GetMetadata(context.Background(), &imds.GetMetadataInput{Path: path})
+	if err != nil {
+		t.Fatalf("IMDS %s from %s: %v", path, instanceID, err)
+	}
+	defer out.Content.Close()
+	b, err := io.ReadAll(out.Content)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestIMDSAnswersTheCallingInstance(t *testing.T) {
+	f := vpcsimtest.StartFabric(t, vpcsim.Config{}, uniquePrefix())
+	a := f.Launch(t, "m5.large")
+	b := f.Launch(t, "m5.large")
+	for _, inst := range []vpcsim.InstanceInfo{a, b} {
+		if got := imdsGet(t, f, inst.ID, "instance-id"); got != inst.ID {
+			t.Errorf("instance-id from %s's netns = %q", inst.ID, got)
+		}
+		if got := imdsGet(t, f, inst.ID, "mac"); got != inst.PrimaryENI.MAC {
+			t.Errorf("mac from %s's netns = %q, want %q", inst.ID, got, inst.PrimaryENI.MAC)
+		}
+		if got := imdsGet(t, f, inst.ID, "local-ipv4"); got != inst.PrimaryENI.PrimaryIP.String() {
+			t.Errorf("local-ipv4 from %s's netns = %q, want %s", inst.ID, got, inst.PrimaryENI.PrimaryIP)
+		}
+	}
+}
+
+// TestEC2FromInsideTheFabric assigns a secondary IP through the EC2 API
+// reached from inside an instance netns, and finds the router's route to the
+// instance's ENI for it; unassigning removes it.
+func TestEC2FromInsideTheFabric(t *testing.T) {
+	f := vpcsimtest.StartFabric(t, vpcsim.Config{}, uniquePrefix())
+	inst := f.Launch(t, "m5.large")
+	client := ec2.New(ec2.Options{
+		Region:           f.Cloud.Region(),
+		BaseEndpoint:     aws.String(f.EC2URL),
+		Credentials:      credentials.NewStaticCredentialsProvider("AKIDEXAMPLE", "secret", ""),
+		HTTPClient:       f.HTTPClient(inst.ID),
+		RetryMaxAttempts: 1,
+	})
+	ctx := context.Background()
+	eni := inst.PrimaryENI.ID
+	out, err := client.AssignPrivateIpAddresses(ctx, &ec2.AssignPrivateIpAddressesInput{
+		NetworkInterfaceId: aws.String(eni), SecondaryPrivateIpAddressCount: aws.Int32(1),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out.AssignedPrivateIpAddresses) != 1 {
+		t.Fatalf("assigned %v, want one address", out.AssignedPrivateIpAddresses)
+	}
+	addr := netip.MustParseAddr(aws.ToString(out.AssignedPrivateIpAddresses[0].PrivateIpAddress))
+	if got := routerRouteDev(t, f, addr); !strings.HasPrefix(got, f.Fabric.Prefix()+"e") {
+		t.Fatalf("router route to %s via %q, want the ENI's router end", addr, got)
+	}
+	_, err = client.UnassignPrivateIpAddresses(ctx, &ec2.UnassignPrivateIpAddressesInput{
+		NetworkInterfaceId: aws.String(eni), PrivateIpAddresses: []string{addr.String()},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := routerRouteDev(t, f, addr); got != "" {
+		t.Errorf("router still routes %s via %s after unassign", addr, got)
+	}
+}
+
+// routerRouteDev returns the device of the router's main-table route to
+// addr/32, or "".
+func routerRouteDev(t *testing.T, f *vpcsimtest.Fabricated, addr netip.Addr) string {
+	t.Helper()
+	nsh, err := netns.GetFromName(f.Fabric.RouterNetns())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nsh.Close()
+	h, err := netlinksafe.NewHandleAt(nsh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	filter := &netlink.Route{Dst: netlink.NewIPNet(addr.AsSlice())}
+	rs, err := h.RouteListFiltered(netlink.FAMILY_V4, filter, netlink.RT_FILTER_DST)
+	if err != nil || len(rs) == 0 {
+		return ""
+	}
+	link, err := h.LinkByIndex(rs[0].LinkIndex)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return link.Attrs().Name
+}

@@ -56,6 +56,9 @@ type state struct {
 	tgt      target
 	prefixes bool // growth assigns /28 prefixes now (prefix mode, no active RefusedNoPrefix)
 	ref      refusals
+	// stalled: the pool is short and no ENI, old or new, could grow now
+	// (max pods reached, subnet full, throttled, no slots per ENI).
+	stalled bool
 }
 
 func newState(in Input) *state {
@@ -149,13 +152,16 @@ func (s *state) grow() (p Plan, blocked bool) {
 		why += ", no free /28 in subnet: single addresses"
 	}
 	if lim.SlotsPerENI <= 0 {
+		s.stalled = true
 		return Plan{Action: Nothing, Reason: why + ", but the ENI limits allow no slots"}, true
 	}
 	capSlots := s.maxPodsSlots(unit)
 	if capSlots == 0 {
+		s.stalled = true
 		return Plan{Action: Nothing, Reason: why + ", but at max pods " + itoa(lim.MaxPods)}, true
 	}
 	if until := latest(s.ref.subnetFull, s.ref.throttled); !until.IsZero() {
+		s.stalled = true
 		what := "subnet full"
 		if !s.ref.throttled.IsZero() {
 			what = "throttled"

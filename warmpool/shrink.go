@@ -26,7 +26,7 @@ func (s *state) shrink() (p Plan, deferred bool) {
 	strict := prefixMode(s.in)
 	before := s.tgt.short(s.pool, strict)
 
-	eni, young := s.deletable(before, strict)
+	eni, young := s.deletable(strict)
 	if eni != "" {
 		if !due.IsZero() {
 			return s.deferPlan("ENI "+eni+" unneeded", due), true
@@ -53,16 +53,18 @@ func (s *state) shrink() (p Plan, deferred bool) {
 }
 
 func (s *state) deferPlan(what string, until time.Time) Plan {
-	return Plan{Action: Nothing, Reason: what + ", next release at " + stamp(until) + " (" + s.poolText() + ")", Until: until}
+	return Plan{Action: Nothing, Reason: what + ": allowed at " + stamp(until) + " (" + s.poolText() + ")", Until: until}
 }
 
 // deletable returns the first ENI (by ID) that may be deleted: not the
 // primary, no assigned and no cooling address, at least Config.ENIMinAge
-// old, and either holding no slot or leaving the targets met without it
-// (reference datastore: not required for WARM_IP_TARGET, MINIMUM_IP_TARGET
-// or the warm ENI/prefix target). young is the earliest time an ENI that
+// old, and leaving the targets met without it (reference datastore: not
+// required for WARM_IP_TARGET, MINIMUM_IP_TARGET or the warm ENI/prefix
+// target). While the pool is short and stalled (no ENI could grow now), an
+// ENI holding no slot is not needed either: growth failures never block
+// shrinking. young is the earliest time an ENI that
 // fails only the age rule becomes old enough; zero: none.
-func (s *state) deletable(before int, strict bool) (id string, young time.Time) {
+func (s *state) deletable(strict bool) (id string, young time.Time) {
 	minAge := s.in.Config.ENIMinAge
 	if minAge <= 0 {
 		minAge = DefaultENIMinAge
@@ -74,7 +76,7 @@ func (s *state) deletable(before int, strict bool) (id string, young time.Time) 
 		}
 		after := s.pool
 		after.addENI(*e, -1)
-		if len(e.Slots) > 0 && s.tgt.short(after, strict) > 0 {
+		if s.tgt.short(after, strict) > 0 && (len(e.Slots) > 0 || !s.stalled) {
 			continue // needed for a target
 		}
 		if old := e.Attached.Add(minAge); s.in.Now.Before(old) {

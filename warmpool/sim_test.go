@@ -207,21 +207,24 @@ func (s *sim) addPod() bool {
 	return ok
 }
 
-// delPod frees the first assigned address; it cools down for s.cooldown.
+// delPod frees the last assigned address (the newest pod goes first); it
+// cools down for s.cooldown.
 func (s *sim) delPod() bool {
-	ok := false
+	var used []*Slot
 	s.ordered(func(sl *Slot) bool {
 		if sl.Assigned > 0 {
-			sl.Assigned--
-			sl.Cooling++
-			ok = true
+			used = append(used, sl)
 		}
-		return ok
+		return false
 	})
-	if ok {
-		s.coolEnd = s.in.Now.Add(s.cooldown)
+	if len(used) == 0 {
+		return false
 	}
-	return ok
+	sl := used[len(used)-1]
+	sl.Assigned--
+	sl.Cooling++
+	s.coolEnd = s.in.Now.Add(s.cooldown)
+	return true
 }
 
 // startPending gives waiting pods the free addresses there are.

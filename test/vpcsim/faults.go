@@ -221,3 +221,15 @@ func (b *bucket) take(now time.Time) bool {
 	b.tokens--
 	return true
 }
+
+// CallCounts returns a copy of every call counter: EC2 actions by name, and
+// IMDS GETs under IMDSOp.
+func (f *Faults) CallCounts() map[string]int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make(map[string]int, len(f.calls))
+	for k, v := range f.calls {
+		out[k] = v
+	}
+	return out
+}

@@ -7,7 +7,10 @@
 #
 #   VPCIP_CONTAINERD_TOOLS  crictl and the pause archive (default /tmp/vpcip-containerd-tools)
 #   VPCIP_CNI_PLUGINS       reference CNI plugins (default /tmp/vpcip-cni-plugins)
-#   VPCIP_CONTAINERD_BIN    if set: also build containerd 2 (containerd, shim, ctr) into it
+#   VPCIP_CONTAINERD2_BIN   containerd 2 binaries (default /tmp/vpcip-containerd2/bin)
+#
+# With --containerd2 it also builds containerd 2 (containerd, shim, ctr) from
+# the module proxy, for the scenarios that need CNI 1.1.0 results.
 #
 # Cold: apt ~30 s, crictl ~70 s, plugins ~25 s, pause image ~5 s; containerd 2 ~100 s more.
 set -euo pipefail
@@ -15,6 +18,17 @@ cd "$(dirname "$0")/.."
 
 tools=${VPCIP_CONTAINERD_TOOLS:-/tmp/vpcip-containerd-tools}
 plugins=${VPCIP_CNI_PLUGINS:-/tmp/vpcip-cni-plugins}
+containerd2=${VPCIP_CONTAINERD2_BIN:-/tmp/vpcip-containerd2/bin}
+want_containerd2=
+for arg in "$@"; do
+	case "$arg" in
+	--containerd2) want_containerd2=1 ;;
+	*)
+		echo "usage: $0 [--containerd2]" >&2
+		exit 2
+		;;
+	esac
+done
 crictl_version=v1.37.0
 plugins_version=v1.10.0
 containerd2_version=v2.4.2
@@ -57,9 +71,9 @@ if [ "$(cat "$tools/pause/key" 2>/dev/null)" != "$key" ] || [ ! -s "$tools/pause
 	echo "$key" >"$tools/pause/key"
 fi
 
-if [ -n "${VPCIP_CONTAINERD_BIN:-}" ] && [ ! -x "$VPCIP_CONTAINERD_BIN/containerd-shim-runc-v2" ]; then
+if [ -n "$want_containerd2" ] && [ ! -x "$containerd2/containerd-shim-runc-v2" ]; then
 	echo "containerd-setup: building containerd $containerd2_version"
-	go_install "$VPCIP_CONTAINERD_BIN" -tags=no_btrfs \
+	go_install "$containerd2" -tags=no_btrfs \
 		"github.com/containerd/containerd/v2/cmd/containerd@$containerd2_version" \
 		"github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2@$containerd2_version" \
 		"github.com/containerd/containerd/v2/cmd/ctr@$containerd2_version"

@@ -118,9 +118,10 @@ func bridgePorts(t *testing.T, netnsName, bridge string) []string {
 // TestControlBridge runs the node scenarios with the reference bridge +
 // host-local conflist in a throwaway netns.
 func TestControlBridge(t *testing.T) {
-	tools := requireRuntime(t)
-	n := startNode(t, tools, newNetns(t), "bridge", "host-local")
-	runLifecycle(t, n, newBridgeNetwork(n, netip.MustParsePrefix("100.127.0.0/24")))
+	forEachRuntime(t, func(t *testing.T, tools crinode.Tools) {
+		n := startNode(t, tools, newNetns(t), "bridge", "host-local")
+		runLifecycle(t, n, newBridgeNetwork(n, netip.MustParsePrefix("100.127.0.0/24")))
+	})
 }
 
 var _ podNetwork = (*bridgeNetwork)(nil)

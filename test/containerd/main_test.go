@@ -28,26 +28,34 @@ import (
 // netnsPrefix starts the name of every network namespace these tests make.
 const netnsPrefix = "vcr-"
 
-// requireRuntime returns the runtime tools or skips the test: it needs root,
-// containerd, runc, crictl, the pause image and the reference plugins.
-// With VPCIP_REQUIRE_CONTAINERD=1 (CI, after scripts/containerd-setup.sh) a
-// missing tool fails the test instead.
-func requireRuntime(t *testing.T) crinode.Tools {
-	t.Helper()
+// forEachRuntime runs fn as a subtest per containerd release: "debian"
+// (Debian's containerd 1.6 and runc, CNI results up to 1.0.0) and
+// "containerd2" (built from source, CNI 1.1.0). A subtest skips when its
+// runtime is not set up, unless VPCIP_REQUIRE_CONTAINERD=1 (debian) or
+// VPCIP_REQUIRE_CONTAINERD2=1 (containerd2) says CI set it up, in which case
+// it fails. All of them need root and skip in -short mode.
+func forEachRuntime(t *testing.T, fn func(t *testing.T, tools crinode.Tools)) {
 	if testing.Short() {
 		t.Skip("containerd scenarios take tens of seconds; skipped in -short mode")
 	}
 	if os.Geteuid() != 0 {
 		t.Skip("containerd scenarios need root (network namespaces, runc)")
 	}
-	tools, err := crinode.FindTools()
-	if err != nil {
-		if os.Getenv("VPCIP_REQUIRE_CONTAINERD") == "1" {
-			t.Fatalf("VPCIP_REQUIRE_CONTAINERD=1 but the runtime is not set up: %v", err)
-		}
-		t.Skipf("container runtime not set up (%v)", err)
+	for _, rt := range []struct{ label, dir, require string }{
+		{"debian", "", "VPCIP_REQUIRE_CONTAINERD"},
+		{"containerd2", crinode.Containerd2Dir(), "VPCIP_REQUIRE_CONTAINERD2"},
+	} {
+		t.Run(rt.label, func(t *testing.T) {
+			tools, err := crinode.FindTools(rt.dir)
+			if err != nil {
+				if os.Getenv(rt.require) == "1" {
+					t.Fatalf("%s=1 but the runtime is not set up: %v", rt.require, err)
+				}
+				t.Skipf("container runtime not set up (%v)", err)
+			}
+			fn(t, tools)
+		})
 	}
-	return tools
 }
 
 var netnsSeq atomic.Int32

@@ -3,6 +3,7 @@ package containerd_test
 import (
 	"context"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -92,6 +93,9 @@ func runSandboxes(t *testing.T, n *crinode.Node, prefix string, count int) []cri
 	for _, sb := range out {
 		if sb.State != "SANDBOX_READY" || !sb.IP.IsValid() || sb.PID == 0 {
 			t.Fatalf("sandbox %s: state %s, ip %v, pid %d; want ready with an address", sb.Pod.Name, sb.State, sb.IP, sb.PID)
+		}
+		if !strings.HasPrefix(sb.NetnsPath, n.Dir+"/") {
+			t.Errorf("sandbox %s: netns %q is not under the node's directory %s", sb.Pod.Name, sb.NetnsPath, n.Dir)
 		}
 		if other, dup := seen[sb.IP]; dup {
 			t.Fatalf("sandboxes %s and %s both have %s", other, sb.Pod.Name, sb.IP)

@@ -89,6 +89,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
     sandbox = {{q .Pause}}
 
 [plugins."io.containerd.cri.v1.runtime"]
+  restrict_oom_score_adj = true
   enable_selinux = false
   netns_mounts_under_state_dir = true
   [plugins."io.containerd.cri.v1.runtime".cni]

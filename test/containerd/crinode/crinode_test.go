@@ -48,7 +48,7 @@ func TestWriteConfig(t *testing.T) {
 	}{
 		{2, []string{`version = 2`, `address = "/n/c.sock"`, `restrict_oom_score_adj = true`, `sandbox_image = "localhost/vpcip/pause:1"`,
 			`bin_dir = "/n/cni/bin"`, `conf_dir = "/n/cni/net.d"`, `Root = "/n/runc"`, `netns_mounts_under_state_dir = true`}},
-		{3, []string{`version = 3`, `address = "/n/c.sock"`, `sandbox = "localhost/vpcip/pause:1"`,
+		{3, []string{`version = 3`, `address = "/n/c.sock"`, `restrict_oom_score_adj = true`, `sandbox = "localhost/vpcip/pause:1"`,
 			`bin_dirs = ["/n/cni/bin"]`, `conf_dir = "/n/cni/net.d"`, `Root = "/n/runc"`, `netns_mounts_under_state_dir = true`}},
 	} {
 		p.Version = tt.version

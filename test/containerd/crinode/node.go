@@ -138,11 +138,8 @@ func (n *Node) start(ctx context.Context) error {
 	}
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Stdout, cmd.Stderr = log, log
-	cmd.Env = os.Environ()
-	if dir := os.Getenv("VPCIP_CONTAINERD_BIN"); dir != "" {
-		// containerd finds containerd-shim-runc-v2 on PATH.
-		cmd.Env = append(cmd.Env, "PATH="+dir+":"+os.Getenv("PATH"))
-	}
+	// containerd finds containerd-shim-runc-v2 on PATH: use the one of its own release.
+	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(n.Tools.Containerd)+":"+os.Getenv("PATH"))
 	// Own process group: a Ctrl-C of the test does not race our orderly stop.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {

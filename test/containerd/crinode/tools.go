@@ -21,12 +21,18 @@ const DefaultToolsDir = "/tmp/vpcip-containerd-tools"
 // the end-to-end tests (environment VPCIP_CNI_PLUGINS overrides it).
 const DefaultPluginDir = "/tmp/vpcip-cni-plugins"
 
+// DefaultContainerd2Dir holds containerd 2 (containerd, containerd-shim-runc-v2,
+// ctr) built from source by `scripts/containerd-setup.sh --containerd2`
+// (environment VPCIP_CONTAINERD2_BIN overrides it).
+const DefaultContainerd2Dir = "/tmp/vpcip-containerd2/bin"
+
 // SetupHint tells a reader how to get the tools FindTools looks for.
-const SetupHint = "run `bash scripts/containerd-setup.sh` as root (CI runs it before `make test`)"
+const SetupHint = "run `bash scripts/containerd-setup.sh` as root (add --containerd2 for containerd 2; CI runs it before `make test`)"
 
 // Tools are the programs and files a Node needs.
 type Tools struct {
-	Containerd   string // containerd binary
+	Label        string // "debian" (containerd on PATH) or "containerd2" (built from source)
+	Containerd   string // containerd binary; its directory also provides containerd-shim-runc-v2
 	Ctr          string // ctr of the same containerd release
 	Runc         string // runc binary
 	Crictl       string // crictl (cri-tools)
@@ -34,35 +40,42 @@ type Tools struct {
 	PluginDir    string // reference CNI plugins (bridge, host-local, loopback, portmap)
 }
 
-// FindTools locates the tools: containerd, ctr and runc in VPCIP_CONTAINERD_BIN
-// when set (a containerd release built from source) or else on PATH; crictl
-// and the pause archive in VPCIP_CONTAINERD_TOOLS (default DefaultToolsDir);
-// the reference plugins in VPCIP_CNI_PLUGINS (default DefaultPluginDir). The
-// error lists everything missing and ends with SetupHint.
-func FindTools() (Tools, error) {
+// Containerd2Dir is where containerd 2 is looked for: VPCIP_CONTAINERD2_BIN or
+// DefaultContainerd2Dir.
+func Containerd2Dir() string { return envOr("VPCIP_CONTAINERD2_BIN", DefaultContainerd2Dir) }
+
+// FindTools locates the tools: containerd, its shim and ctr in containerdDir,
+// or on PATH (Debian's packages) when containerdDir is ""; runc on PATH;
+// crictl and the pause archive in VPCIP_CONTAINERD_TOOLS (default
+// DefaultToolsDir); the reference plugins in VPCIP_CNI_PLUGINS (default
+// DefaultPluginDir). The error lists everything missing and ends with SetupHint.
+func FindTools(containerdDir string) (Tools, error) {
 	toolsDir := envOr("VPCIP_CONTAINERD_TOOLS", DefaultToolsDir)
 	t := Tools{
+		Label:        "debian",
 		Crictl:       filepath.Join(toolsDir, "bin", "crictl"),
 		PauseArchive: filepath.Join(toolsDir, "pause", "pause.tar"),
 		PluginDir:    envOr("VPCIP_CNI_PLUGINS", DefaultPluginDir),
 	}
+	if containerdDir != "" {
+		t.Label = "containerd2"
+	}
 	var errs []error
-	binDir := os.Getenv("VPCIP_CONTAINERD_BIN")
 	for _, p := range []struct {
 		dst  *string
+		dir  string
 		name string
-	}{{&t.Containerd, "containerd"}, {&t.Ctr, "ctr"}, {&t.Runc, "runc"}} {
-		path, err := lookTool(binDir, p.name)
+	}{
+		{&t.Containerd, containerdDir, "containerd"},
+		{new(string), containerdDir, "containerd-shim-runc-v2"},
+		{&t.Ctr, containerdDir, "ctr"},
+		{&t.Runc, "", "runc"},
+	} {
+		path, err := lookTool(p.dir, p.name)
 		if err != nil {
 			errs = append(errs, err)
 		}
 		*p.dst = path
-	}
-	if binDir != "" {
-		// containerd 2 finds its shim on PATH; a source build keeps it beside containerd.
-		if _, err := os.Stat(filepath.Join(binDir, "containerd-shim-runc-v2")); err != nil {
-			errs = append(errs, fmt.Errorf("containerd-shim-runc-v2 not in %s", binDir))
-		}
 	}
 	for _, f := range []string{t.Crictl, t.PauseArchive, filepath.Join(t.PluginDir, "loopback")} {
 		if _, err := os.Stat(f); err != nil {
@@ -79,7 +92,7 @@ func lookTool(dir, name string) (string, error) {
 	if dir != "" {
 		p := filepath.Join(dir, name)
 		if _, err := os.Stat(p); err != nil {
-			return "", fmt.Errorf("%s not in VPCIP_CONTAINERD_BIN=%s", name, dir)
+			return "", fmt.Errorf("%s not in %s", name, dir)
 		}
 		return p, nil
 	}

@@ -149,6 +149,12 @@ const (
 	CauseThrottled    Cause = "throttled"         // the cloud API is throttling the daemon
 	CauseWaitingCloud Cause = "waiting-for-cloud" // a pool refill is in flight
 	CauseMaxPods      Cause = "max-pods"          // the node holds its maximum number of pods
+	// CauseNoPrefix: prefix mode, and the subnet has free addresses but no
+	// aligned free /28 (EC2 InsufficientCidrBlocks, fragmentation).
+	CauseNoPrefix Cause = "no-contiguous-prefix"
+	// CauseCooldown: every free address was released less than
+	// IP_COOLDOWN_PERIOD ago and the pool cannot grow.
+	CauseCooldown Cause = "cooldown"
 )
 
 // Error is the body of every non-2xx answer.

@@ -45,6 +45,7 @@ type Config struct {
 
 	// Daemon plumbing.
 	ClusterName       string        // VPCIP_CLUSTER_NAME, tagged on the ENIs the daemon creates; default "vpcip"
+	NodeName          string        // MY_NODE_NAME, the Kubernetes node name (tagged on ENIs, shown by introspection); default empty
 	Socket            string        // VPCIP_SOCKET, plugin API unix socket; default /run/vpcip/ipamd.sock
 	Checkpoint        string        // VPCIP_CHECKPOINT, allocation state file; default /var/run/vpcip/ipam.json
 	MetricsAddr       string        // VPCIP_METRICS_ADDR (alias METRICS_BIND_ADDRESS); default :61678; "off" disables
@@ -109,6 +110,7 @@ func Parse(getenv func(string) string) (Config, error) {
 	c.LogLevel = p.logLevel("AWS_VPC_K8S_CNI_LOGLEVEL", slog.LevelInfo)
 
 	c.ClusterName = p.name("VPCIP_CLUSTER_NAME", "vpcip")
+	c.NodeName = p.name("MY_NODE_NAME", "")
 	c.Socket = p.path("VPCIP_SOCKET", DefaultSocket)
 	c.Checkpoint = p.path("VPCIP_CHECKPOINT", DefaultCheckpoint)
 	c.MetricsAddr = p.addr(DefaultMetricsAddr, "VPCIP_METRICS_ADDR", "METRICS_BIND_ADDRESS")

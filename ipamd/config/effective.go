@@ -36,6 +36,7 @@ func (c Config) Map() map[string]string {
 		"VPCIP_HOSTNET":                      b(c.HostNetwork),
 		"AWS_VPC_K8S_CNI_LOGLEVEL":           levelName(c.LogLevel),
 		"VPCIP_CLUSTER_NAME":                 c.ClusterName,
+		"MY_NODE_NAME":                       c.NodeName,
 		"VPCIP_SOCKET":                       c.Socket,
 		"VPCIP_CHECKPOINT":                   c.Checkpoint,
 		"VPCIP_METRICS_ADDR":                 c.MetricsAddr,

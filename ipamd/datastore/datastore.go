@@ -85,6 +85,7 @@ type Store struct {
 	addrs   map[netip.Addr]*address // every address we know, assigned or not
 	byKey   map[api.Key]netip.Addr  // assigned addresses by key
 	gen     uint64                  // bumped on every change a checkpoint records
+	synced  bool                    // a Sync with the authoritative ENI list happened
 	changed chan struct{}           // closed (and replaced) when an address may have become free
 }
 
@@ -235,7 +236,7 @@ func (s *Store) releaseLocked(key api.Key, now time.Time) (Assignment, bool) {
 	delete(s.byKey, key)
 	st.owner = nil
 	st.unassignedAt = now
-	if st.eni == "" {
+	if st.eni == "" && s.synced {
 		delete(s.addrs, addr) // the cloud no longer has it: nothing to cool
 	}
 	s.gen++

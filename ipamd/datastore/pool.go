@@ -150,6 +150,7 @@ func (s *Store) Sync(enis []provider.ENI, now time.Time) Repairs {
 			delete(s.addrs, addr)
 		}
 	}
+	s.synced = true
 	s.gen++
 	s.notifyLocked()
 	return r

@@ -1,0 +1,46 @@
+package ipamd
+
+import (
+	"errors"
+
+	"github.com/vpcip/vpcip/ipamd/hostnet"
+)
+
+// Host is the node's networking as the daemon drives it: package hostnet on a
+// real node (NodeHost), nothing at all when VPCIP_HOSTNET=false (NoHost).
+type Host interface {
+	// EnsureENI sets up a secondary ENI's link, route table and rule and
+	// returns its link name.
+	EnsureENI(e hostnet.ENI) (string, error)
+	// RemoveENI removes what EnsureENI made; missing is success.
+	RemoveENI(e hostnet.ENI) error
+	// EnsureSNAT installs the SNAT and connection-mark rules.
+	EnsureSNAT(c hostnet.SNATConfig) error
+	// PodRoutes lists the host routes to pod veths. ErrNoHostView means the
+	// host cannot be observed, which is not the same as "no pods".
+	PodRoutes() ([]hostnet.PodRoute, error)
+}
+
+// ErrNoHostView: the daemon runs without host networking and cannot see pods.
+var ErrNoHostView = errors.New("host networking disabled (VPCIP_HOSTNET=false): no view of pod routes")
+
+// NodeHost is Host on the current network namespace through package hostnet.
+type NodeHost struct{}
+
+var _ Host = NodeHost{}
+
+func (NodeHost) EnsureENI(e hostnet.ENI) (string, error) { return hostnet.EnsureENI(e) }
+func (NodeHost) RemoveENI(e hostnet.ENI) error           { return hostnet.RemoveENI(e) }
+func (NodeHost) EnsureSNAT(c hostnet.SNATConfig) error   { return hostnet.EnsureSNAT(c) }
+func (NodeHost) PodRoutes() ([]hostnet.PodRoute, error)  { return hostnet.PodRoutes() }
+
+// NoHost is Host for VPCIP_HOSTNET=false (tests and development without root):
+// it changes nothing and sees no pods.
+type NoHost struct{}
+
+var _ Host = NoHost{}
+
+func (NoHost) EnsureENI(e hostnet.ENI) (string, error) { return "", nil }
+func (NoHost) RemoveENI(hostnet.ENI) error             { return nil }
+func (NoHost) EnsureSNAT(hostnet.SNATConfig) error     { return nil }
+func (NoHost) PodRoutes() ([]hostnet.PodRoute, error)  { return nil, ErrNoHostView }

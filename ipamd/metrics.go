@@ -1,0 +1,131 @@
+package ipamd
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/vpcip/vpcip/provider"
+)
+
+// Metrics are vpcipd's Prometheus metrics (design.md §8): prefix vpcip_, base
+// units, counters ending in _total, small fixed label sets. Create them with
+// NewMetrics before the provider, so the provider's CallObserver can be
+// ObserveCall; the pool gauges are added by New.
+type Metrics struct {
+	reg         prometheus.Registerer
+	addWait     prometheus.Histogram
+	noAddress   *prometheus.CounterVec
+	calls       *prometheus.CounterVec
+	callLatency *prometheus.HistogramVec
+	repairs     *prometheus.CounterVec
+	checkpoints *prometheus.CounterVec
+	actions     *prometheus.CounterVec
+}
+
+// NewMetrics registers the daemon's counters and histograms on reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		reg: reg,
+		addWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "vpcip_add_wait_seconds",
+			Help:    "Time an address request (CNI ADD) waited for an address, answered or not.",
+			Buckets: []float64{0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 2, 5, 10},
+		}),
+		noAddress: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "vpcip_add_no_address_total",
+			Help: "Address requests answered with no address, by cause (eni-limit, subnet-full, no-contiguous-prefix, throttled, waiting-for-cloud, max-pods, not-ready).",
+		}, []string{"cause"}),
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "vpcip_provider_calls_total",
+			Help: "Cloud API calls by operation and outcome (ok, throttled, error, or the refusal's name).",
+		}, []string{"operation", "outcome"}),
+		callLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "vpcip_provider_call_duration_seconds",
+			Help:    "Cloud API call latency including retries, by operation.",
+			Buckets: []float64{0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60},
+		}, []string{"operation"}),
+		repairs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "vpcip_reconcile_repairs_total",
+			Help: "Differences reconciliation found and repaired, by kind.",
+		}, []string{"kind"}),
+		checkpoints: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "vpcip_checkpoint_writes_total",
+			Help: "Checkpoint writes by outcome (ok, error).",
+		}, []string{"outcome"}),
+		actions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "vpcip_pool_actions_total",
+			Help: "Warm-pool actions executed, by action (assign, create_eni, release, delete_eni) and outcome (ok, error).",
+		}, []string{"action", "outcome"}),
+	}
+	reg.MustRegister(m.addWait, m.noAddress, m.calls, m.callLatency, m.repairs, m.checkpoints, m.actions)
+	return m
+}
+
+// ObserveCall is a provider.CallObserver.
+func (m *Metrics) ObserveCall(operation, outcome string, latency time.Duration) {
+	m.calls.WithLabelValues(operation, outcome).Inc()
+	if outcome != "throttled" { // a throttled attempt is followed by the call's final report
+		m.callLatency.WithLabelValues(operation).Observe(latency.Seconds())
+	}
+}
+
+var _ provider.CallObserver = (*Metrics)(nil).ObserveCall
+
+func (m *Metrics) repaired(kind string, n int) {
+	if n > 0 {
+		m.repairs.WithLabelValues(kind).Add(float64(n))
+	}
+}
+
+// poolCollector reports the pool gauges from one consistent count per scrape.
+type poolCollector struct {
+	d     *Daemon
+	descs map[string]*prometheus.Desc
+}
+
+var poolGauges = []struct{ name, help string }{
+	{"vpcip_addresses_assigned", "Addresses held by pods."},
+	{"vpcip_addresses_warm", "Free addresses out of cooldown, ready to assign now."},
+	{"vpcip_addresses_cooling", "Released addresses still in IP_COOLDOWN_PERIOD."},
+	{"vpcip_addresses_capacity", "Addresses the attached ENIs could hold at most."},
+	{"vpcip_addresses_budget", "Addresses the node could hold at its ENI limit."},
+	{"vpcip_enis_attached", "ENIs attached to the node, the primary included."},
+	{"vpcip_enis_max", "ENIs the instance type allows, capped by MAX_ENI."},
+	{"vpcip_ready", "1 when the daemon can assign addresses, else 0."},
+}
+
+func newPoolCollector(d *Daemon) *poolCollector {
+	c := &poolCollector{d: d, descs: map[string]*prometheus.Desc{}}
+	for _, g := range poolGauges {
+		c.descs[g.name] = prometheus.NewDesc(g.name, g.help, nil, nil)
+	}
+	return c
+}
+
+func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range c.descs {
+		ch <- d
+	}
+}
+
+func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.d.Status()
+	ready := 0.0
+	if s.Ready {
+		ready = 1
+	}
+	values := map[string]float64{
+		"vpcip_addresses_assigned": float64(s.Assigned),
+		"vpcip_addresses_warm":     float64(s.Warm),
+		"vpcip_addresses_cooling":  float64(s.Cooling),
+		"vpcip_addresses_capacity": float64(s.Capacity),
+		"vpcip_addresses_budget":   float64(s.Budget),
+		"vpcip_enis_attached":      float64(s.ENIs),
+		"vpcip_enis_max":           float64(s.MaxENIs),
+		"vpcip_ready":              ready,
+	}
+	for name, v := range values {
+		ch <- prometheus.MustNewConstMetric(c.descs[name], prometheus.GaugeValue, v)
+	}
+}

@@ -1,0 +1,136 @@
+package ipamd
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/vpcip/vpcip/ipamd/api"
+	"github.com/vpcip/vpcip/ipamd/datastore"
+)
+
+// maxRequest bounds a request body; a GC list of 10,000 keys fits.
+const maxRequest = 4 << 20
+
+// apiHandler serves the plugin API (package api documents the endpoints).
+func (d *Daemon) apiHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/assign", func(w http.ResponseWriter, r *http.Request) {
+		var req api.AssignRequest
+		if !decode(w, r, &req, func() (string, api.Key) { return req.Version, req.Key }) {
+			return
+		}
+		a, err := d.Assign(r.Context(), req)
+		reply(w, a, err)
+	})
+	mux.HandleFunc("POST /v1/release", func(w http.ResponseWriter, r *http.Request) {
+		var req api.ReleaseRequest
+		if !decode(w, r, &req, func() (string, api.Key) { return req.Version, req.Key }) {
+			return
+		}
+		resp, err := d.Release(req)
+		reply(w, resp, err)
+	})
+	mux.HandleFunc("POST /v1/check", func(w http.ResponseWriter, r *http.Request) {
+		var req api.CheckRequest
+		if !decode(w, r, &req, func() (string, api.Key) { return req.Version, req.Key }) {
+			return
+		}
+		a, err := d.Check(req)
+		reply(w, a, err)
+	})
+	mux.HandleFunc("POST /v1/gc", func(w http.ResponseWriter, r *http.Request) {
+		var req api.GCRequest
+		if !decode(w, r, &req, func() (string, api.Key) {
+			return req.Version, api.Key{Network: req.Network, ContainerID: "-", IfName: "-"}
+		}) {
+			return
+		}
+		resp, err := d.GC(req)
+		reply(w, resp, err)
+	})
+	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
+		reply(w, d.Status(), nil)
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusNotFound, &api.Error{Version: api.Version, Code: api.CodeInvalid,
+			Message: fmt.Sprintf("vpcipd: no endpoint %s %s (see package ipamd/api)", r.Method, r.URL.Path)})
+	})
+	return mux
+}
+
+// decode reads a JSON request and checks its version and key; on failure it
+// answers CodeInvalid and returns false.
+func decode(w http.ResponseWriter, r *http.Request, into any, fields func() (string, api.Key)) bool {
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxRequest+1))
+	if err == nil && len(body) > maxRequest {
+		err = fmt.Errorf("larger than %d bytes", maxRequest)
+	}
+	if err == nil {
+		err = json.Unmarshal(body, into)
+	}
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, invalid("malformed request: %v", err))
+		return false
+	}
+	version, key := fields()
+	if version != api.Version {
+		writeJSON(w, http.StatusBadRequest, invalid("unsupported protocol version %q (this daemon speaks %q)", version, api.Version))
+		return false
+	}
+	if key.Network == "" || key.ContainerID == "" || key.IfName == "" {
+		writeJSON(w, http.StatusBadRequest, invalid("incomplete attachment key %q: network, container ID and ifname are required", key.String()))
+		return false
+	}
+	return true
+}
+
+func invalid(format string, args ...any) *api.Error {
+	return &api.Error{Version: api.Version, Code: api.CodeInvalid, Message: "vpcipd: " + fmt.Sprintf(format, args...)}
+}
+
+func reply(w http.ResponseWriter, v any, err error) {
+	if err == nil {
+		writeJSON(w, http.StatusOK, v)
+		return
+	}
+	var e *api.Error
+	if !errors.As(err, &e) {
+		e = &api.Error{Code: api.CodeInternal, Message: "vpcipd: " + err.Error()}
+	}
+	e.Version = api.Version
+	status := http.StatusInternalServerError
+	switch e.Code {
+	case api.CodeNoAddress, api.CodeNotReady:
+		status = http.StatusServiceUnavailable
+	case api.CodeNotFound:
+		status = http.StatusNotFound
+	case api.CodeInvalid:
+		status = http.StatusBadRequest
+	}
+	writeJSON(w, status, e)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+// wire converts a datastore assignment to the protocol's.
+func (d *Daemon) wire(a datastore.Assignment) api.Assignment {
+	d.mu.Lock()
+	vpc := d.self.VPCCIDRs
+	d.mu.Unlock()
+	table := 0
+	if a.DeviceNumber > 0 {
+		table = a.DeviceNumber + 1
+	}
+	return api.Assignment{
+		Version: api.Version, Key: a.Key, Pod: a.Pod, Address: a.Address,
+		ENIID: a.ENIID, DeviceNumber: a.DeviceNumber, RouteTable: table,
+		SubnetCIDR: a.SubnetCIDR, VPCCIDRs: vpc, MTU: d.cfg.MTU, AssignedAt: a.AssignedAt,
+	}
+}

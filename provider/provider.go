@@ -40,6 +40,12 @@ var (
 	// ErrUnauthorized: the caller's credentials do not allow the call
 	// (EC2 UnauthorizedOperation).
 	ErrUnauthorized = errors.New("cloud call not authorized")
+	// ErrNotVisible: the cloud made the change (an ENI attached, addresses
+	// assigned), but instance metadata did not show it within the backend's
+	// wait bound. The change stands and the method also returns what it made;
+	// keep it, but hand addresses out only once metadata or the
+	// authoritative API shows them.
+	ErrNotVisible = errors.New("change not yet visible in instance metadata")
 )
 
 // Instance describes the instance the daemon runs on, as instance metadata

@@ -84,8 +84,10 @@ func (c SNATConfig) validate() error {
 
 // EnsureSNAT makes the node's SNAT and connection-mark setup match c, in the
 // current netns:
-//   - rp_filter loose (2) on c.PrimaryLink, since connections DNATed from it
-//     to a pod on a secondary ENI fail the strict reverse-path check (B15),
+//   - rp_filter loose (2) on c.PrimaryLink: packets entering it for a pod on
+//     a secondary ENI (NodePort DNAT, B15; replies to SNATed egress, B17)
+//     fail the strict reverse-path check, whose reverse lookup from the pod
+//     address hits the pod's "from" rule and so the pod's ENI,
 //   - the rule "fwmark <mark>/<mark> lookup main" at PriorityMark,
 //   - mangle ChainConnmark (always: NodePort replies keep their ENI),
 //   - unless c.External: mangle ChainEgress and nat ChainSNAT, so a pod

@@ -155,12 +155,9 @@ func (f *Fabric) setupRouter(name string) error {
 	if err := f.rtr.AddrReplace(lo, hostAddr(metadataIP)); err != nil {
 		return fmt.Errorf("add %s to lo: %w", MetadataAddr, err)
 	}
-	// Every link made later in the router inherits the "default" values:
-	// strict reverse-path filtering (EC2's source/destination check) and
-	// proxy ARP (the VPC router answers ARP for every address of the
-	// subnet, so instances on the same subnet talk through the router and
-	// the check applies to them too). No redirects: the router is the only
-	// path, as in a VPC.
+	// Links made later inherit the "default" values; routerEndSysctls sets
+	// them on each ENI's router end again, with the neighbour settings that
+	// have no per-netns default.
 	return f.rtrNS.Do(func(ns.NetNS) error {
 		return writeSysctls(map[string]string{
 			"net/ipv4/ip_forward":                  "1",
@@ -171,6 +168,21 @@ func (f *Fabric) setupRouter(name string) error {
 			"net/ipv4/conf/default/send_redirects": "0",
 		})
 	})
+}
+
+// routerEndSysctls makes a router end act as the VPC router on an ENI:
+// strict reverse-path filtering (EC2's source/destination check) and proxy
+// ARP (the VPC router answers ARP for every address of the subnet, so
+// instances on the same subnet talk through the router and the check applies
+// to them too), without the kernel's random delay of up to 0.8 s before a
+// proxy ARP reply. No redirects: the router is the only path, as in a VPC.
+func routerEndSysctls(name string) map[string]string {
+	return map[string]string{
+		"net/ipv4/conf/" + name + "/rp_filter":      "1",
+		"net/ipv4/conf/" + name + "/proxy_arp":      "1",
+		"net/ipv4/conf/" + name + "/send_redirects": "0",
+		"net/ipv4/neigh/" + name + "/proxy_delay":   "0",
+	}
 }
 
 // SetLogger makes the fabric log each failed operation to l (nil: none).

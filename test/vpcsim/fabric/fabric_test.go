@@ -166,6 +166,7 @@ func TestAttachLayout(t *testing.T) {
 		"net/ipv4/conf/" + end + "/rp_filter":      "1",
 		"net/ipv4/conf/" + end + "/proxy_arp":      "1",
 		"net/ipv4/conf/" + end + "/send_redirects": "0",
+		"net/ipv4/neigh/" + end + "/proxy_delay":   "0",
 	} {
 		if got := sysctlIn(t, f.RouterNetns(), key); got != want {
 			t.Errorf("router %s = %s, want %s", key, got, want)

@@ -8,6 +8,7 @@ import (
 	"syscall"
 
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
+	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
@@ -142,6 +143,9 @@ func (f *Fabric) addVethLocked(instanceID string, inst *instance, eni vpcsim.ENI
 		return nil, fmt.Errorf("add veth %s/%s: %w", name, veth.PeerName, err)
 	}
 	link, err := f.rtr.LinkByName(name)
+	if err == nil {
+		err = f.rtrNS.Do(func(ns.NetNS) error { return writeSysctls(routerEndSysctls(name)) })
+	}
 	if err == nil {
 		err = f.rtr.LinkSetUp(link)
 	}

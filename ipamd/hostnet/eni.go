@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"strings"
+	"sync"
 
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/utils/sysctl"
@@ -17,6 +18,11 @@ import (
 // EC2 AttachNetworkInterface the link appears asynchronously, so the caller
 // retries later.
 var ErrLinkNotFound = errors.New("no link with the ENI's MAC")
+
+// eniMu serializes ENI setup within the process, so two concurrent
+// EnsureENI calls for one ENI never both find an object missing and race to
+// add it (B28).
+var eniMu sync.Mutex
 
 // MTU bounds accepted by EnsureENI, in bytes: 576 is the IPv4 minimum
 // reassembly size (RFC 791), 9001 the largest MTU EC2 supports.
@@ -91,6 +97,8 @@ func EnsureENI(e ENI) (linkName string, err error) {
 	if err := e.validate(); err != nil {
 		return "", err
 	}
+	eniMu.Lock()
+	defer eniMu.Unlock()
 	link, err := linkByMAC(e.MAC)
 	if err != nil {
 		return "", err
@@ -126,6 +134,8 @@ func RemoveENI(e ENI) error {
 		return fmt.Errorf("ENI %s: device number %d: a secondary ENI has device number ≥ 1", e.MAC, e.DeviceNumber)
 	}
 	table := TableForDevice(e.DeviceNumber)
+	eniMu.Lock()
+	defer eniMu.Unlock()
 	var errs []error
 	rules, err := eniRules(table)
 	if err != nil {
@@ -227,10 +237,14 @@ func ensureENIAddr(link netlink.Link, e ENI) error {
 			return err
 		}
 	}
-	return netlink.AddrAdd(link, &netlink.Addr{
+	err = netlink.AddrAdd(link, &netlink.Addr{
 		IPNet: &net.IPNet{IP: net.IP(e.PrimaryIP.AsSlice()), Mask: net.CIDRMask(want.Bits(), 32)},
 		Flags: unix.IFA_F_NOPREFIXROUTE,
 	})
+	if errors.Is(err, unix.EEXIST) {
+		return fmt.Errorf("address %v exists on %s with other attributes: %w", want, link.Attrs().Name, err)
+	}
+	return err
 }
 
 func removeAddr(link netlink.Link, a netip.Addr) error {

@@ -4,8 +4,10 @@ import (
 	"errors"
 	"net/netip"
 	"strings"
+	"sync"
 	"testing"
 
+	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/google/go-cmp/cmp"
 	"github.com/vishvananda/netlink"
 )
@@ -112,6 +114,7 @@ func TestEnsureENIReplacesStaleState(t *testing.T) {
 	n.run(t, "ip", "rule", "add", "from", "10.0.1.99", "lookup", "2", "priority", "1535")
 	n.run(t, "ip", "rule", "add", "from", "10.0.1.10", "lookup", "2", "priority", "1535")
 	n.run(t, "ip", "addr", "add", "10.0.1.10/16", "dev", "eth1")
+	n.run(t, "sysctl", "-qw", "net.ipv4.conf.eth1.rp_filter=1") // someone made it strict again (B15)
 
 	e := testENI()
 	n.do(t, func() error { _, err := EnsureENI(e); return err })
@@ -129,6 +132,35 @@ func TestEnsureENIReplacesStaleState(t *testing.T) {
 	}
 	if len(got.Addrs) != 1 || got.Addrs[0] != "inet 10.0.1.10/24 noprefixroute" {
 		t.Errorf("addresses %q, want only 10.0.1.10/24", got.Addrs)
+	}
+	if got.RPFilter != "2" {
+		t.Errorf("rp_filter %s, want loose (2) restored", got.RPFilter)
+	}
+}
+
+// B28: concurrent EnsureENI calls for one ENI (each goroutine on its own
+// thread in the node netns) all succeed and leave every object once.
+func TestEnsureENIConcurrent(t *testing.T) {
+	needRoot(t)
+	n := newNS(t, "eniconc")
+	n.addVeth(t, "eth1", "0a:00:00:00:01:01", "eni1peer")
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for range 8 {
+		wg.Go(func() {
+			errs <- n.ns.Do(func(ns.NetNS) error { _, err := EnsureENI(testENI()); return err })
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := readENIState(t, n)
+	if len(got.Table) != 3 || len(got.Rules) != 1 || len(got.Addrs) != 1 {
+		t.Fatalf("after concurrent EnsureENI: table %q, rules %q, addresses %q; want 3 routes, 1 rule, 1 address", got.Table, got.Rules, got.Addrs)
 	}
 }
 

@@ -17,7 +17,7 @@ import (
 var nsSeq atomic.Int64
 
 // needRoot skips tests that create network namespaces when not root.
-func needRoot(t *testing.T) {
+func needRoot(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to create network namespaces")
@@ -34,7 +34,7 @@ type testNS struct {
 	ns   ns.NetNS
 }
 
-func newNS(t *testing.T, role string) *testNS {
+func newNS(t testing.TB, role string) *testNS {
 	t.Helper()
 	name := fmt.Sprintf("vht-%s-%d-%d", role, os.Getpid(), nsSeq.Add(1))
 	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
@@ -56,7 +56,7 @@ func newNS(t *testing.T, role string) *testNS {
 }
 
 // do runs f on a goroutine locked into the namespace.
-func (n *testNS) do(t *testing.T, f func() error) {
+func (n *testNS) do(t testing.TB, f func() error) {
 	t.Helper()
 	if err := n.ns.Do(func(ns.NetNS) error { return f() }); err != nil {
 		t.Fatal(err)
@@ -64,7 +64,7 @@ func (n *testNS) do(t *testing.T, f func() error) {
 }
 
 // run runs a command inside the namespace and returns its output.
-func (n *testNS) run(t *testing.T, args ...string) string {
+func (n *testNS) run(t testing.TB, args ...string) string {
 	t.Helper()
 	full := append([]string{"netns", "exec", n.name}, args...)
 	out, err := exec.Command("ip", full...).CombinedOutput()
@@ -76,7 +76,7 @@ func (n *testNS) run(t *testing.T, args ...string) string {
 
 // lines runs a command in the namespace and returns its non-empty output
 // lines, trimmed.
-func (n *testNS) lines(t *testing.T, args ...string) []string {
+func (n *testNS) lines(t testing.TB, args ...string) []string {
 	t.Helper()
 	var out []string
 	for _, l := range strings.Split(n.run(t, args...), "\n") {
@@ -90,7 +90,7 @@ func (n *testNS) lines(t *testing.T, args ...string) []string {
 // addVeth creates a veth pair inside the namespace, standing in for an ENI
 // (the kernel here has no dummy links): name carries mac; the peer is up so
 // the link has carrier once it is set up.
-func (n *testNS) addVeth(t *testing.T, name, mac, peer string) {
+func (n *testNS) addVeth(t testing.TB, name, mac, peer string) {
 	t.Helper()
 	hw, err := net.ParseMAC(mac)
 	if err != nil {

@@ -42,17 +42,25 @@ func Next(in Input) Plan {
 	if blocked {
 		return grow // Wait, or Nothing at a static limit
 	}
-	if deferred {
-		return shrink // Nothing until a release is allowed
+	p := shrink // Nothing until a release is allowed
+	if !deferred {
+		p = Plan{Action: Nothing, Reason: "at target (" + s.tgt.describe() + ", " + s.poolText() + ")"}
 	}
-	return Plan{Action: Nothing, Reason: "at target (" + s.tgt.describe() + ", " + s.poolText() + ")"}
+	if u := s.ref.noPrefix; !u.IsZero() && s.tgt.short(s.pool, true) > 0 {
+		// Met with single addresses only: the prefix target applies again
+		// once the refusal ends.
+		p.Until = earliest(p.Until, u)
+		p.Reason += "; /28 prefixes refused until " + stamp(u)
+	}
+	return p
 }
 
 // state is Next's working view of one Input.
 type state struct {
 	in       Input
-	order    []int // indices into in.ENIs: primary first, then by ID
-	pool     pool
+	order    []int  // indices into in.ENIs: primary first, then by ID
+	enis     []pool // per ENI, same indices
+	pool     pool   // the node: the sum of enis
 	tgt      target
 	prefixes bool // growth assigns /28 prefixes now (prefix mode, no active RefusedNoPrefix)
 	ref      refusals
@@ -62,10 +70,13 @@ type state struct {
 }
 
 func newState(in Input) *state {
-	s := &state{in: in, pool: poolOf(in.ENIs), tgt: targetOf(in)}
+	s := &state{in: in, tgt: targetOf(in)}
 	s.order = make([]int, len(in.ENIs))
+	s.enis = make([]pool, len(in.ENIs))
 	for i := range s.order {
 		s.order[i] = i
+		s.enis[i] = poolOfENI(&in.ENIs[i])
+		s.pool = s.pool.plus(s.enis[i], 1)
 	}
 	slices.SortStableFunc(s.order, func(a, b int) int {
 		ea, eb := &in.ENIs[a], &in.ENIs[b]

@@ -11,31 +11,48 @@ type pool struct {
 }
 
 // add adds (sign 1) or removes (sign −1) one slot's addresses.
-func (p *pool) add(s Slot, sign int) {
+func (p *pool) add(s *Slot, sign int) {
 	size := s.Size()
 	if size == 0 {
 		return
 	}
+	a, c := max(s.Assigned, 0), max(s.Cooling, 0)
+	free := max(size-a-c, 0)
 	p.slots += sign
 	p.total += sign * size
-	p.assigned += sign * max(s.Assigned, 0)
-	p.cooling += sign * max(s.Cooling, 0)
-	p.available += sign * s.Free()
-	if size == PrefixAddresses && s.Free() == PrefixAddresses {
+	p.assigned += sign * a
+	p.cooling += sign * c
+	p.available += sign * free
+	if free == PrefixAddresses {
 		p.freePrefixes += sign
 	}
 }
 
-func (p *pool) addENI(e ENI, sign int) {
-	for _, s := range e.Slots {
-		p.add(s, sign)
+// plus is the pool with (sign 1) or without (sign −1) the addresses of q,
+// typically one ENI's pool.
+func (p pool) plus(q pool, sign int) pool {
+	return pool{
+		slots:        p.slots + sign*q.slots,
+		total:        p.total + sign*q.total,
+		assigned:     p.assigned + sign*q.assigned,
+		cooling:      p.cooling + sign*q.cooling,
+		available:    p.available + sign*q.available,
+		freePrefixes: p.freePrefixes + sign*q.freePrefixes,
 	}
+}
+
+func poolOfENI(e *ENI) pool {
+	var p pool
+	for i := range e.Slots {
+		p.add(&e.Slots[i], 1)
+	}
+	return p
 }
 
 func poolOf(enis []ENI) pool {
 	var p pool
-	for _, e := range enis {
-		p.addENI(e, 1)
+	for i := range enis {
+		p = p.plus(poolOfENI(&enis[i]), 1)
 	}
 	return p
 }

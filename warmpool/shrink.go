@@ -70,13 +70,11 @@ func (s *state) deletable(strict bool) (id string, young time.Time) {
 		minAge = DefaultENIMinAge
 	}
 	for _, i := range s.order {
-		e := &s.in.ENIs[i]
-		if e.Primary || busy(e) {
+		e, ep := &s.in.ENIs[i], s.enis[i]
+		if e.Primary || ep.assigned > 0 || ep.cooling > 0 {
 			continue
 		}
-		after := s.pool
-		after.addENI(*e, -1)
-		if s.tgt.short(after, strict) > 0 && (len(e.Slots) > 0 || !s.stalled) {
+		if s.tgt.short(s.pool.plus(ep, -1), strict) > 0 && (len(e.Slots) > 0 || !s.stalled) {
 			continue // needed for a target
 		}
 		if old := e.Attached.Add(minAge); s.in.Now.Before(old) {
@@ -86,16 +84,6 @@ func (s *state) deletable(strict bool) (id string, young time.Time) {
 		return e.ID, young
 	}
 	return "", young
-}
-
-// busy reports whether any of the ENI's addresses is assigned or cooling.
-func busy(e *ENI) bool {
-	for _, sl := range e.Slots {
-		if sl.Assigned > 0 || sl.Cooling > 0 {
-			return true
-		}
-	}
-	return false
 }
 
 // releasable picks the free slots of one ENI to release: only under IP
@@ -110,13 +98,7 @@ func (s *state) releasable(before int, strict bool) ([]netip.Prefix, string) {
 		return nil, ""
 	}
 	order := slices.Clone(s.order)
-	used := func(i int) int {
-		n := 0
-		for _, sl := range s.in.ENIs[i].Slots {
-			n += max(sl.Assigned, 0) + max(sl.Cooling, 0)
-		}
-		return n
-	}
+	used := func(i int) int { return s.enis[i].assigned + s.enis[i].cooling }
 	slices.SortStableFunc(order, func(a, b int) int {
 		ea, eb := &s.in.ENIs[a], &s.in.ENIs[b]
 		if ua, ub := used(a), used(b); ua != ub {
@@ -158,7 +140,7 @@ func (s *state) pickFree(e *ENI, strict bool) []netip.Prefix {
 	var out []netip.Prefix
 	for _, sl := range free {
 		next := after
-		next.add(sl, -1)
+		next.add(&sl, -1)
 		if s.tgt.short(next, strict) > 0 {
 			continue
 		}

@@ -21,6 +21,9 @@ type sim struct {
 	nextENI  int       // next ENI number
 	coolEnd  time.Time // when every cooling address becomes free
 	cooldown time.Duration
+	// holdCooling keeps settle from jumping the clock to the end of the
+	// cooldown, for scenarios that play out within it.
+	holdCooling bool
 }
 
 func newSim(lim Limits, cfg Config) *sim {
@@ -234,34 +237,55 @@ func (s *sim) startPending() {
 	}
 }
 
-// settle calls Next and applies its plans, one simulated second apart,
-// following Plan.Until across deferred releases and refusals, until Next
-// returns Nothing or Wait with nothing to wait for. It returns the plans
-// applied, or an error on a violated rule or after maxSteps.
+// step calls Next once and acts on its plan as the daemon and the cloud
+// would: an action is applied, then a simulated second passes and waiting
+// pods start; Nothing or Wait with an Until advances the clock to it; at
+// rest, the clock advances to the end of the cooldown if addresses cool
+// (unless holdCooling). done reports a fixed point: Next has nothing to do
+// and nothing will change by itself.
+func (s *sim) step() (applied *Plan, done bool, err error) {
+	p := Next(s.in)
+	if p.Reason == "" || strings.Contains(p.Reason, "\n") {
+		return nil, false, fmt.Errorf("plan %v with reason %q", p.Action, p.Reason)
+	}
+	switch p.Action {
+	case Nothing, Wait:
+		switch {
+		case !p.Until.IsZero():
+			if !p.Until.After(s.in.Now) {
+				return nil, false, fmt.Errorf("%v until %v, not after now %v", p.Action, p.Until, s.in.Now)
+			}
+			s.advance(p.Until.Sub(s.in.Now))
+			return nil, false, nil
+		case !s.coolEnd.IsZero() && !s.holdCooling:
+			s.advance(s.coolEnd.Sub(s.in.Now))
+			return nil, false, nil
+		}
+		return nil, true, nil
+	}
+	if err := s.apply(p); err != nil {
+		return nil, false, fmt.Errorf("%v: %w", p.Reason, err)
+	}
+	s.advance(time.Second)
+	s.startPending()
+	return &p, false, nil
+}
+
+// settle steps until a fixed point and returns the plans applied, or an
+// error on a violated rule or after maxSteps.
 func (s *sim) settle(maxSteps int) ([]Plan, error) {
 	var applied []Plan
 	for range maxSteps {
-		p := Next(s.in)
-		if p.Reason == "" {
-			return applied, fmt.Errorf("plan %v without a reason", p.Action)
+		p, done, err := s.step()
+		if err != nil {
+			return applied, fmt.Errorf("step %d: %w", len(applied), err)
 		}
-		switch p.Action {
-		case Nothing, Wait:
-			if p.Until.IsZero() {
-				return applied, nil
-			}
-			if !p.Until.After(s.in.Now) {
-				return applied, fmt.Errorf("%v until %v, not after now %v", p.Action, p.Until, s.in.Now)
-			}
-			s.advance(p.Until.Sub(s.in.Now))
-			continue
+		if done {
+			return applied, nil
 		}
-		if err := s.apply(p); err != nil {
-			return applied, fmt.Errorf("step %d: %v: %w", len(applied), p.Reason, err)
+		if p != nil {
+			applied = append(applied, *p)
 		}
-		applied = append(applied, p)
-		s.advance(time.Second)
-		s.startPending()
 	}
 	return applied, fmt.Errorf("no fixed point after %d steps; last plans %v", maxSteps, tail(applied, 6))
 }
@@ -293,4 +317,14 @@ func (s *sim) perPrefix() []int {
 		return false
 	})
 	return out
+}
+
+// busy reports whether any of the ENI's addresses is assigned or cooling.
+func busy(e *ENI) bool {
+	for _, sl := range e.Slots {
+		if sl.Assigned > 0 || sl.Cooling > 0 {
+			return true
+		}
+	}
+	return false
 }

@@ -87,9 +87,9 @@ func (s Slot) Size() int {
 }
 
 // Free is the number of the slot's addresses a pod could get now, in
-// addresses: Size − Assigned − Cooling, at least 0. Cooling addresses are not
-// free (reference issues #2896, #1700).
-func (s Slot) Free() int { return max(s.Size()-s.Assigned-s.Cooling, 0) }
+// addresses: Size − Assigned − Cooling, at least 0 (negative counts read as
+// 0). Cooling addresses are not free (reference issues #2896, #1700).
+func (s Slot) Free() int { return max(s.Size()-max(s.Assigned, 0)-max(s.Cooling, 0), 0) }
 
 // ENI is the state of one attached ENI.
 type ENI struct {

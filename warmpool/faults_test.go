@@ -1,0 +1,186 @@
+package warmpool
+
+import (
+	"math/rand/v2"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+)
+
+// TestCoolingAddressesAreNotAvailable_ref2896: the reference counted
+// addresses in cooldown as free, so with a minimum target met the pool did
+// not grow and ADDs failed until the cooldown ended
+// (amazon-vpc-cni-k8s #2896, #1700).
+func TestCoolingAddressesAreNotAvailable_ref2896(t *testing.T) {
+	in := Input{
+		ENIs:   []ENI{eni("eni-0", old, slots32("10.0.0.1", 8, 2, 6)...)},
+		Limits: small, Config: Config{WarmIPTarget: 2, MinimumIPTarget: 8}, Now: t0,
+	}
+	got := Summarize(in)
+	if got.Available != 0 || got.Cooling != 6 || got.Total != 8 {
+		t.Errorf("Summarize: available %d, cooling %d, total %d; want 0, 6, 8", got.Available, got.Cooling, got.Total)
+	}
+	p := Next(in)
+	if p.Action != Assign || p.ENI != "eni-0" || p.Count != 1 {
+		// short = max(2 − 0, 8 − 8) = 2, and the primary has room for 1.
+		t.Errorf("Next = %v %s %d (%s); want assign 1 on eni-0 (room 1 of 2 short)", p.Action, p.ENI, p.Count, p.Reason)
+	}
+}
+
+// TestCooldownChurnNeverStarvesADD_ref2896 replays the field-failure
+// scenario B10: WARM_IP_TARGET 2, MINIMUM_IP_TARGET 8, 30 s cooldown; 6 pods,
+// 4 deleted, 4 new ones within 2 s. Every ADD finds an address while the
+// instance has room, and no release touches a cooling address.
+func TestCooldownChurnNeverStarvesADD_ref2896(t *testing.T) {
+	s := growTo(t, small, Config{WarmIPTarget: 2, MinimumIPTarget: 8}, 6)
+	s.holdCooling = true
+	start := s.in.Now
+	for range 4 {
+		s.delPod()
+	}
+	if _, err := s.settle(50); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		if !s.addPod() {
+			t.Fatalf("new pod %d found no free address at %v: %+v", i+1, s.in.Now.Sub(t0), Summarize(s.in))
+		}
+		if _, err := s.settle(50); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d := s.in.Now.Sub(start); d >= s.cooldown {
+		t.Fatalf("scenario took %v, not within the %v cooldown", d, s.cooldown)
+	}
+	c := Summarize(s.in)
+	if c.Assigned != 6 || c.Available < 2 {
+		t.Errorf("after churn: assigned %d, available %d; want 6 and at least 2", c.Assigned, c.Available)
+	}
+}
+
+// TestCoolingCountsTowardMinimum_ref1700: cooling addresses are held by the
+// ENI, so they count toward MINIMUM_IP_TARGET: no growth past the floor
+// because of them.
+func TestCoolingCountsTowardMinimum_ref1700(t *testing.T) {
+	in := Input{ENIs: []ENI{eni("eni-0", old, slots32("10.0.0.1", 8, 0, 8)...)}, Limits: small, Config: Config{MinimumIPTarget: 8}, Now: t0}
+	if p := Next(in); p.Action != Nothing {
+		t.Errorf("Next = %v (%s); want nothing: 8 held meet MINIMUM_IP_TARGET 8", p.Action, p.Reason)
+	}
+}
+
+// TestPendingPodsCoveredInOneStep: the reference grows by one warm batch per
+// round trip while pods wait; the waiting pods are a shortfall of their own,
+// covered in one call.
+func TestPendingPodsCoveredInOneStep(t *testing.T) {
+	s := newSim(small, Config{WarmIPTarget: 2})
+	s.in.Pending = 5
+	applied, err := s.settle(10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Plan{{Action: Assign, ENI: "eni-00", Count: 7}}
+	if diff := cmp.Diff(want, applied, cmp.FilterPath(func(p cmp.Path) bool { return p.Last().String() == ".Reason" }, cmp.Ignore())); diff != "" {
+		t.Errorf("plans (-want +got):\n%s", diff)
+	}
+	if c := Summarize(s.in); s.in.Pending != 0 || c.Assigned != 5 || c.Available != 2 {
+		t.Errorf("pending %d, assigned %d, available %d; want 0, 5, 2", s.in.Pending, c.Assigned, c.Available)
+	}
+}
+
+// TestRefusedNoPrefixFallsBackToAddresses_ref2749: in prefix mode a subnet
+// with free addresses but no aligned /28 left pods without addresses
+// (amazon-vpc-cni-k8s #2749, #1634). With the refusal fed back, pods get
+// single addresses within one cycle, and the prefix call is not repeated
+// until the refusal ends.
+func TestRefusedNoPrefixFallsBackToAddresses_ref2749(t *testing.T) {
+	s := newSim(small, Config{PrefixDelegation: true, WarmPrefixTarget: 1})
+	until := t0.Add(10 * time.Minute)
+	s.in.Refusals = []Refusal{{Kind: RefusedNoPrefix, Until: until}}
+	s.in.Pending = 3
+	for steps := 0; s.in.Now.Before(until); steps++ {
+		if steps == 20 {
+			t.Fatalf("no rest within 20 steps while refused")
+		}
+		before := Summarize(s.in)
+		p, done, err := s.step()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if done {
+			t.Fatalf("at rest while refused, not waiting for the refusal's end: %+v", before)
+		}
+		if p == nil {
+			if s.in.Now.Before(until) {
+				continue
+			}
+			// The clock jumped to the refusal's end: check the state
+			// reached while it was in force.
+			if s.in.Pending != 0 || before.Prefixes != 0 || before.Assigned != 3 {
+				t.Errorf("pending %d, prefixes %d, assigned %d; want 0, 0, 3", s.in.Pending, before.Prefixes, before.Assigned)
+			}
+			break
+		}
+		if p.Prefixes {
+			t.Fatalf("prefix call while the subnet refused /28s: %s", p.Reason)
+		}
+	}
+	// The refusal over, the node returns to a whole free /28 and gives the
+	// fallback addresses back, pods aside.
+	s.in.Refusals = nil
+	if _, err := s.settle(50); err != nil {
+		t.Fatal(err)
+	}
+	c := Summarize(s.in)
+	if c.FreePrefixes != 1 || c.Total-c.Prefixes*PrefixAddresses != 3 {
+		t.Errorf("after the refusal: %+v; want 1 free prefix and only the 3 assigned /32s", c)
+	}
+}
+
+// TestSurplusReleasedAfterBurst_ref329: the reference never gave back
+// addresses after a burst (amazon-vpc-cni-k8s #329, #933). Field-failure B09:
+// itype-small, WARM_IP_TARGET 2, MINIMUM_IP_TARGET 3; 25 pods, 24 deleted;
+// the pool trims to max(2, 3 − 1) free and drops the empty ENIs.
+func TestSurplusReleasedAfterBurst_ref329(t *testing.T) {
+	s := growTo(t, small, Config{WarmIPTarget: 2, MinimumIPTarget: 3}, 25)
+	for range 24 {
+		s.delPod()
+	}
+	applied, err := s.settle(100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := Summarize(s.in)
+	if c.Assigned != 1 || c.Available != 2 || c.Total != 3 || c.ENIs != 1 {
+		t.Errorf("after the burst: %+v; want 1 assigned, 2 available, 3 total on 1 ENI", c)
+	}
+	if len(applied) > 6 {
+		t.Errorf("%d calls to trim; want a bounded few: %v", len(applied), tail(applied, len(applied)))
+	}
+	if s.in.Now.Sub(t0) > 10*time.Minute {
+		t.Errorf("trimming took %v of simulated time", s.in.Now.Sub(t0))
+	}
+}
+
+// TestSameInputSamePlan: the order of ENIs and slots in the input does not
+// change the plan, reason included.
+func TestSameInputSamePlan(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 11))
+	for i := range 2000 {
+		in := randomInput(r)
+		want := Next(in)
+		shuffled := in
+		shuffled.ENIs = make([]ENI, len(in.ENIs))
+		for j, e := range in.ENIs {
+			e.Slots = append([]Slot(nil), e.Slots...)
+			r.Shuffle(len(e.Slots), func(a, b int) { e.Slots[a], e.Slots[b] = e.Slots[b], e.Slots[a] })
+			shuffled.ENIs[j] = e
+		}
+		r.Shuffle(len(shuffled.ENIs), func(a, b int) { shuffled.ENIs[a], shuffled.ENIs[b] = shuffled.ENIs[b], shuffled.ENIs[a] })
+		if diff := cmp.Diff(want, Next(shuffled), cmpopts.EquateComparable(netip.Prefix{})); diff != "" {
+			t.Fatalf("case %d: shuffled input, different plan (-want +got):\n%s", i, diff)
+		}
+	}
+}

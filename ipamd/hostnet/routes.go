@@ -18,7 +18,9 @@ type PodRoute struct {
 
 // PodRoutes lists the host routes to pod veths in the current netns: IPv4
 // main-table routes with a /32 destination, scope link, whose device is a
-// veth. Sorted by address. Reconciliation reads it as "what the node shows":
+// veth. Link-local destinations (169.254.0.0/16, such as the instance
+// metadata address routed on-link where ENIs are veths, as under vpcsim) are
+// never pod addresses and are left out. Sorted by address. Reconciliation reads it as "what the node shows":
 // an assigned address without a route has lost its pod (the netns went away
 // and took the veth with it).
 func PodRoutes() ([]PodRoute, error) {
@@ -43,7 +45,7 @@ func PodRoutes() ([]PodRoute, error) {
 			continue
 		}
 		dst, err := toPrefix(r.Dst)
-		if err != nil || dst.Bits() != 32 || !dst.Addr().Is4() {
+		if err != nil || dst.Bits() != 32 || !dst.Addr().Is4() || dst.Addr().IsLinkLocalUnicast() {
 			continue
 		}
 		out = append(out, PodRoute{Address: dst.Addr(), HostVeth: name})

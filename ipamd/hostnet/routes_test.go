@@ -20,6 +20,7 @@ func TestPodRoutes(t *testing.T) {
 		{"10.0.0.51/32", "dev", "enib2c3d4e5f60", "scope", "link"},
 		{"10.0.0.50/32", "dev", "eni0123456789a", "scope", "link"},
 		{"10.0.0.0/24", "dev", "eth0", "scope", "link"},                          // a /24, not a pod /32
+		{"169.254.169.254/32", "dev", "eth0", "scope", "link"},                   // metadata, link-local
 		{"10.0.0.60/32", "dev", "lo", "scope", "link"},                           // not a veth
 		{"10.0.0.70/32", "via", "10.0.0.1", "dev", "eth0"},                       // via a gateway, not scope link
 		{"10.0.0.80/32", "dev", "enib2c3d4e5f60", "scope", "link", "table", "7"}, // not the main table

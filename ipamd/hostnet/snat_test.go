@@ -149,8 +149,12 @@ func TestEnsureSNATChangedSpec(t *testing.T) {
 	n.do(t, func() error { return EnsureSNAT(c) })
 	c.Mark = 0x4000
 	c.RandomFully = false
+	n.run(t, "sysctl", "-qw", "net.ipv4.conf.eth0.rp_filter=1") // made strict behind our back (B15)
 	n.do(t, func() error { return EnsureSNAT(c) })
 	got := readSNATState(t, n)
+	if got.RPFilter != "2" {
+		t.Errorf("rp_filter on eth0 %s, want loose (2) restored", got.RPFilter)
+	}
 	if diff := cmp.Diff([]string{"1024: from all fwmark 0x4000/0x4000 lookup main"}, got.MarkRules); diff != "" {
 		t.Errorf("mark rules (-want +got):\n%s", diff)
 	}

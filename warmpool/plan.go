@@ -158,7 +158,7 @@ func (s *state) grow() (p Plan, blocked bool) {
 		unit = PrefixAddresses
 	}
 	lim := s.in.Limits
-	why := "short " + itoa(short) + " addresses (" + s.tgt.describe() + ", " + s.poolText() + ")"
+	why := "short " + count(short, "address") + " (" + s.tgt.describe() + ", " + s.poolText() + ")"
 	if !s.prefixes && prefixMode(s.in) {
 		why += ", no free /28 in subnet: single addresses"
 	}
@@ -196,7 +196,7 @@ func (s *state) grow() (p Plan, blocked bool) {
 		if whole {
 			n = room
 		}
-		return s.growPlan(Assign, e.ID, min(n, capSlots), why), false
+		return s.growPlan(Assign, e.ID, n, capSlots, why), false
 	}
 	if len(s.in.ENIs) >= lim.MaxENIs {
 		if !waitENI.IsZero() {
@@ -212,18 +212,25 @@ func (s *state) grow() (p Plan, blocked bool) {
 	if whole {
 		n = lim.SlotsPerENI
 	}
-	return s.growPlan(CreateENI, "", min(n, capSlots), why), false
+	return s.growPlan(CreateENI, "", n, capSlots, why), false
 }
 
-func (s *state) growPlan(a ActionKind, eni string, n int, why string) Plan {
-	what := " addresses"
+// growPlan is the Assign or CreateENI of n slots, capped at capSlots
+// (Limits.MaxPods).
+func (s *state) growPlan(a ActionKind, eni string, n, capSlots int, why string) Plan {
+	unit := "address"
 	if s.prefixes {
-		what = " prefixes"
+		unit = "prefix"
+	}
+	capped := ""
+	if capSlots < n {
+		n = capSlots
+		capped = " (max pods " + itoa(s.in.Limits.MaxPods) + ")"
 	}
 	if a == Assign {
-		why += ": assign " + itoa(n) + what + " on " + eni
+		why += ": assign " + count(n, unit) + " on " + eni + capped
 	} else {
-		why += ": create ENI with " + itoa(n) + what
+		why += ": create ENI with " + count(n, unit) + capped
 	}
 	return Plan{Action: a, ENI: eni, Count: n, Prefixes: s.prefixes, Reason: why}
 }
@@ -260,6 +267,17 @@ func (s *state) poolText() string {
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// count is n and the unit ("address", "prefix", "slot"), plural unless 1.
+func count(n int, unit string) string {
+	if n == 1 {
+		return "1 " + unit
+	}
+	if strings.HasSuffix(unit, "ss") || strings.HasSuffix(unit, "x") {
+		return itoa(n) + " " + unit + "es"
+	}
+	return itoa(n) + " " + unit + "s"
+}
 
 func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }
 

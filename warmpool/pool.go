@@ -72,6 +72,7 @@ type target struct {
 	warmIP       int // addresses (byIPTargets)
 	minIP        int // addresses (byIPTargets)
 	warmPrefixes int // whole free /28 prefixes (byPrefixTarget)
+	warmENIs     int // ENIs (byENITarget)
 	warmAddrs    int // addresses: WARM_ENI_TARGET × SlotsPerENI (byENITarget)
 	pending      int // addresses for pods waiting now
 }
@@ -102,6 +103,7 @@ func targetOf(in Input) target {
 		if n <= 0 {
 			n = DefaultWarmENITarget
 		}
+		t.warmENIs = n
 		t.warmAddrs = n * max(in.Limits.SlotsPerENI, 0)
 	}
 	return t
@@ -147,7 +149,7 @@ func (t target) describe() string {
 	case byPrefixTarget:
 		return "WARM_PREFIX_TARGET " + itoa(t.warmPrefixes)
 	default:
-		return "WARM_ENI_TARGET " + itoa(t.warmAddrs) + " addresses"
+		return "WARM_ENI_TARGET " + itoa(t.warmENIs) + " = " + count(t.warmAddrs, "address")
 	}
 }
 

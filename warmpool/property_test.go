@@ -157,6 +157,7 @@ func TestPlanKeepsLimitsAndPromises(t *testing.T) {
 func TestRepeatedPlansConverge(t *testing.T) {
 	for seed := range uint64(4) {
 		r := rand.New(rand.NewPCG(seed, 0xc0de))
+		var grew, shrank, both int
 		for i := range 1500 {
 			s := randomSim(r)
 			start := s.clone()
@@ -165,7 +166,7 @@ func TestRepeatedPlansConverge(t *testing.T) {
 				calm = latest(calm, ref.Until)
 			}
 			s.startPending()
-			var shrunk bool
+			var shrunk, didGrow, didShrink bool
 			fail := func(err error) {
 				t.Fatalf("seed %d case %d: %v\nstart %+v", seed, i, err, start.in)
 			}
@@ -185,8 +186,10 @@ func TestRepeatedPlansConverge(t *testing.T) {
 				}
 				switch p.Action {
 				case Release, DeleteENI:
+					didShrink = true
 					shrunk = shrunk || !s.in.Now.Before(calm)
 				case Assign, CreateENI:
+					didGrow = true
 					if shrunk {
 						fail(fmt.Errorf("growth after shrink: %s", p.Reason))
 					}
@@ -198,6 +201,19 @@ func TestRepeatedPlansConverge(t *testing.T) {
 			if c.Short > 0 && !stuck {
 				fail(fmt.Errorf("fixed point short %d addresses with room to grow: %+v", c.Short, c))
 			}
+			grew, shrank = grew+b2i(didGrow), shrank+b2i(didShrink)
+			both += b2i(didGrow && didShrink)
+		}
+		t.Logf("seed %d: of 1500 nodes %d grew, %d shrank, %d both", seed, grew, shrank, both)
+		if grew < 100 || shrank < 100 || both < 10 {
+			t.Errorf("seed %d: too few nodes grew (%d), shrank (%d) or both (%d) to judge convergence", seed, grew, shrank, both)
 		}
 	}
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

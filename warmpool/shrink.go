@@ -43,8 +43,8 @@ func (s *state) shrink() (p Plan, deferred bool) {
 		for _, r := range rel {
 			n += Slot{Prefix: r}.Size()
 		}
-		return Plan{Action: Release, ENI: from, Release: rel, Reason: "surplus: release " + itoa(n) +
-			" addresses in " + itoa(len(rel)) + " slots from " + from + " (" + s.tgt.describe() + ", " + s.poolText() + ")"}, false
+		return Plan{Action: Release, ENI: from, Release: rel, Reason: "surplus: release " + count(n, "address") +
+			" in " + count(len(rel), "slot") + " from " + from + " (" + s.tgt.describe() + ", " + s.poolText() + ")"}, false
 	}
 	if !young.IsZero() {
 		return s.deferPlan("unneeded ENI younger than ENIMinAge", young), true

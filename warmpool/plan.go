@@ -157,31 +157,44 @@ func (s *state) grow() (p Plan, blocked bool) {
 	if s.prefixes {
 		unit = PrefixAddresses
 	}
-	lim := s.in.Limits
 	why := "short " + count(short, "address") + " (" + s.tgt.describe() + ", " + s.poolText() + ")"
 	if !s.prefixes && prefixMode(s.in) {
 		why += ", no free /28 in subnet: single addresses"
 	}
-	if lim.SlotsPerENI <= 0 {
+	capSlots := s.maxPodsSlots(unit)
+	if p, stalled := s.stall(why, capSlots); stalled {
 		s.stalled = true
+		return p, true
+	}
+	return s.growOn(ceilDiv(short, unit), capSlots, why)
+}
+
+// stall reports growth impossible on any ENI, old or new: no slots per
+// ENI, max pods reached, or the subnet full or the API throttled.
+func (s *state) stall(why string, capSlots int) (Plan, bool) {
+	lim := s.in.Limits
+	if lim.SlotsPerENI <= 0 {
 		return Plan{Action: Nothing, Reason: why + ", but the ENI limits allow no slots"}, true
 	}
-	capSlots := s.maxPodsSlots(unit)
 	if capSlots == 0 {
-		s.stalled = true
 		return Plan{Action: Nothing, Reason: why + ", but at max pods " + itoa(lim.MaxPods)}, true
 	}
 	if until := latest(s.ref.subnetFull, s.ref.throttled); !until.IsZero() {
-		s.stalled = true
 		what := "subnet full"
 		if !s.ref.throttled.IsZero() {
 			what = "throttled"
 		}
 		return Plan{Action: Wait, Reason: why + ", " + what + " until " + stamp(until), Until: until}, true
 	}
-	want := ceilDiv(short, unit)
-	whole := s.tgt.policy == byENITarget
-	var waitENI time.Time // earliest end of an address-limit refusal on an ENI with room
+	return Plan{}, false
+}
+
+// growOn plans want more slots: on the first attached ENI with room, else
+// on a new ENI, else Wait or Nothing (blocked).
+func (s *state) growOn(want, capSlots int, why string) (p Plan, blocked bool) {
+	lim := s.in.Limits
+	whole := s.tgt.policy == byENITarget // the reference fills ENIs whole
+	var waitENI time.Time                // earliest end of an address-limit refusal on an ENI with room
 	for _, i := range s.order {
 		e := &s.in.ENIs[i]
 		room := lim.SlotsPerENI - len(e.Slots)

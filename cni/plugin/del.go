@@ -50,7 +50,13 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 			in.log.Info("released", "address", resp.Assignment.Address.String())
 			errs = append(errs, removeHostSide(in.log, resp.Assignment.Address, in.hostVeth(), true))
 		} else {
-			in.log.Info("nothing to release; key unknown or already released")
+			// Unknown key, or released earlier (GC): host state can only
+			// be known locally, and is removed only where it is this pod's.
+			local := localAddrs(in, args.IfName, podAddrs)
+			in.log.Info("nothing to release; key unknown or already released", "localAddresses", fmt.Sprint(local))
+			for _, a := range local {
+				errs = append(errs, removeHostSide(in.log, a, in.hostVeth(), false))
+			}
 		}
 		if err := errors.Join(errs...); err != nil {
 			return types.NewError(types.ErrInternal, fmt.Sprintf("DEL %s: %v", in.key, err), "")
@@ -61,9 +67,7 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 		return daemonError("release", in.key, relErr)
 	}
 
-	local := slices.Concat(prevResultAddrs(in.conf, args.IfName, in.log), podAddrs)
-	slices.SortFunc(local, netip.Addr.Compare)
-	local = slices.Compact(local)
+	local := localAddrs(in, args.IfName, podAddrs)
 	for _, a := range local {
 		errs = append(errs, removeHostSide(in.log, a, in.hostVeth(), false))
 	}
@@ -74,6 +78,14 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 	}
 	cerr.Msg += "; host routes and rules removed, the address is released when vpcipd answers a retried DEL or its GC"
 	return cerr
+}
+
+// localAddrs is what the node knows of the attachment's addresses without
+// the daemon: prevResult and the pod interface DEL just removed.
+func localAddrs(in *invocation, ifName string, podAddrs []netip.Addr) []netip.Addr {
+	local := slices.Concat(prevResultAddrs(in.conf, ifName, in.log), podAddrs)
+	slices.SortFunc(local, netip.Addr.Compare)
+	return slices.Compact(local)
 }
 
 // removeHostSide removes addr's host route and rules and the host veth when

@@ -1,0 +1,266 @@
+package cnitest
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vpcip/vpcip/ipamd/api"
+)
+
+// Daemon is what the suite needs of a daemon besides its wire protocol.
+type Daemon interface {
+	// Socket is the unix socket the plugin's ipamdSocket points at.
+	Socket() string
+	// Stop makes the daemon unreachable (process gone, socket refused).
+	Stop(t testing.TB)
+	// Start brings it back with the state it had (checkpoint).
+	Start(t testing.TB)
+}
+
+// FakeAddress is one address of the double's pool.
+type FakeAddress struct {
+	Addr         netip.Addr
+	DeviceNumber int // 0: primary ENI (main table); d ≥ 1: route table d+1
+}
+
+// FakeDaemon serves ipamd/api over a unix socket from a fixed address list,
+// for plugin-contract tests that need control the real daemon does not give
+// (readiness, exhaustion). Assign is idempotent per key; GC releases at once
+// (no grace period); released addresses go to the back of the free list.
+// It is a test double of vpcipd's protocol only: the suite also runs against
+// the real vpcipd on vpcsim.
+type FakeDaemon struct {
+	socket string
+	mtu    int
+
+	mu    sync.Mutex // guards the fields below
+	free  []FakeAddress
+	held  map[api.Key]api.Assignment
+	ready bool
+	calls map[string]int
+	srv   *http.Server
+}
+
+// FakePool returns n addresses alternating between the primary ENI
+// (100.64.1.x, main table) and a secondary ENI at device 1 (100.64.2.x,
+// table 2), so every suite run exercises both rule sets.
+func FakePool(n int) []FakeAddress {
+	out := make([]FakeAddress, 0, n)
+	for i := 0; i < n; i++ {
+		dev := i % 2
+		out = append(out, FakeAddress{Addr: netip.AddrFrom4([4]byte{100, 64, byte(1 + dev), byte(10 + i/2)}), DeviceNumber: dev})
+	}
+	return out
+}
+
+// NewFakeDaemon starts the double on a socket in a temp dir, ready, and
+// stops it at cleanup. mtu is what its assignments carry (0: 9001).
+func NewFakeDaemon(t testing.TB, pool []FakeAddress, mtu int) *FakeDaemon {
+	t.Helper()
+	if mtu == 0 {
+		mtu = 9001
+	}
+	d := &FakeDaemon{
+		socket: filepath.Join(t.TempDir(), "ipamd.sock"),
+		mtu:    mtu, free: append([]FakeAddress(nil), pool...),
+		held: map[api.Key]api.Assignment{}, ready: true, calls: map[string]int{},
+	}
+	d.Start(t)
+	t.Cleanup(func() { d.Stop(t) })
+	return d
+}
+
+// Socket implements Daemon.
+func (d *FakeDaemon) Socket() string { return d.socket }
+
+// SetReady sets what /v1/status reports and whether Assign answers
+// not-ready.
+func (d *FakeDaemon) SetReady(ready bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.ready = ready
+}
+
+// Held returns the assignments the double holds now.
+func (d *FakeDaemon) Held() map[api.Key]api.Assignment {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make(map[api.Key]api.Assignment, len(d.held))
+	for k, v := range d.held {
+		out[k] = v
+	}
+	return out
+}
+
+// Calls returns how many requests of a path ("/v1/assign") it served.
+func (d *FakeDaemon) Calls(path string) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.calls[path]
+}
+
+// Start implements Daemon.
+func (d *FakeDaemon) Start(t testing.TB) {
+	t.Helper()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.srv != nil {
+		return
+	}
+	_ = os.Remove(d.socket)
+	ln, err := net.Listen("unix", d.socket)
+	if err != nil {
+		t.Fatalf("listen %s: %v", d.socket, err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/assign", d.handle(d.assign))
+	mux.HandleFunc("POST /v1/release", d.handle(d.release))
+	mux.HandleFunc("POST /v1/check", d.handle(d.check))
+	mux.HandleFunc("POST /v1/gc", d.handle(d.gc))
+	mux.HandleFunc("GET /v1/status", d.handle(d.status))
+	d.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go d.srv.Serve(ln)
+}
+
+// Stop implements Daemon: the socket is closed and removed.
+func (d *FakeDaemon) Stop(t testing.TB) {
+	d.mu.Lock()
+	srv := d.srv
+	d.srv = nil
+	d.mu.Unlock()
+	if srv != nil {
+		_ = srv.Close()
+		_ = os.Remove(d.socket)
+	}
+}
+
+type handlerFunc func(body []byte) (any, *api.Error)
+
+func (d *FakeDaemon) handle(fn handlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+		d.mu.Lock()
+		d.calls[r.URL.Path]++
+		out, aerr := fn(body)
+		d.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		if aerr != nil {
+			aerr.Version = api.Version
+			status := http.StatusInternalServerError
+			switch aerr.Code {
+			case api.CodeNoAddress, api.CodeNotReady:
+				status = http.StatusServiceUnavailable
+			case api.CodeNotFound:
+				status = http.StatusNotFound
+			case api.CodeInvalid:
+				status = http.StatusBadRequest
+			}
+			w.WriteHeader(status)
+			_ = json.NewEncoder(w).Encode(aerr)
+			return
+		}
+		_ = json.NewEncoder(w).Encode(out)
+	}
+}
+
+func decode(body []byte, v any) *api.Error {
+	if err := json.Unmarshal(body, v); err != nil {
+		return &api.Error{Code: api.CodeInvalid, Message: "bad request: " + err.Error()}
+	}
+	return nil
+}
+
+func (d *FakeDaemon) assign(body []byte) (any, *api.Error) {
+	var req api.AssignRequest
+	if e := decode(body, &req); e != nil {
+		return nil, e
+	}
+	if !d.ready {
+		return nil, &api.Error{Code: api.CodeNotReady, Message: "vpcipd is restoring its state; try again"}
+	}
+	if a, ok := d.held[req.Key]; ok {
+		return a, nil
+	}
+	if len(d.free) == 0 {
+		return nil, &api.Error{Code: api.CodeNoAddress, Cause: api.CauseENILimit,
+			Message: fmt.Sprintf("no free address: node at its ENI limit (2 of 2) and all %d addresses assigned", len(d.held))}
+	}
+	fa := d.free[0]
+	d.free = d.free[1:]
+	table := 0
+	if fa.DeviceNumber > 0 {
+		table = fa.DeviceNumber + 1
+	}
+	a := api.Assignment{Version: api.Version, Key: req.Key, Pod: req.Pod, Address: fa.Addr,
+		ENIID: fmt.Sprintf("eni-%d", fa.DeviceNumber), DeviceNumber: fa.DeviceNumber, RouteTable: table,
+		SubnetCIDR: netip.PrefixFrom(fa.Addr, 24).Masked(), VPCCIDRs: []netip.Prefix{netip.MustParsePrefix("100.64.0.0/16")},
+		MTU: d.mtu, AssignedAt: time.Now()}
+	d.held[req.Key] = a
+	return a, nil
+}
+
+func (d *FakeDaemon) releaseLocked(k api.Key) *api.Assignment {
+	a, ok := d.held[k]
+	if !ok {
+		return nil
+	}
+	delete(d.held, k)
+	d.free = append(d.free, FakeAddress{Addr: a.Address, DeviceNumber: a.DeviceNumber})
+	return &a
+}
+
+func (d *FakeDaemon) release(body []byte) (any, *api.Error) {
+	var req api.ReleaseRequest
+	if e := decode(body, &req); e != nil {
+		return nil, e
+	}
+	a := d.releaseLocked(req.Key)
+	return api.ReleaseResponse{Version: api.Version, Released: a != nil, Assignment: a}, nil
+}
+
+func (d *FakeDaemon) check(body []byte) (any, *api.Error) {
+	var req api.CheckRequest
+	if e := decode(body, &req); e != nil {
+		return nil, e
+	}
+	a, ok := d.held[req.Key]
+	if !ok {
+		return nil, &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("no assignment for %s", req.Key)}
+	}
+	return a, nil
+}
+
+func (d *FakeDaemon) gc(body []byte) (any, *api.Error) {
+	var req api.GCRequest
+	if e := decode(body, &req); e != nil {
+		return nil, e
+	}
+	valid := map[api.Key]bool{}
+	for _, k := range req.Valid {
+		valid[k] = true
+	}
+	out := api.GCResponse{Version: api.Version, Released: []api.Assignment{}}
+	for k := range d.held {
+		if k.Network == req.Network && !valid[k] {
+			out.Released = append(out.Released, *d.releaseLocked(k))
+		}
+	}
+	return out, nil
+}
+
+func (d *FakeDaemon) status([]byte) (any, *api.Error) {
+	st := api.Status{Version: api.Version, Ready: d.ready, Assigned: len(d.held), Warm: len(d.free)}
+	if !d.ready {
+		st.Reason = "restoring checkpoint"
+	}
+	return st, nil
+}

@@ -1,0 +1,98 @@
+package cnitest
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vishvananda/netlink"
+)
+
+// NetnsDir is where named netns are bind-mounted, as `ip netns add` does.
+const NetnsDir = "/var/run/netns"
+
+// Node is the network namespace the plugin runs in: the node's, where host
+// veths, host routes and rules live.
+type Node struct {
+	Name string // netns name under NetnsDir
+	NS   ns.NetNS
+}
+
+// Path is the node netns path.
+func (n *Node) Path() string { return filepath.Join(NetnsDir, n.Name) }
+
+// Do runs fn with the calling goroutine in the node netns (exec'd children
+// inherit it).
+func (n *Node) Do(fn func() error) error {
+	return n.NS.Do(func(ns.NetNS) error { return fn() })
+}
+
+// NewNode creates a fresh node netns "vct-node-<rand>" with lo up and IPv4
+// forwarding on (what vpcipd's host setup provides on a real node), removed
+// at cleanup. It has no link to anything else.
+func NewNode(t testing.TB) *Node {
+	t.Helper()
+	name := NewNetns(t, "vct-node-")
+	n := OpenNode(t, name)
+	err := n.Do(func() error {
+		lo, err := netlink.LinkByName("lo")
+		if err != nil {
+			return err
+		}
+		if err := netlink.LinkSetUp(lo); err != nil {
+			return err
+		}
+		return os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644)
+	})
+	if err != nil {
+		t.Fatalf("set up node netns %s: %v", name, err)
+	}
+	return n
+}
+
+// OpenNode opens an existing netns (a vpcsim instance) as a Node.
+func OpenNode(t testing.TB, name string) *Node {
+	t.Helper()
+	h, err := ns.GetNS(filepath.Join(NetnsDir, name))
+	if err != nil {
+		t.Fatalf("open node netns %s: %v", name, err)
+	}
+	t.Cleanup(func() { h.Close() })
+	return &Node{Name: name, NS: h}
+}
+
+// NewNetns creates "<prefix><8 hex>" with `ip netns add` and deletes it at
+// cleanup (an already deleted netns is fine). prefix must start with "vct-".
+func NewNetns(t testing.TB, prefix string) string {
+	t.Helper()
+	if !strings.HasPrefix(prefix, "vct-") {
+		t.Fatalf("netns prefix %q must start with vct-", prefix)
+	}
+	name := prefix + randomHex(4)
+	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add %s: %v: %s", name, err, out)
+	}
+	t.Cleanup(func() { DeleteNetns(name) })
+	return name
+}
+
+// DeleteNetns removes a named netns; a missing one is fine.
+func DeleteNetns(name string) {
+	if _, err := os.Stat(filepath.Join(NetnsDir, name)); err == nil {
+		_ = exec.Command("ip", "netns", "del", name).Run()
+	}
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(fmt.Sprintf("crypto/rand: %v", err))
+	}
+	return hex.EncodeToString(b)
+}

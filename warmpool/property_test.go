@@ -90,7 +90,7 @@ func checkRefusals(in Input, p Plan) error {
 		}
 		switch {
 		case grows && (r.Kind == RefusedSubnetFull || r.Kind == RefusedThrottled):
-			return fmt.Errorf("%v while refused %d", p.Action, r.Kind)
+			return fmt.Errorf("%v while refused %v", p.Action, r.Kind)
 		case p.Action == CreateENI && r.Kind == RefusedENILimit:
 			return fmt.Errorf("CreateENI while the ENI limit is refused")
 		case p.Action == Assign && r.Kind == RefusedAddressLimit && (r.ENI == "" || r.ENI == p.ENI):

@@ -62,8 +62,8 @@ func (s *state) deferPlan(what string, until time.Time) Plan {
 // required for WARM_IP_TARGET, MINIMUM_IP_TARGET or the warm ENI/prefix
 // target). While the pool is short and stalled (no ENI could grow now), an
 // ENI holding no slot is not needed either: growth failures never block
-// shrinking. young is the earliest time an ENI that
-// fails only the age rule becomes old enough; zero: none.
+// shrinking. young is the earliest time an ENI that fails only the age rule
+// becomes old enough; zero: none.
 func (s *state) deletable(strict bool) (id string, young time.Time) {
 	minAge := s.in.Config.ENIMinAge
 	if minAge <= 0 {
@@ -138,7 +138,10 @@ func (s *state) pickFree(e *ENI, strict bool) []netip.Prefix {
 	})
 	after := s.pool
 	var out []netip.Prefix
-	for _, sl := range free {
+	for i, sl := range free {
+		if i > 0 && sl.Prefix == free[i-1].Prefix {
+			continue // listed twice: released once
+		}
 		next := after
 		next.add(&sl, -1)
 		if s.tgt.short(next, strict) > 0 {

@@ -129,16 +129,34 @@ type Refusal struct {
 	ENI   string    // RefusedAddressLimit: the ENI that refused; empty: every attached ENI
 }
 
-// RefusalKind classifies a cloud refusal (provider's sentinel errors).
+// RefusalKind classifies a cloud refusal. Each kind matches one of the
+// provider package's sentinel errors, named in its comment.
 type RefusalKind int
 
 const (
-	RefusedENILimit     RefusalKind = iota + 1 // no more ENIs can be attached (EC2 AttachmentLimitExceeded): no CreateENI
-	RefusedAddressLimit                        // the ENI holds its maximum (EC2 PrivateIpAddressLimitExceeded, stale view): no Assign on it
-	RefusedSubnetFull                          // the subnet has no free address (EC2 InsufficientFreeAddressesInSubnet): no growth, Wait
-	RefusedNoPrefix                            // the subnet has no aligned free /28 (EC2 InsufficientCidrBlocks): fall back to single addresses
-	RefusedThrottled                           // API throttled (EC2 RequestLimitExceeded): no growth, Wait
+	RefusedENILimit     RefusalKind = iota + 1 // provider.ErrENILimit (EC2 AttachmentLimitExceeded): no CreateENI
+	RefusedAddressLimit                        // provider.ErrAddressLimit (EC2 PrivateIpAddressLimitExceeded, stale view): no Assign on Refusal.ENI
+	RefusedSubnetFull                          // provider.ErrSubnetFull (EC2 InsufficientFreeAddressesInSubnet): no growth, Wait
+	RefusedNoPrefix                            // provider.ErrInsufficientCIDR (EC2 InsufficientCidrBlocks): no aligned free /28, single addresses instead
+	RefusedThrottled                           // provider.ErrThrottled (EC2 RequestLimitExceeded): no growth, Wait
 )
+
+// String is the refusal's lower-case name, fit for a metric label.
+func (k RefusalKind) String() string {
+	switch k {
+	case RefusedENILimit:
+		return "eni_limit"
+	case RefusedAddressLimit:
+		return "address_limit"
+	case RefusedSubnetFull:
+		return "subnet_full"
+	case RefusedNoPrefix:
+		return "no_prefix"
+	case RefusedThrottled:
+		return "throttled"
+	}
+	return "unknown"
+}
 
 // Input is everything Next looks at.
 type Input struct {

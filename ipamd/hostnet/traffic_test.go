@@ -163,7 +163,8 @@ func expectSource(t *testing.T, from *testNS, dst, want string) {
 // B17: pods on the primary and on a secondary ENI reach a destination
 // outside the VPC as the node's primary address, leaving by the primary
 // ENI; traffic inside the VPC keeps the pod address; with external SNAT
-// the pod address goes out unchanged by the pod's own ENI.
+// the pod address goes out unchanged by the pod's own ENI, and so it does to
+// an excluded CIDR.
 func TestTrafficSNAT(t *testing.T) {
 	v := newVPC(t)
 	echo(t, v.router, outsideIP+":7007")
@@ -193,6 +194,13 @@ func TestTrafficSNAT(t *testing.T) {
 	c.External = false
 	v.node.do(t, func() error { return EnsureSNAT(c) })
 	expectSource(t, v.podB, outsideIP+":7007", nodeIP)
+
+	// AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS: an excluded destination sees pods
+	// as themselves, each by its own ENI.
+	c.ExcludeCIDRs = []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}
+	v.node.do(t, func() error { return EnsureSNAT(c) })
+	expectSource(t, v.podA, outsideIP+":7007", podA)
+	expectSource(t, v.podB, outsideIP+":7007", podB)
 }
 
 // B15: a NodePort connection entering by the primary ENI and DNATed to a

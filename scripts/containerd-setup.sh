@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
 # Prepares the container runtime tests (test/containerd): containerd and runc
-# from Debian, crictl and the reference CNI plugins from the Go module proxy,
+# from Debian, the reference CNI plugins from the Go module proxy,
 # and the pod sandbox (pause) image built from test/containerd/pause as an OCI
 # archive. Idempotent: each step is skipped when its output is present, so a
 # re-run takes about a second. Needs root (apt-get) and go.
 #
-#   VPCIP_CONTAINERD_TOOLS  crictl and the pause archive (default /tmp/vpcip-containerd-tools)
+#   VPCIP_CONTAINERD_TOOLS  the pause archive (default /tmp/vpcip-containerd-tools)
 #   VPCIP_CNI_PLUGINS       reference CNI plugins (default /tmp/vpcip-cni-plugins)
 #   VPCIP_CONTAINERD2_BIN   containerd 2 binaries (default /tmp/vpcip-containerd2/bin)
 #
 # With --containerd2 it also builds containerd 2 (containerd, shim, ctr) from
 # the module proxy, for the scenarios that need CNI 1.1.0 results.
 #
-# Cold: apt ~30 s, crictl ~70 s, plugins ~25 s, pause image ~5 s; containerd 2 ~100 s more.
+# The tests speak CRI over gRPC themselves; crictl is not needed.
+# Cold: apt ~30 s, plugins ~25 s, pause image ~5 s; containerd 2 ~100 s more.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,7 +30,6 @@ for arg in "$@"; do
 		;;
 	esac
 done
-crictl_version=v1.37.0
 plugins_version=v1.10.0
 containerd2_version=v2.4.2
 
@@ -46,11 +46,6 @@ go_install() {
 
 bash scripts/deps.sh containerd runc
 
-if [ ! -x "$tools/bin/crictl" ]; then
-	echo "containerd-setup: building crictl $crictl_version"
-	go_install "$tools/bin" "sigs.k8s.io/cri-tools/cmd/crictl@$crictl_version"
-fi
-
 missing=()
 for p in main/bridge ipam/host-local main/loopback meta/portmap; do
 	[ -x "$plugins/$(basename "$p")" ] || missing+=("github.com/containernetworking/plugins/plugins/$p@$plugins_version")
@@ -62,7 +57,7 @@ fi
 
 # The pause archive is rebuilt when its sources or the Go release change.
 key=$( (go version; cat test/containerd/pause/*.go test/containerd/mkpause/*.go \
-	test/containerd/ociarchive/*.go test/containerd/crinode/config.go) | sha256sum | cut -c1-16)
+	test/containerd/ociarchive/*.go) | sha256sum | cut -c1-16)
 if [ "$(cat "$tools/pause/key" 2>/dev/null)" != "$key" ] || [ ! -s "$tools/pause/pause.tar" ]; then
 	echo "containerd-setup: building the pause image"
 	mkdir -p "$tools/pause"

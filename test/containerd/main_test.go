@@ -1,5 +1,5 @@
 // Package containerd_test runs pod sandboxes through a real containerd (CRI
-// plugin + runc), driven with crictl as the kubelet drives it, on nodes made
+// plugin + runc), driven over CRI as the kubelet drives it, on nodes made
 // of network namespaces. The control scenarios use the reference bridge +
 // host-local conflist, so a failure of the vpcip scenarios can be told apart
 // from a problem of the runtime setup.

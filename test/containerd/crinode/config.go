@@ -7,10 +7,6 @@ import (
 	"text/template"
 )
 
-// PauseImage is the reference of the locally built sandbox image
-// (test/containerd/pause packaged by test/containerd/mkpause).
-const PauseImage = "localhost/vpcip/pause:1"
-
 // configParams fills configTemplate. Every path is absolute.
 type configParams struct {
 	Version    int // containerd config schema: 2 for containerd 1.6, 3 for 2.x

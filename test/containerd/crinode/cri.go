@@ -5,15 +5,18 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials/insecure"
+	cri "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
-// crictlTimeout bounds one crictl call; it is also crictl's own CRI timeout.
-const crictlTimeout = 2 * time.Minute
+// callTimeout bounds one CRI call, as the kubelet's runtime request timeout
+// (2 minutes by default) does.
+const callTimeout = 2 * time.Minute
 
 // Pod names a pod sandbox (CRI PodSandboxMetadata).
 type Pod struct {
@@ -23,19 +26,19 @@ type Pod struct {
 	Attempt   uint32
 }
 
-// Sandbox is what CRI PodSandboxStatus (crictl inspectp) reports.
+// Sandbox is what CRI PodSandboxStatus (verbose) reports.
 type Sandbox struct {
 	ID            string
 	State         string // "SANDBOX_READY" or "SANDBOX_NOTREADY"
 	Pod           Pod
 	IP            netip.Addr   // status.network.ip; invalid when the sandbox has none
-	AdditionalIPs []netip.Addr // status.network.additionalIps
+	AdditionalIPs []netip.Addr // status.network.additional_ips
 	PID           int          // the pause process (verbose info), 0 when not running
 	NetnsPath     string       // the pod network namespace containerd made (verbose info)
 }
 
-// Status is the CRI runtime status (crictl info): the conditions a kubelet
-// reads to decide whether the node is ready for pods.
+// Status is the CRI runtime status: the conditions a kubelet reads to decide
+// whether the node is ready for pods.
 type Status struct {
 	RuntimeReady   bool
 	NetworkReady   bool
@@ -43,73 +46,88 @@ type Status struct {
 	NetworkMessage string // e.g. "Network plugin returns error: cni plugin not initialized"
 }
 
-// crictl runs crictl against this node with no config file, and returns stdout.
-func (n *Node) crictl(ctx context.Context, args ...string) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(ctx, crictlTimeout+10*time.Second)
-	defer cancel()
-	endpoint := "unix://" + n.Socket
-	full := append([]string{"--config", os.DevNull, "--runtime-endpoint", endpoint, "--image-endpoint", endpoint,
-		"--timeout", crictlTimeout.String()}, args...)
-	cmd := exec.CommandContext(ctx, n.Tools.Crictl, full...)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+// dial opens the CRI client connection. It reconnects on its own after a
+// containerd restart; the short backoff keeps that within a fraction of a
+// second instead of gRPC's default of up to two minutes.
+func (n *Node) dial() error {
+	conn, err := grpc.NewClient("unix://"+n.Socket,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, MaxDelay: 500 * time.Millisecond},
+			MinConnectTimeout: 5 * time.Second,
+		}))
 	if err != nil {
-		return out, fmt.Errorf("crictl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+		return fmt.Errorf("crinode: CRI client: %w", err)
 	}
-	return out, nil
+	n.conn, n.cri = conn, cri.NewRuntimeServiceClient(conn)
+	return nil
 }
 
-// RunPodSandbox asks CRI to run a pod sandbox (crictl runp) and returns its
-// ID. containerd creates the netns, runs the CNI ADD chain of the first
-// conflist in CNIConfDir, then starts the pause container.
+// RunPodSandbox asks CRI to run a pod sandbox and returns its ID.
+// containerd creates the netns, runs the CNI ADD chain of the first conflist
+// in CNIConfDir, then starts the pause container.
 func (n *Node) RunPodSandbox(ctx context.Context, p Pod) (string, error) {
-	cfg := map[string]any{
-		"metadata":      map[string]any{"name": p.Name, "namespace": p.Namespace, "uid": p.UID, "attempt": p.Attempt},
-		"hostname":      p.Name,
-		"log_directory": filepath.Join(n.Dir, "pods", p.Namespace+"_"+p.Name+"_"+p.UID),
-		"linux":         map[string]any{},
-	}
-	data, err := json.Marshal(cfg)
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	resp, err := n.cri.RunPodSandbox(ctx, &cri.RunPodSandboxRequest{Config: &cri.PodSandboxConfig{
+		Metadata:     &cri.PodSandboxMetadata{Name: p.Name, Namespace: p.Namespace, Uid: p.UID, Attempt: p.Attempt},
+		Hostname:     p.Name,
+		LogDirectory: filepath.Join(n.Dir, "pods", p.Namespace+"_"+p.Name+"_"+p.UID),
+		Linux:        &cri.LinuxPodSandboxConfig{},
+	}})
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("RunPodSandbox %s/%s: %w", p.Namespace, p.Name, err)
 	}
-	f, err := os.CreateTemp(n.Dir, "pod-*.json")
-	if err != nil {
-		return "", err
-	}
-	defer os.Remove(f.Name())
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return "", err
-	}
-	f.Close()
-	out, err := n.crictl(ctx, "runp", f.Name())
-	if err != nil {
-		return "", err
-	}
-	return strings.TrimSpace(string(out)), nil
+	return resp.PodSandboxId, nil
 }
 
-// inspect is the subset of `crictl inspectp -o json` this package reads.
-type inspect struct {
-	Status struct {
-		ID       string `json:"id"`
-		State    string `json:"state"`
-		Metadata struct {
-			Name      string `json:"name"`
-			Namespace string `json:"namespace"`
-			UID       string `json:"uid"`
-			Attempt   uint32 `json:"attempt"`
-		} `json:"metadata"`
-		Network *struct {
-			IP            string `json:"ip"`
-			AdditionalIPs []struct {
-				IP string `json:"ip"`
-			} `json:"additionalIps"`
-		} `json:"network"`
-	} `json:"status"`
-	Info struct {
+// InspectPodSandbox returns the sandbox's CRI status, with the verbose info
+// containerd adds (pause PID, netns path).
+func (n *Node) InspectPodSandbox(ctx context.Context, id string) (Sandbox, error) {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	resp, err := n.cri.PodSandboxStatus(ctx, &cri.PodSandboxStatusRequest{PodSandboxId: id, Verbose: true})
+	if err != nil {
+		return Sandbox{}, fmt.Errorf("PodSandboxStatus %s: %w", id, err)
+	}
+	return sandboxFrom(resp)
+}
+
+func sandboxFrom(resp *cri.PodSandboxStatusResponse) (Sandbox, error) {
+	st := resp.GetStatus()
+	md := st.GetMetadata()
+	sb := Sandbox{
+		ID: st.GetId(), State: st.GetState().String(),
+		Pod: Pod{Name: md.GetName(), Namespace: md.GetNamespace(), UID: md.GetUid(), Attempt: md.GetAttempt()},
+	}
+	if ip := st.GetNetwork().GetIp(); ip != "" {
+		a, err := netip.ParseAddr(ip)
+		if err != nil {
+			return sb, fmt.Errorf("crinode: sandbox %s: %w", sb.ID, err)
+		}
+		sb.IP = a
+	}
+	for _, extra := range st.GetNetwork().GetAdditionalIps() {
+		a, err := netip.ParseAddr(extra.GetIp())
+		if err != nil {
+			return sb, fmt.Errorf("crinode: sandbox %s: %w", sb.ID, err)
+		}
+		sb.AdditionalIPs = append(sb.AdditionalIPs, a)
+	}
+	if info, ok := resp.GetInfo()["info"]; ok {
+		pid, netns, err := parseVerboseInfo([]byte(info))
+		if err != nil {
+			return sb, fmt.Errorf("crinode: sandbox %s: %w", sb.ID, err)
+		}
+		sb.PID, sb.NetnsPath = pid, netns
+	}
+	return sb, nil
+}
+
+// parseVerboseInfo reads the pause PID and the network namespace path from
+// the JSON containerd puts under the "info" key of a verbose status.
+func parseVerboseInfo(data []byte) (pid int, netns string, err error) {
+	var info struct {
 		PID         int `json:"pid"`
 		RuntimeSpec struct {
 			Linux struct {
@@ -119,101 +137,68 @@ type inspect struct {
 				} `json:"namespaces"`
 			} `json:"linux"`
 		} `json:"runtimeSpec"`
-	} `json:"info"`
-}
-
-// InspectPodSandbox returns the sandbox's CRI status (crictl inspectp).
-func (n *Node) InspectPodSandbox(ctx context.Context, id string) (Sandbox, error) {
-	out, err := n.crictl(ctx, "inspectp", "-o", "json", id)
-	if err != nil {
-		return Sandbox{}, err
 	}
-	return parseInspect(out)
-}
-
-func parseInspect(out []byte) (Sandbox, error) {
-	var in inspect
-	if err := json.Unmarshal(out, &in); err != nil {
-		return Sandbox{}, fmt.Errorf("crinode: parse inspectp: %w", err)
+	if err := json.Unmarshal(data, &info); err != nil {
+		return 0, "", fmt.Errorf("parse verbose info: %w", err)
 	}
-	st := in.Status
-	sb := Sandbox{
-		ID: st.ID, State: st.State, PID: in.Info.PID,
-		Pod: Pod{Name: st.Metadata.Name, Namespace: st.Metadata.Namespace, UID: st.Metadata.UID, Attempt: st.Metadata.Attempt},
-	}
-	if st.Network != nil && st.Network.IP != "" {
-		a, err := netip.ParseAddr(st.Network.IP)
-		if err != nil {
-			return sb, fmt.Errorf("crinode: sandbox %s: %w", st.ID, err)
-		}
-		sb.IP = a
-		for _, extra := range st.Network.AdditionalIPs {
-			a, err := netip.ParseAddr(extra.IP)
-			if err != nil {
-				return sb, fmt.Errorf("crinode: sandbox %s: %w", st.ID, err)
-			}
-			sb.AdditionalIPs = append(sb.AdditionalIPs, a)
-		}
-	}
-	for _, ns := range in.Info.RuntimeSpec.Linux.Namespaces {
+	for _, ns := range info.RuntimeSpec.Linux.Namespaces {
 		if ns.Type == "network" {
-			sb.NetnsPath = ns.Path
+			netns = ns.Path
 		}
 	}
-	return sb, nil
+	return info.PID, netns, nil
 }
 
-// StopPodSandbox stops the sandbox (crictl stopp): containerd runs the CNI
-// DEL chain and stops the pause container. Stopping a stopped sandbox succeeds.
+// StopPodSandbox stops the sandbox: containerd runs the CNI DEL chain and
+// stops the pause container. Stopping a stopped sandbox succeeds.
 func (n *Node) StopPodSandbox(ctx context.Context, id string) error {
-	_, err := n.crictl(ctx, "stopp", id)
-	return err
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	if _, err := n.cri.StopPodSandbox(ctx, &cri.StopPodSandboxRequest{PodSandboxId: id}); err != nil {
+		return fmt.Errorf("StopPodSandbox %s: %w", id, err)
+	}
+	return nil
 }
 
-// RemovePodSandbox removes a stopped sandbox (crictl rmp).
+// RemovePodSandbox removes a sandbox (stopping it first if needed).
 func (n *Node) RemovePodSandbox(ctx context.Context, id string) error {
-	_, err := n.crictl(ctx, "rmp", id)
-	return err
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	if _, err := n.cri.RemovePodSandbox(ctx, &cri.RemovePodSandboxRequest{PodSandboxId: id}); err != nil {
+		return fmt.Errorf("RemovePodSandbox %s: %w", id, err)
+	}
+	return nil
 }
 
 // PodSandboxIDs lists the IDs of every sandbox CRI knows, ready or not.
 func (n *Node) PodSandboxIDs(ctx context.Context) ([]string, error) {
-	out, err := n.crictl(ctx, "pods", "-q", "--no-trunc")
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	resp, err := n.cri.ListPodSandbox(ctx, &cri.ListPodSandboxRequest{})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("ListPodSandbox: %w", err)
 	}
-	return strings.Fields(string(out)), nil
+	ids := make([]string, 0, len(resp.Items))
+	for _, it := range resp.Items {
+		ids = append(ids, it.Id)
+	}
+	return ids, nil
 }
 
-// Status returns the CRI runtime status conditions (crictl info).
+// Status returns the CRI runtime status conditions.
 func (n *Node) Status(ctx context.Context) (Status, error) {
-	out, err := n.crictl(ctx, "info", "-o", "json")
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	resp, err := n.cri.Status(ctx, &cri.StatusRequest{})
 	if err != nil {
-		return Status{}, err
-	}
-	return parseStatus(out)
-}
-
-func parseStatus(out []byte) (Status, error) {
-	var info struct {
-		Status struct {
-			Conditions []struct {
-				Type    string `json:"type"`
-				Status  bool   `json:"status"`
-				Reason  string `json:"reason"`
-				Message string `json:"message"`
-			} `json:"conditions"`
-		} `json:"status"`
-	}
-	if err := json.Unmarshal(out, &info); err != nil {
-		return Status{}, fmt.Errorf("crinode: parse info: %w", err)
+		return Status{}, fmt.Errorf("Status: %w", err)
 	}
 	var s Status
-	for _, c := range info.Status.Conditions {
+	for _, c := range resp.GetStatus().GetConditions() {
 		switch c.Type {
-		case "RuntimeReady":
+		case cri.RuntimeReady:
 			s.RuntimeReady = c.Status
-		case "NetworkReady":
+		case cri.NetworkReady:
 			s.NetworkReady, s.NetworkReason, s.NetworkMessage = c.Status, c.Reason, c.Message
 		}
 	}

@@ -3,10 +3,15 @@ package crinode
 import (
 	"bytes"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	cri "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/vpcip/vpcip/test/containerd/ociarchive"
 )
 
 func TestParseMajor(t *testing.T) {
@@ -41,7 +46,7 @@ func TestMaxCNIVersion(t *testing.T) {
 // both config schemas; that containerd accepts them is the scenarios' job.
 func TestWriteConfig(t *testing.T) {
 	p := configParams{Root: "/n/root", State: "/n/state", Socket: "/n/c.sock", RuncRoot: "/n/runc", OptDir: "/n/opt",
-		CNIBinDir: "/n/cni/bin", CNIConfDir: "/n/cni/net.d", Runc: "/usr/sbin/runc", Pause: PauseImage}
+		CNIBinDir: "/n/cni/bin", CNIConfDir: "/n/cni/net.d", Runc: "/usr/sbin/runc", Pause: "localhost/vpcip/pause:1"}
 	for _, tt := range []struct {
 		version int
 		want    []string
@@ -68,16 +73,22 @@ func TestWriteConfig(t *testing.T) {
 	}
 }
 
-// inspectOutput is `crictl inspectp -o json` of containerd 1.6, shortened.
-const inspectOutput = `{
-  "status": {"id": "e3ea03ee", "metadata": {"attempt": 1, "name": "p1", "namespace": "default", "uid": "u1"},
-    "state": "SANDBOX_READY", "network": {"additionalIps": [{"ip": "fd00::2"}], "ip": "10.99.0.2"}},
-  "info": {"pid": 14282, "runtimeSpec": {"linux": {"namespaces": [{"type": "pid"},
-    {"path": "/var/run/netns/cni-3c5f8227", "type": "network"}]}}}
-}`
+// verboseInfo is the "info" entry of containerd 1.6's verbose
+// PodSandboxStatus, shortened.
+const verboseInfo = `{"pid": 14282, "runtimeSpec": {"linux": {"namespaces": [{"type": "pid"},
+  {"path": "/var/run/netns/cni-3c5f8227", "type": "network"}]}}}`
 
-func TestParseInspect(t *testing.T) {
-	got, err := parseInspect([]byte(inspectOutput))
+func TestSandboxFrom(t *testing.T) {
+	resp := &cri.PodSandboxStatusResponse{
+		Status: &cri.PodSandboxStatus{
+			Id:       "e3ea03ee",
+			Metadata: &cri.PodSandboxMetadata{Name: "p1", Namespace: "default", Uid: "u1", Attempt: 1},
+			State:    cri.PodSandboxState_SANDBOX_READY,
+			Network:  &cri.PodSandboxNetworkStatus{Ip: "10.99.0.2", AdditionalIps: []*cri.PodIP{{Ip: "fd00::2"}}},
+		},
+		Info: map[string]string{"info": verboseInfo},
+	}
+	got, err := sandboxFrom(resp)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,22 +98,39 @@ func TestParseInspect(t *testing.T) {
 		PID: 14282, NetnsPath: "/var/run/netns/cni-3c5f8227",
 	}
 	if diff := cmp.Diff(want, got, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
-		t.Errorf("parseInspect (-want +got):\n%s", diff)
+		t.Errorf("sandboxFrom (-want +got):\n%s", diff)
 	}
-	if _, err := parseInspect([]byte(`{"status": {"id": "x", "network": {"ip": "10.0.0.300"}}}`)); err == nil {
-		t.Error("parseInspect accepted a malformed address")
+
+	resp.Status.Network.Ip = "10.0.0.300"
+	if _, err := sandboxFrom(resp); err == nil {
+		t.Error("sandboxFrom accepted a malformed address")
+	}
+	resp.Status.Network.Ip = ""
+	resp.Info["info"] = "{"
+	if _, err := sandboxFrom(resp); err == nil {
+		t.Error("sandboxFrom accepted malformed verbose info")
 	}
 }
 
-func TestParseStatus(t *testing.T) {
-	out := `{"status": {"conditions": [{"type": "RuntimeReady", "status": true},
-	  {"type": "NetworkReady", "status": false, "reason": "NetworkPluginNotReady", "message": "cni plugin not initialized"}]}}`
-	got, err := parseStatus([]byte(out))
+func TestImageName(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "image.tar")
+	var buf bytes.Buffer
+	_, err := ociarchive.Write(&buf, ociarchive.Image{Name: "localhost/test/pause:9", OS: "linux", Architecture: "amd64",
+		Files: []ociarchive.File{{Path: "/pause", Mode: 0o755, Data: []byte("x")}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Status{RuntimeReady: true, NetworkReason: "NetworkPluginNotReady", NetworkMessage: "cni plugin not initialized"}
-	if got != want {
-		t.Errorf("parseStatus = %+v, want %+v", got, want)
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := imageName(path)
+	if err != nil || got != "localhost/test/pause:9" {
+		t.Errorf("imageName = %q, %v; want localhost/test/pause:9", got, err)
+	}
+	if err := os.WriteFile(path, []byte("not a tar"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := imageName(path); err == nil {
+		t.Error("imageName accepted a file that is no archive")
 	}
 }

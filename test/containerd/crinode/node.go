@@ -1,6 +1,6 @@
 // Package crinode runs one containerd, with its CRI plugin and runc, per
-// simulated node, and drives it through the Container Runtime Interface with
-// crictl, the way the kubelet drives it.
+// simulated node, and drives it through the Container Runtime Interface
+// (k8s.io/cri-api over gRPC), the way the kubelet drives it.
 //
 // Each Node has its own root, state, socket, runc state and CNI bin and conf
 // dirs under one directory, so several run side by side on one machine. A
@@ -26,6 +26,9 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"google.golang.org/grpc"
+	cri "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 // Config describes one Node.
@@ -47,6 +50,8 @@ type Node struct {
 
 	cmd    *exec.Cmd
 	exited chan struct{}
+	conn   *grpc.ClientConn
+	cri    cri.RuntimeServiceClient
 }
 
 // Start writes the node's containerd config, starts containerd, waits until
@@ -72,7 +77,11 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if err := n.prepare(); err != nil {
 		return nil, err
 	}
+	if err := n.dial(); err != nil {
+		return nil, err
+	}
 	if err := n.start(ctx); err != nil {
+		n.conn.Close()
 		return nil, err
 	}
 	if err := n.importPause(ctx); err != nil {
@@ -98,11 +107,15 @@ func (n *Node) prepare() error {
 	if n.Major >= 2 {
 		version = 3
 	}
+	pause, err := imageName(n.Tools.PauseArchive)
+	if err != nil {
+		return err
+	}
 	var buf bytes.Buffer
-	err := writeConfig(&buf, configParams{
+	err = writeConfig(&buf, configParams{
 		Version: version, Root: n.path("root"), State: n.path("state"), Socket: n.Socket,
 		RuncRoot: n.path("runc"), OptDir: n.path("opt"), CNIBinDir: n.CNIBinDir, CNIConfDir: n.CNIConfDir,
-		Runc: n.Tools.Runc, Pause: PauseImage,
+		Runc: n.Tools.Runc, Pause: pause,
 	})
 	if err != nil {
 		return err
@@ -235,6 +248,9 @@ func (n *Node) Close() error {
 		errs = append(errs, n.Stop())
 	}
 	errs = append(errs, n.killShims(), n.unmountAll())
+	if n.conn != nil {
+		errs = append(errs, n.conn.Close())
+	}
 	return errors.Join(errs...)
 }
 

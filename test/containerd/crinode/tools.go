@@ -1,8 +1,10 @@
 package crinode
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -11,10 +13,12 @@ import (
 	"regexp"
 	"strconv"
 	"time"
+
+	"github.com/vpcip/vpcip/test/containerd/ociarchive"
 )
 
-// DefaultToolsDir is where scripts/containerd-setup.sh caches crictl and the
-// pause image archive (environment VPCIP_CONTAINERD_TOOLS overrides it).
+// DefaultToolsDir is where scripts/containerd-setup.sh caches the pause image
+// archive (environment VPCIP_CONTAINERD_TOOLS overrides it).
 const DefaultToolsDir = "/tmp/vpcip-containerd-tools"
 
 // DefaultPluginDir is where the reference CNI plugins are cached, shared with
@@ -35,7 +39,6 @@ type Tools struct {
 	Containerd   string // containerd binary; its directory also provides containerd-shim-runc-v2
 	Ctr          string // ctr of the same containerd release
 	Runc         string // runc binary
-	Crictl       string // crictl (cri-tools)
 	PauseArchive string // OCI archive of PauseImage
 	PluginDir    string // reference CNI plugins (bridge, host-local, loopback, portmap)
 }
@@ -46,14 +49,14 @@ func Containerd2Dir() string { return envOr("VPCIP_CONTAINERD2_BIN", DefaultCont
 
 // FindTools locates the tools: containerd, its shim and ctr in containerdDir,
 // or on PATH (Debian's packages) when containerdDir is ""; runc on PATH;
-// crictl and the pause archive in VPCIP_CONTAINERD_TOOLS (default
+// the pause archive (built by scripts/containerd-setup.sh from
+// test/containerd/pause) in VPCIP_CONTAINERD_TOOLS (default
 // DefaultToolsDir); the reference plugins in VPCIP_CNI_PLUGINS (default
 // DefaultPluginDir). The error lists everything missing and ends with SetupHint.
 func FindTools(containerdDir string) (Tools, error) {
 	toolsDir := envOr("VPCIP_CONTAINERD_TOOLS", DefaultToolsDir)
 	t := Tools{
 		Label:        "debian",
-		Crictl:       filepath.Join(toolsDir, "bin", "crictl"),
 		PauseArchive: filepath.Join(toolsDir, "pause", "pause.tar"),
 		PluginDir:    envOr("VPCIP_CNI_PLUGINS", DefaultPluginDir),
 	}
@@ -77,7 +80,7 @@ func FindTools(containerdDir string) (Tools, error) {
 		}
 		*p.dst = path
 	}
-	for _, f := range []string{t.Crictl, t.PauseArchive, filepath.Join(t.PluginDir, "loopback")} {
+	for _, f := range []string{t.PauseArchive, filepath.Join(t.PluginDir, "loopback")} {
 		if _, err := os.Stat(f); err != nil {
 			errs = append(errs, fmt.Errorf("%s is missing", f))
 		}
@@ -142,4 +145,35 @@ func MaxCNIVersion(major int) string {
 		return "1.1.0"
 	}
 	return "1.0.0"
+}
+
+// imageName returns the image reference an OCI archive's index.json records
+// (the io.containerd.image.name annotation `ctr images import` uses), so the
+// CRI config names exactly the image that is imported.
+func imageName(archive string) (string, error) {
+	f, err := os.Open(archive)
+	if err != nil {
+		return "", fmt.Errorf("crinode: pause image: %w", err)
+	}
+	defer f.Close()
+	tr := tar.NewReader(f)
+	for {
+		hdr, err := tr.Next()
+		if err != nil {
+			return "", fmt.Errorf("crinode: no index.json in %s: %v", archive, err)
+		}
+		if hdr.Name != "index.json" {
+			continue
+		}
+		var index ociarchive.Index
+		if err := json.NewDecoder(tr).Decode(&index); err != nil {
+			return "", fmt.Errorf("crinode: %s index.json: %w", archive, err)
+		}
+		for _, m := range index.Manifests {
+			if name := m.Annotations[ociarchive.AnnotationImageName]; name != "" {
+				return name, nil
+			}
+		}
+		return "", fmt.Errorf("crinode: %s names no image (%s)", archive, ociarchive.AnnotationImageName)
+	}
 }

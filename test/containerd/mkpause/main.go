@@ -16,14 +16,17 @@ import (
 	"path/filepath"
 	"runtime"
 
-	"github.com/vpcip/vpcip/test/containerd/crinode"
 	"github.com/vpcip/vpcip/test/containerd/ociarchive"
 )
+
+// defaultName is the reference the image is imported under; the CRI config
+// of each node names whatever reference the archive carries.
+const defaultName = "localhost/vpcip/pause:1"
 
 func main() {
 	bin := flag.String("bin", "", "path of the static pause binary")
 	out := flag.String("o", "", "path of the archive to write")
-	name := flag.String("name", crinode.PauseImage, "image reference recorded in the archive")
+	name := flag.String("name", defaultName, "image reference recorded in the archive")
 	flag.Parse()
 	if err := run(*bin, *out, *name); err != nil {
 		fmt.Fprintln(os.Stderr, "mkpause:", err)

@@ -71,6 +71,7 @@ type Daemon struct {
 	store    *datastore.Store
 
 	kick    chan struct{} // capacity 1: a pool cycle is wanted
+	calls   chan workerCall
 	pending atomic.Int64  // ADDs waiting for an address
 	ready   chan struct{} // closed once state is restored and first reconciled
 	readyOK atomic.Bool
@@ -103,6 +104,7 @@ func New(o Options) (*Daemon, error) {
 		gatherer: o.Gatherer, now: o.Clock, version: o.Version,
 		store:    datastore.New(o.Config.Cooldown),
 		kick:     make(chan struct{}, 1),
+		calls:    make(chan workerCall),
 		ready:    make(chan struct{}),
 		strikes:  map[warmpool.RefusalKind]int{},
 		links:    map[string]string{},

@@ -52,8 +52,40 @@ func (d *Daemon) loop(ctx context.Context) {
 		case <-sweep.C:
 			d.sweepLeaked(ctx)
 			sweep.Reset(jitter(d.cfg.LeakSweepInterval))
+		case req := <-d.calls:
+			if req.fn != nil {
+				req.fn(ctx)
+			}
+			pool.Reset(d.poolCycle(ctx))
+			close(req.done)
+			continue
 		}
 		pool.Reset(d.poolCycle(ctx))
+	}
+}
+
+// workerCall is a function run on the worker goroutine, followed by a pool
+// cycle; done is closed after both.
+type workerCall struct {
+	fn   func(context.Context)
+	done chan struct{}
+}
+
+// onWorker runs fn (may be nil) and then a pool cycle on the worker
+// goroutine, keeping every cloud call there, and waits for both. It returns
+// false if ctx ends first or the worker is not running.
+func (d *Daemon) onWorker(ctx context.Context, fn func(context.Context)) bool {
+	req := workerCall{fn: fn, done: make(chan struct{})}
+	select {
+	case d.calls <- req:
+	case <-ctx.Done():
+		return false
+	}
+	select {
+	case <-req.done:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 

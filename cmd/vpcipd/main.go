@@ -1,0 +1,113 @@
+// Command vpcipd is vpcip's node daemon: it keeps a warm pool of VPC
+// addresses on the node's ENIs and hands them to the vpcip-cni plugin over a
+// unix socket (see package ipamd).
+//
+// Usage:
+//
+//	vpcipd               run the daemon
+//	vpcipd install-cni   wait until the daemon is ready, then install the
+//	                     plugin binary and the conflist (DaemonSet init step)
+//	vpcipd -version      print the version
+//
+// All settings come from the environment (package ipamd/config lists every
+// name, default and accepted form); the AWS SDK reads its own AWS_REGION,
+// AWS_ENDPOINT_URL_EC2, AWS_EC2_METADATA_SERVICE_ENDPOINT and credentials.
+// When AWS_REGION is unset the region is read from instance metadata.
+// VPCIP_HOSTNET=false runs without touching host networking (no root
+// needed): a test and development knob.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/vpcip/vpcip/ipamd"
+	"github.com/vpcip/vpcip/ipamd/config"
+	awsprovider "github.com/vpcip/vpcip/provider/aws"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	fs := flag.NewFlagSet("vpcipd", flag.ContinueOnError)
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: vpcipd [-version] [install-cni]\nSettings come from the environment; see package ipamd/config.")
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *showVersion {
+		fmt.Println("vpcipd", version)
+		return 0
+	}
+	cfg, err := config.Parse(os.Getenv)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "vpcipd: invalid configuration:\n%v\n", err)
+		return 2
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	switch fs.Arg(0) {
+	case "":
+		err = daemon(ctx, cfg, log)
+	case "install-cni":
+		err = installCNI(ctx, cfg, log)
+	default:
+		fs.Usage()
+		return 2
+	}
+	if err != nil && !errors.Is(err, context.Canceled) {
+		log.Error("vpcipd failed", "err", err)
+		return 1
+	}
+	return 0
+}
+
+func daemon(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := ipamd.NewMetrics(reg)
+	awsCfg, err := awsconfig.LoadDefaultConfig(ctx, awsconfig.WithEC2IMDSRegion())
+	if err != nil {
+		return fmt.Errorf("AWS configuration: %w", err)
+	}
+	prov, err := awsprovider.New(ctx, awsprovider.Options{
+		ClusterName: cfg.ClusterName,
+		NodeName:    cfg.NodeName,
+		Observe:     metrics.ObserveCall,
+		Logger:      log.With("component", "provider"),
+		AWSConfig:   &awsCfg,
+	})
+	if err != nil {
+		return err
+	}
+	var host ipamd.Host = ipamd.NodeHost{}
+	if !cfg.HostNetwork {
+		host = ipamd.NoHost{}
+	}
+	d, err := ipamd.New(ipamd.Options{
+		Config: cfg, Provider: prov, Host: host, Logger: log,
+		Metrics: metrics, Gatherer: reg, Version: version,
+	})
+	if err != nil {
+		return err
+	}
+	return d.Run(ctx)
+}

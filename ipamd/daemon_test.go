@@ -1,0 +1,163 @@
+package ipamd
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/vpcip/vpcip/ipamd/api"
+	"github.com/vpcip/vpcip/warmpool"
+)
+
+// TestWarmUpFromEmptyInOneRound: a new node reaches its warm target in the
+// first pool cycle, with one growth call per ENI and one Describe at start.
+func TestWarmUpFromEmptyInOneRound(t *testing.T) {
+	c := startCloud(t)
+	n := newNode(t, c, itypeSmall, map[string]string{"WARM_IP_TARGET": "20"})
+	n.start()
+	f := c.Cloud.Faults()
+	st := n.status()
+	if !st.Ready || st.Warm < 20 || st.Assigned != 0 {
+		t.Fatalf("status after warm-up: %+v, want ready with ≥ 20 warm", st)
+	}
+	sum := warmpool.Summarize(n.d.planInput(n.clock.Now()))
+	if sum.Short != 0 {
+		t.Errorf("pool still short %d after the first cycle: %+v", sum.Short, sum)
+	}
+	growth := f.Calls("AssignPrivateIpAddresses") + f.Calls("CreateNetworkInterface")
+	if growth != st.ENIs {
+		t.Errorf("%d growth calls for %d ENIs, want one per ENI", growth, st.ENIs)
+	}
+	// The provider reads the next free device number once per CreateENI;
+	// besides those, the start takes one batched Describe (B08).
+	if got := f.Calls("DescribeNetworkInterfaces") - f.Calls("CreateNetworkInterface"); got != 1 {
+		t.Errorf("%d DescribeNetworkInterfaces at start besides CreateENI's, want 1 (B08)", got)
+	}
+	if len(n.cloudAddrs()) != st.Warm {
+		t.Errorf("cloud shows %d addresses, daemon %d warm", len(n.cloudAddrs()), st.Warm)
+	}
+}
+
+// TestB30IdempotentADD: ADD twice for one key gives one address.
+func TestB30IdempotentADD(t *testing.T) {
+	c := startCloud(t)
+	n := newNode(t, c, itypeSmall, nil)
+	n.start()
+	a1 := n.mustAdd("c1")
+	a2 := n.mustAdd("c1")
+	if a1.Address != a2.Address || !a1.AssignedAt.Equal(a2.AssignedAt) {
+		t.Fatalf("second ADD(c1) = %s, first %s", a2.Address, a1.Address)
+	}
+	if got := len(n.d.store.Assignments()); got != 1 {
+		t.Errorf("%d assignments after ADD(c1) twice, want 1", got)
+	}
+	n.del("c1")
+	if _, ok := n.d.store.Get(key("c1")); ok {
+		t.Error("c1 still holds an address after DEL")
+	}
+	n.checkInvariants()
+}
+
+// TestB14DELUnknownKeyIsSuccess: DEL of a key never ADDed succeeds and
+// touches nothing.
+func TestB14DELUnknownKeyIsSuccess(t *testing.T) {
+	c := startCloud(t)
+	n := newNode(t, c, itypeSmall, nil)
+	n.start()
+	a2 := n.mustAdd("c2")
+	before := n.d.store.Assignments()
+	r := n.del("cX")
+	if r.Released || r.Assignment != nil {
+		t.Fatalf("DEL(cX) = %+v, want nothing released", r)
+	}
+	after := n.d.store.Assignments()
+	if len(after) != len(before) || after[0].Address != a2.Address || after[0].Key != key("c2") {
+		t.Errorf("DEL(cX) changed assignments: %v → %v", before, after)
+	}
+	n.del("c2")
+	if r := n.del("c2"); r.Released {
+		t.Error("second DEL(c2) released again")
+	}
+}
+
+// TestNoAddressAtENILimitNamesTheCause: a full node answers CodeNoAddress
+// with cause eni-limit and the numbers, within the ADD wait.
+func TestNoAddressAtENILimitNamesTheCause(t *testing.T) {
+	c := startCloud(t)
+	n := newNode(t, c, itypeSmall, map[string]string{"VPCIP_ADD_WAIT": "300ms"})
+	n.start()
+	for _, id := range names("c", 27) {
+		n.mustAdd(id)
+	}
+	_, err := n.add("c27")
+	var e *api.Error
+	if !errors.As(err, &e) || e.Code != api.CodeNoAddress || e.Cause != api.CauseENILimit {
+		t.Fatalf("ADD on a full node: %v, want no-address/eni-limit", err)
+	}
+	want := "no free address: node at its ENI limit (3 of 3) and all 27 addresses assigned"
+	if e.Message != want {
+		t.Errorf("message %q, want %q", e.Message, want)
+	}
+	if !e.Retryable() {
+		t.Error("no-address error is not retryable")
+	}
+	st := n.status()
+	if st.Assigned != 27 || st.ENIs != 3 || st.MaxENIs != 3 || st.Budget != 27 || st.Capacity != 27 {
+		t.Errorf("status %+v", st)
+	}
+	n.checkInvariants()
+}
+
+// TestSocketModeAndStaleSocket: the socket is 0600 and a stale socket file
+// from a crashed daemon does not stop the next start.
+func TestSocketModeAndStaleSocket(t *testing.T) {
+	c := startCloud(t)
+	n := newNode(t, c, itypeSmall, nil)
+	n.start()
+	fi, err := os.Stat(n.d.cfg.Socket)
+	if err != nil || fi.Mode().Perm() != 0o600 || fi.Mode()&os.ModeSocket == 0 {
+		t.Fatalf("socket %v mode %v", err, fi.Mode())
+	}
+	a := n.mustAdd("c1")
+	n.shutdown()
+	// A crashed daemon leaves its socket file; make one.
+	ln, err := listenSocket(n.d.cfg.Socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.(interface{ SetUnlinkOnClose(bool) }).SetUnlinkOnClose(false)
+	ln.Close()
+	n.start()
+	if got := n.mustAdd("c1"); got.Address != a.Address {
+		t.Errorf("after restart ADD(c1) = %s, want %s", got.Address, a.Address)
+	}
+}
+
+// TestBadRequestsAnswerInvalid: malformed or incomplete requests get
+// CodeInvalid and change nothing.
+func TestBadRequestsAnswerInvalid(t *testing.T) {
+	c := startCloud(t)
+	n := newNode(t, c, itypeSmall, nil)
+	n.start()
+	ctx := context.Background()
+	for _, k := range []api.Key{{}, {Network: "vpcip", ContainerID: "c1"}, {ContainerID: "c1", IfName: "eth0"}} {
+		_, err := n.client.Assign(ctx, api.AssignRequest{Key: k})
+		var e *api.Error
+		if !errors.As(err, &e) || e.Code != api.CodeInvalid {
+			t.Errorf("Assign(%+v) = %v, want invalid-request", k, err)
+		}
+	}
+	if len(n.d.store.Assignments()) != 0 {
+		t.Error("a bad request assigned an address")
+	}
+	_, err := n.client.Check(ctx, api.CheckRequest{Key: key("nobody")})
+	var e *api.Error
+	if !errors.As(err, &e) || e.Code != api.CodeNotFound {
+		t.Errorf("Check(unknown) = %v, want not-found", err)
+	}
+	_ = netip.Addr{}
+	_ = time.Second
+}

@@ -184,3 +184,31 @@ func TestSameInputSamePlan(t *testing.T) {
 		}
 	}
 }
+
+// TestRefusalsWaitInsteadOfRepeatingCalls: the reference repeats a failing
+// call every pool cycle. With the subnet's refusal fed back, no growth call
+// is planned until the refusal ends; then the waiting pods are served.
+func TestRefusalsWaitInsteadOfRepeatingCalls(t *testing.T) {
+	s := newSim(small, Config{WarmIPTarget: 2})
+	until := t0.Add(2 * time.Minute)
+	s.in.Refusals = []Refusal{{Kind: RefusedSubnetFull, Until: until}}
+	s.in.Pending = 3
+	p := Next(s.in)
+	if p.Action != Wait || !p.Until.Equal(until) {
+		t.Fatalf("Next = %v until %v (%s); want wait until %v", p.Action, p.Until, p.Reason, until)
+	}
+	for now := t0; now.Before(until); now = now.Add(10 * time.Second) {
+		s.in.Now = now
+		if p := Next(s.in); p.Action != Wait {
+			t.Fatalf("at %v: %v (%s) while the subnet is refused", now.Sub(t0), p.Action, p.Reason)
+		}
+	}
+	s.in.Now = until
+	applied, err := s.settle(10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(applied) != 1 || applied[0].Action != Assign || applied[0].Count != 5 || s.in.Pending != 0 {
+		t.Errorf("after the refusal: %v, pending %d; want one assign of 5 and no pod waiting", tail(applied, 5), s.in.Pending)
+	}
+}

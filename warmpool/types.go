@@ -93,7 +93,7 @@ func (s Slot) Free() int { return max(s.Size()-max(s.Assigned, 0)-max(s.Cooling,
 
 // ENI is the state of one attached ENI.
 type ENI struct {
-	ID       string
+	ID       string    // EC2 network interface ID, e.g. "eni-0123456789abcdef0"; ties between ENIs are broken by it
 	Primary  bool      // the instance's primary ENI (device 0): never deleted
 	Attached time.Time // when it was attached; ENIs younger than Config.ENIMinAge are not deleted
 	Slots    []Slot    // secondary addresses and prefixes; the ENI's own primary address is not a slot

@@ -145,6 +145,7 @@ type Client struct {
 	mutating *rate.Limiter
 	describe *rate.Limiter
 	log      *slog.Logger
+	table    map[string]provider.Limits // built-in limits (limitsTable)
 
 	selfMu sync.Mutex     // guards self
 	self   *identity      // this instance, read once from IMDS
@@ -186,6 +187,7 @@ func New(ctx context.Context, opts Options) (*Client, error) {
 		mutating: rate.NewLimiter(rate.Limit(opts.MutatingRate), opts.MutatingBurst),
 		describe: rate.NewLimiter(rate.Limit(opts.DescribeRate), opts.DescribeBurst),
 		log:      opts.Logger,
+		table:    limitsTable,
 		limits:   map[string]provider.Limits{},
 		subnets:  map[string]netip.Prefix{},
 		leakSeen: map[string]time.Time{},

@@ -78,10 +78,11 @@ func (c *Client) detach(ctx context.Context, eniID string, ni types.NetworkInter
 		if cur.Status == types.NetworkInterfaceStatusAvailable {
 			return nil
 		}
-		if !time.Now().Add(poll).Before(deadline) {
+		left := time.Until(deadline)
+		if left <= 0 {
 			return fmt.Errorf("DeleteENI: %s still %s after %s of detaching", eniID, cur.Status, c.opts.DetachWait)
 		}
-		if err := sleep(ctx, poll); err != nil {
+		if err := sleep(ctx, min(poll, left)); err != nil {
 			return fmt.Errorf("DeleteENI: waiting for %s to detach: %w", eniID, err)
 		}
 		poll = min(2*poll, 2*time.Second)

@@ -22,7 +22,7 @@ func (c *Client) Limits(ctx context.Context, instanceType string) (provider.Limi
 	if instanceType == "" {
 		return provider.Limits{}, errors.New("Limits: empty instance type")
 	}
-	if l, ok := limitsTable[instanceType]; ok {
+	if l, ok := c.table[instanceType]; ok {
 		return l, nil
 	}
 	c.cacheMu.Lock()

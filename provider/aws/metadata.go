@@ -294,11 +294,12 @@ func (c *Client) waitMetadata(ctx context.Context, mac, eniID string, want []net
 		if ok && id == eniID && !slices.ContainsFunc(want, func(p netip.Prefix) bool { return !listed[p] }) {
 			return listed, nil
 		}
-		if !time.Now().Add(poll).Before(deadline) {
+		left := time.Until(deadline)
+		if left <= 0 {
 			return nil, fmt.Errorf("IMDS does not show %d addresses on %s (%s) after %s: %w",
 				len(want), eniID, mac, c.opts.MetadataWait, provider.ErrNotVisible)
 		}
-		if err := sleep(ctx, poll); err != nil {
+		if err := sleep(ctx, min(poll, left)); err != nil {
 			return nil, err
 		}
 		poll = min(2*poll, time.Second)

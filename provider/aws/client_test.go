@@ -1,0 +1,126 @@
+package awsprovider
+
+import (
+	"errors"
+	"net/netip"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/vpcip/vpcip/provider"
+)
+
+// TestStandardConfiguration points the client at vpcsim only through the
+// SDK's environment variables, as the daemon is configured.
+func TestStandardConfiguration(t *testing.T) {
+	s := startSim(t)
+	dir := t.TempDir()
+	t.Setenv("AWS_ENDPOINT_URL_EC2", s.local.EC2URL)
+	t.Setenv("AWS_EC2_METADATA_SERVICE_ENDPOINT", s.local.IMDSURL(s.inst.ID))
+	t.Setenv("AWS_REGION", "us-west-2")
+	t.Setenv("AWS_ACCESS_KEY_ID", "AKIDVPCSIMTEST")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "secret")
+	t.Setenv("AWS_CONFIG_FILE", filepath.Join(dir, "config"))
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(dir, "credentials"))
+	c, err := New(t.Context(), Options{ClusterName: testCluster})
+	if err != nil {
+		t.Fatal(err)
+	}
+	self, err := c.Self(t.Context())
+	if err != nil {
+		t.Fatalf("Self: %v", err)
+	}
+	if self.ID != s.inst.ID || self.PrimaryENI != s.inst.PrimaryENI.ID || self.Region != "us-west-2" {
+		t.Errorf("Self() = %+v, want instance %s with ENI %s", self, s.inst.ID, s.inst.PrimaryENI.ID)
+	}
+	enis, err := c.ENIs(t.Context())
+	if err != nil || len(enis) != 1 || enis[0].ID != s.inst.PrimaryENI.ID {
+		t.Errorf("ENIs() = %+v, %v; want the primary ENI", enis, err)
+	}
+}
+
+func TestNewRejectsBadOptions(t *testing.T) {
+	for _, o := range []Options{{}, {ClusterName: "c", PageSize: 4}, {ClusterName: "c", MutatingRate: -1}} {
+		if _, err := New(t.Context(), o); err == nil {
+			t.Errorf("New(%+v) succeeded", o)
+		}
+	}
+}
+
+// TestMetadataNeverCatchesUp: when IMDS lags beyond MetadataWait,
+// AssignAddresses still returns what EC2 assigned, with ErrNotVisible, and
+// MetadataENIs does not report the addresses before IMDS shows them.
+func TestMetadataNeverCatchesUp(t *testing.T) {
+	s := startSim(t)
+	opts := testOptions()
+	opts.MetadataWait = 300 * time.Millisecond
+	c := s.client(t, opts, "")
+	if _, err := c.MetadataENIs(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	s.local.Cloud.Faults().SetIMDSLag(5 * time.Second)
+	added, err := c.AssignAddresses(t.Context(), s.inst.PrimaryENI.ID, 2, false)
+	if !errors.Is(err, provider.ErrNotVisible) || len(added) != 2 {
+		t.Fatalf("AssignAddresses under a 5s lag with a 300ms wait = %v, %v; want 2 addresses and ErrNotVisible", added, err)
+	}
+	cloud, _ := s.local.Cloud.NetworkInterface(s.inst.PrimaryENI.ID)
+	for _, p := range added {
+		if !slices.Contains(cloud.SecondaryIPs, p.Addr()) {
+			t.Errorf("returned %v is not on the ENI in the cloud (%v)", p, cloud.SecondaryIPs)
+		}
+	}
+	meta, err := c.MetadataENIs(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(meta) != 1 || len(meta[0].SecondaryIPs) != 0 {
+		t.Errorf("MetadataENIs() = %+v, want the primary ENI without the addresses IMDS does not show yet", meta)
+	}
+	enis, err := c.ENIs(t.Context())
+	if err != nil || len(enis) != 1 || len(enis[0].SecondaryIPs) != 2 {
+		t.Errorf("ENIs() = %+v, %v; want EC2's two addresses", enis, err)
+	}
+}
+
+// TestObserverReportsEveryCall checks the operation and outcome names the
+// daemon's metrics are built from.
+func TestObserverReportsEveryCall(t *testing.T) {
+	s := startSim(t)
+	type report struct{ op, outcome string }
+	var got []report
+	opts := testOptions()
+	opts.Observe = func(op, outcome string, latency time.Duration) {
+		if latency < 0 {
+			t.Errorf("negative latency for %s", op)
+		}
+		if op != "imds" {
+			got = append(got, report{op, outcome})
+		}
+	}
+	c := s.client(t, opts, "")
+	s.local.Cloud.Faults().FailNext("AssignPrivateIpAddresses", "RequestLimitExceeded")
+	if _, err := c.AssignAddresses(t.Context(), s.inst.PrimaryENI.ID, 1, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.AssignAddresses(t.Context(), "eni-0f0f0f0f0f0f0f0f0", 1, false); !errors.Is(err, provider.ErrNotFound) {
+		t.Fatalf("err = %v, want ErrNotFound", err)
+	}
+	want := []report{
+		{"AssignPrivateIpAddresses", "throttled"},
+		{"AssignPrivateIpAddresses", "ok"},
+		{"AssignPrivateIpAddresses", "not_found"},
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("observer got %v, want %v", got, want)
+	}
+}
+
+func TestUnassignRefusesNonAddresses(t *testing.T) {
+	c := &Client{}
+	for _, p := range []string{"100.64.0.0/24", "100.64.0.8/28", "2001:db8::1/128"} {
+		if err := c.UnassignAddresses(t.Context(), "eni-1", []netip.Prefix{netip.MustParsePrefix(p)}); err == nil {
+			t.Errorf("UnassignAddresses(%s) succeeded", p)
+		}
+	}
+}

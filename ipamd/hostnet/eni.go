@@ -281,21 +281,32 @@ func sameRoute(a, b netlink.Route) bool {
 }
 
 // ensureENIRoutes makes the ENI's table hold exactly eniRoutes: missing or
-// different routes are replaced (RouteReplace), then anything else in the
-// table is deleted. The gateway /32 comes first so the default route's
-// gateway is always reachable.
+// different routes are replaced (RouteReplace), then whatever else the table
+// holds, read again, is deleted. Reading again matters: a replaced route's
+// old version is gone already, and deleting it by its old attributes could
+// match the new one (the kernel treats attributes left out of a delete as
+// wildcards). The gateway /32 comes first so the default route's gateway is
+// always reachable.
 func ensureENIRoutes(link netlink.Link, e ENI) error {
 	want := eniRoutes(link, e)
-	have, err := tableRoutes(TableForDevice(e.DeviceNumber))
+	table := TableForDevice(e.DeviceNumber)
+	have, err := tableRoutes(table)
 	if err != nil {
 		return err
 	}
+	changed := false
 	for _, w := range want {
 		if containsRoute(have, w) {
 			continue
 		}
 		if err := netlink.RouteReplace(&w); err != nil {
 			return fmt.Errorf("replace route %v: %w", w, err)
+		}
+		changed = true
+	}
+	if changed {
+		if have, err = tableRoutes(table); err != nil {
+			return err
 		}
 	}
 	for _, h := range have {

@@ -111,6 +111,8 @@ func TestEnsureENIReplacesStaleState(t *testing.T) {
 	n.run(t, "ip", "link", "set", "eth1", "up")
 	n.run(t, "ip", "route", "add", "192.0.2.0/24", "dev", "eth1", "table", "2")
 	n.run(t, "ip", "route", "add", "default", "dev", "eth1", "table", "2")
+	n.run(t, "ip", "route", "add", "10.0.1.0/24", "dev", "eth1", "table", "2") // no src: replaced, and its delete must not hit the new one
+	n.run(t, "ip", "route", "add", "10.0.1.0/24", "dev", "eth1", "table", "2", "metric", "50")
 	n.run(t, "ip", "rule", "add", "from", "10.0.1.99", "lookup", "2", "priority", "1535")
 	n.run(t, "ip", "rule", "add", "from", "10.0.1.10", "lookup", "2", "priority", "1535")
 	n.run(t, "ip", "addr", "add", "10.0.1.10/16", "dev", "eth1")

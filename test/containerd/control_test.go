@@ -45,7 +45,7 @@ func (b *bridgeNetwork) conflist(cniVersion string) ([]byte, error) {
 	}, "", "  ")
 }
 
-func (b *bridgeNetwork) Install(t *testing.T, n *crinode.Node) {
+func (b *bridgeNetwork) Install(t testing.TB, n *crinode.Node) {
 	t.Helper()
 	data, err := b.conflist(crinode.MaxCNIVersion(n.Major))
 	if err != nil {
@@ -86,7 +86,7 @@ func (b *bridgeNetwork) CheckReleased(t *testing.T, n *crinode.Node, gone []crin
 }
 
 // bridgePorts lists the links enslaved to the bridge in the named netns.
-func bridgePorts(t *testing.T, netnsName, bridge string) []string {
+func bridgePorts(t testing.TB, netnsName, bridge string) []string {
 	t.Helper()
 	h, err := netns.GetFromName(netnsName)
 	if err != nil {

@@ -61,7 +61,7 @@ func forEachRuntime(t *testing.T, fn func(t *testing.T, tools crinode.Tools)) {
 var netnsSeq atomic.Int32
 
 // newNetns makes a throwaway network namespace with lo up, removed at cleanup.
-func newNetns(t *testing.T) string {
+func newNetns(t testing.TB) string {
 	t.Helper()
 	name := fmt.Sprintf("%s%d-%d", netnsPrefix, os.Getpid()%100000, netnsSeq.Add(1))
 	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
@@ -81,7 +81,7 @@ func newNetns(t *testing.T) string {
 // startNode starts a containerd inside the named netns with the reference
 // plugins linked into its CNI bin dir. It is closed, and its directory
 // removed, at cleanup; containerd's log is shown when the test failed.
-func startNode(t *testing.T, tools crinode.Tools, netnsName string, plugins ...string) *crinode.Node {
+func startNode(t testing.TB, tools crinode.Tools, netnsName string, plugins ...string) *crinode.Node {
 	t.Helper()
 	dir, err := os.MkdirTemp("", netnsPrefix)
 	if err != nil {
@@ -108,7 +108,7 @@ func startNode(t *testing.T, tools crinode.Tools, netnsName string, plugins ...s
 
 // linkAddrs returns the IPv4 addresses of the named link inside the network
 // namespace at nsPath.
-func linkAddrs(t *testing.T, nsPath, link string) []netip.Addr {
+func linkAddrs(t testing.TB, nsPath, link string) []netip.Addr {
 	t.Helper()
 	h, err := netns.GetFromPath(nsPath)
 	if err != nil {
@@ -205,7 +205,7 @@ func exists(path string) bool {
 
 // hostLocalReserved lists the addresses the host-local IPAM store of the
 // named network holds (one file per address, named by it).
-func hostLocalReserved(t *testing.T, dataDir, network string) []netip.Addr {
+func hostLocalReserved(t testing.TB, dataDir, network string) []netip.Addr {
 	t.Helper()
 	entries, err := os.ReadDir(filepath.Join(dataDir, network))
 	if os.IsNotExist(err) {

@@ -23,7 +23,7 @@ const parallelRuns = 5
 type podNetwork interface {
 	// Install makes the network available on the node: plugins in its CNI
 	// bin dir and the conflist in its conf dir.
-	Install(t *testing.T, n *crinode.Node)
+	Install(t testing.TB, n *crinode.Node)
 	// CheckAttached asserts the sandbox's address came from this network's
 	// allocator and is configured in the sandbox.
 	CheckAttached(t *testing.T, n *crinode.Node, sb crinode.Sandbox)

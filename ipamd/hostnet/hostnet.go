@@ -19,6 +19,10 @@
 //	1536  from <pod>/32 lookup <d+1>           (plugin, pods on secondary ENIs: PriorityFromPod)
 //
 // Route table of the ENI at device number d is d+1 (TableForDevice).
+//
+// iptables chains, all vpcip's own and rewritten to spec by EnsureSNAT:
+// mangle ChainConnmark (from PREROUTING) and ChainEgress, nat ChainSNAT (from
+// POSTROUTING). Every rule carries the comment "vpcip:<hash of the rule>".
 package hostnet
 
 import (

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"strings"
 
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
@@ -117,6 +119,9 @@ func setupHostSide(a Attachment, host netlink.Link) error {
 			return fmt.Errorf("set %s MTU %d: %w", a.HostVeth, a.MTU, err)
 		}
 	}
+	if err := ensureForwarding(); err != nil {
+		return err
+	}
 	r := &netlink.Route{LinkIndex: host.Attrs().Index, Dst: host32(a.PodIP), Scope: netlink.SCOPE_LINK, Table: mainTable}
 	if err := netlink.RouteReplace(r); err != nil {
 		return fmt.Errorf("add host route %v/32 dev %s: %w", a.PodIP, a.HostVeth, err)
@@ -174,4 +179,21 @@ func readBack(podNS ns.NetNS, a Attachment) (Wired, error) {
 func toInterface(l netlink.Link) net.Interface {
 	at := l.Attrs()
 	return net.Interface{Index: at.Index, MTU: at.MTU, Name: at.Name, HardwareAddr: at.HardwareAddr, Flags: at.Flags}
+}
+
+// ipForward is the node's IPv4 forwarding switch (all interfaces).
+const ipForward = "/proc/sys/net/ipv4/ip_forward"
+
+// ensureForwarding turns on IPv4 forwarding in the node netns: a routed veth
+// carries nothing without it (the reference ptp and bridge plugins do the
+// same). It reads first, so the common case writes nothing.
+func ensureForwarding() error {
+	b, err := os.ReadFile(ipForward)
+	if err == nil && strings.TrimSpace(string(b)) == "1" {
+		return nil
+	}
+	if err := os.WriteFile(ipForward, []byte("1"), 0o644); err != nil {
+		return fmt.Errorf("enable IPv4 forwarding: %w", err)
+	}
+	return nil
 }

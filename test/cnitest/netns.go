@@ -33,9 +33,9 @@ func (n *Node) Do(fn func() error) error {
 	return n.NS.Do(func(ns.NetNS) error { return fn() })
 }
 
-// NewNode creates a fresh node netns "vct-node-<rand>" with lo up and IPv4
-// forwarding on (what vpcipd's host setup provides on a real node), removed
-// at cleanup. It has no link to anything else.
+// NewNode creates a fresh node netns "vct-node-<rand>" with lo up, removed
+// at cleanup. It has no link to anything else, and IPv4 forwarding is off as
+// in any new netns: the plugin must turn it on.
 func NewNode(t testing.TB) *Node {
 	t.Helper()
 	name := NewNetns(t, "vct-node-")
@@ -45,10 +45,7 @@ func NewNode(t testing.TB) *Node {
 		if err != nil {
 			return err
 		}
-		if err := netlink.LinkSetUp(lo); err != nil {
-			return err
-		}
-		return os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644)
+		return netlink.LinkSetUp(lo)
 	})
 	if err != nil {
 		t.Fatalf("set up node netns %s: %v", name, err)

@@ -172,6 +172,7 @@ func testConcurrentAdds(t *testing.T, e *Env) {
 	}
 	wg.Wait()
 	seen := map[netip.Addr]string{}
+	var onPrimary, onSecondary int
 	for i, p := range pods {
 		if errs[i] != nil {
 			t.Errorf("ADD %s: %v", p.Name, errs[i])
@@ -183,6 +184,16 @@ func testConcurrentAdds(t *testing.T, e *Env) {
 		seen[p.Address] = p.Name
 		a := mustHeld(t, e, p)
 		AssertPodWired(t, e, p, a.RouteTable, mtuOf(e, a))
+		if a.RouteTable == 0 {
+			onPrimary++
+		} else {
+			onSecondary++
+		}
+	}
+	// 30 addresses exceed one ENI of the suite's nodes: both rule sets
+	// (main table only, and 1536 into an ENI table) must have been wired.
+	if onPrimary == 0 || onSecondary == 0 {
+		t.Errorf("%d pods on the primary ENI, %d on secondary ENIs; want both", onPrimary, onSecondary)
 	}
 	for i, p := range pods {
 		wg.Go(func() { errs[i] = e.Del(t, p) })

@@ -41,33 +41,33 @@ func (c *Cloud) serveEC2(w http.ResponseWriter, r *http.Request) {
 	requestID := c.newRequestID()
 	defer func() {
 		if v := recover(); v != nil {
-			writeError(w, requestID, errorf("InternalError", "An internal error has occurred: %v", v))
+			writeError(w, r, requestID, errorf("InternalError", "An internal error has occurred: %v", v))
 		}
 	}()
 	if r.Method != http.MethodPost && r.Method != http.MethodGet {
-		writeError(w, requestID, errorf("InvalidHttpRequest", "The HTTP method %s is not supported.", r.Method))
+		writeError(w, r, requestID, errorf("InvalidHttpRequest", "The HTTP method %s is not supported.", r.Method))
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, maxRequestBytes)
 	if err := r.ParseForm(); err != nil {
-		writeError(w, requestID, errorf("MalformedQueryString", "The request could not be parsed: %v", err))
+		writeError(w, r, requestID, errorf("MalformedQueryString", "The request could not be parsed: %v", err))
 		return
 	}
 	name, act, p, err := parseRequest(r.Form)
 	if err != nil {
-		writeError(w, requestID, err)
+		writeError(w, r, requestID, err)
 		return
 	}
 	if err := c.faults.before(r.Context(), name); err != nil {
-		writeError(w, requestID, err)
+		writeError(w, r, requestID, err)
 		return
 	}
 	res, err := c.run(act, p)
 	if err != nil {
-		writeError(w, requestID, err)
+		writeError(w, r, requestID, err)
 		return
 	}
-	writeReply(w, name, requestID, res)
+	writeReply(w, r, name, requestID, res)
 }
 
 // parseRequest checks the Action and Version of a request and returns the

@@ -193,7 +193,9 @@ func TestDetachIsAsynchronous(t *testing.T) {
 		_, err := cli.DeleteNetworkInterface(ctx, &ec2.DeleteNetworkInterfaceInput{NetworkInterfaceId: aws.String(eni)})
 		return err
 	}(), "InvalidNetworkInterface.InUse", 400)
-	w := ec2.NewNetworkInterfaceAvailableWaiter(cli, func(o *ec2.NetworkInterfaceAvailableWaiterOptions) { o.MinDelay, o.MaxDelay = 10*time.Millisecond, 20*time.Millisecond })
+	w := ec2.NewNetworkInterfaceAvailableWaiter(cli, func(o *ec2.NetworkInterfaceAvailableWaiterOptions) {
+		o.MinDelay, o.MaxDelay = 10*time.Millisecond, 20*time.Millisecond
+	})
 	if err := w.Wait(ctx, &ec2.DescribeNetworkInterfacesInput{NetworkInterfaceIds: []string{eni}}, 5*time.Second); err != nil {
 		t.Fatalf("ENI never became available: %v", err)
 	}

@@ -193,12 +193,12 @@ func TestIMDSThroughSDK(t *testing.T) {
 		wantIPs = append(wantIPs, a.String())
 	}
 	checks := map[string]string{
-		"instance-id":                    inst.ID,
-		"instance-type":                  "m5.large",
-		"placement/availability-zone":    "us-west-2a",
-		"placement/region":               "us-west-2",
-		"mac":                            mac,
-		"local-ipv4":                     e.PrimaryIP.String(),
+		"instance-id":                 inst.ID,
+		"instance-type":               "m5.large",
+		"placement/availability-zone": "us-west-2a",
+		"placement/region":            "us-west-2",
+		"mac":                         mac,
+		"local-ipv4":                  e.PrimaryIP.String(),
 		"network/interfaces/macs/" + mac + "/device-number":          "0",
 		"network/interfaces/macs/" + mac + "/interface-id":           e.ID,
 		"network/interfaces/macs/" + mac + "/local-ipv4s":            strings.Join(wantIPs, "\n"),

@@ -2,10 +2,13 @@ package vpcsim
 
 import (
 	"bytes"
+	"compress/gzip"
 	"encoding/xml"
 	"net/http"
 	"slices"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -31,7 +34,7 @@ type returnReply struct {
 }
 
 // writeReply writes <ActionResponse xmlns=...><requestId>..</requestId>...</ActionResponse>.
-func writeReply(w http.ResponseWriter, action, requestID string, r reply) {
+func writeReply(w http.ResponseWriter, req *http.Request, action, requestID string, r reply) {
 	r.setRequestID(requestID)
 	var buf bytes.Buffer
 	buf.WriteString(xml.Header)
@@ -41,12 +44,48 @@ func writeReply(w http.ResponseWriter, action, requestID string, r reply) {
 		Attr: []xml.Attr{{Name: xml.Name{Local: "xmlns"}, Value: ec2Namespace}},
 	}
 	if err := enc.EncodeElement(r, start); err != nil {
-		writeError(w, requestID, errorf("InternalError", "An internal error has occurred: %v", err))
+		writeError(w, req, requestID, errorf("InternalError", "An internal error has occurred: %v", err))
 		return
 	}
-	w.Header().Set("Content-Type", "text/xml;charset=UTF-8")
-	w.WriteHeader(http.StatusOK)
-	w.Write(buf.Bytes())
+	writeBody(w, req, http.StatusOK, buf.Bytes())
+}
+
+// gzipMinBytes is the reply size from which replies are gzipped for
+// clients that accept it.
+const gzipMinBytes = 1024
+
+// writeBody writes an XML reply with its Content-Length, gzipped when the
+// client accepts gzip and the reply is large. Besides saving bytes, a
+// compressed reply usually reaches the client in one segment: aws-sdk-go-v2
+// closes the request body as soon as the response headers arrive, which can
+// make Go's transport drop the connection while a long reply body is still
+// being read (the SDK's request-body WriteTo answers io.EOF once closed); a
+// reply the client has already buffered survives that.
+func writeBody(w http.ResponseWriter, r *http.Request, status int, body []byte) {
+	h := w.Header()
+	h.Set("Content-Type", "text/xml;charset=UTF-8")
+	if len(body) >= gzipMinBytes && acceptsGzip(r) {
+		var z bytes.Buffer
+		zw, _ := gzip.NewWriterLevel(&z, gzip.BestSpeed)
+		zw.Write(body)
+		if zw.Close() == nil {
+			h.Set("Content-Encoding", "gzip")
+			body = z.Bytes()
+		}
+	}
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	w.Write(body)
+}
+
+func acceptsGzip(r *http.Request) bool {
+	for _, part := range strings.Split(r.Header.Get("Accept-Encoding"), ",") {
+		name, q, _ := strings.Cut(strings.TrimSpace(part), ";")
+		if strings.EqualFold(strings.TrimSpace(name), "gzip") && strings.ReplaceAll(q, " ", "") != "q=0" {
+			return true
+		}
+	}
+	return false
 }
 
 // errorResponse is EC2's error shape:
@@ -62,12 +101,9 @@ type xmlError struct {
 	Message string `xml:"Message"`
 }
 
-func writeError(w http.ResponseWriter, requestID string, e *Error) {
+func writeError(w http.ResponseWriter, r *http.Request, requestID string, e *Error) {
 	body, _ := xml.Marshal(errorResponse{Errors: []xmlError{{Code: e.Code, Message: e.Message}}, RequestID: requestID})
-	w.Header().Set("Content-Type", "text/xml;charset=UTF-8")
-	w.WriteHeader(e.HTTPStatus())
-	w.Write([]byte(xml.Header))
-	w.Write(body)
+	writeBody(w, r, e.HTTPStatus(), append([]byte(xml.Header), body...))
 }
 
 func timestamp(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z") }

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"io"
+	"net"
 	"net/netip"
 	"strings"
 	"testing"
@@ -125,4 +126,71 @@ func routerRouteDev(t *testing.T, f *vpcsimtest.Fabricated, addr netip.Addr) str
 		t.Fatal(err)
 	}
 	return link.Attrs().Name
+}
+
+// TestAttachThroughTheAPI creates and attaches an ENI through the EC2 API
+// and finds it in the instance's netns as eth1 with the ENI's MAC, left
+// down as EC2 leaves it; detaching removes it.
+func TestAttachThroughTheAPI(t *testing.T) {
+	f := vpcsimtest.StartFabric(t, vpcsim.Config{}, uniquePrefix())
+	inst := f.Launch(t, "m5.large")
+	client := ec2.New(ec2.Options{
+		Region:           f.Cloud.Region(),
+		BaseEndpoint:     aws.String(f.EC2URL),
+		Credentials:      credentials.NewStaticCredentialsProvider("AKIDEXAMPLE", "secret", ""),
+		HTTPClient:       f.HTTPClient(inst.ID),
+		RetryMaxAttempts: 1,
+	})
+	ctx := context.Background()
+	created, err := client.CreateNetworkInterface(ctx, &ec2.CreateNetworkInterfaceInput{SubnetId: aws.String(inst.SubnetID)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eni := created.NetworkInterface
+	att, err := client.AttachNetworkInterface(ctx, &ec2.AttachNetworkInterfaceInput{
+		NetworkInterfaceId: eni.NetworkInterfaceId, InstanceId: aws.String(inst.ID), DeviceIndex: aws.Int32(1),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := nodeHandle(t, f, inst.ID)
+	eth1, err := h.LinkByName("eth1")
+	if err != nil {
+		t.Fatalf("eth1 after attach: %v", err)
+	}
+	if got := eth1.Attrs().HardwareAddr.String(); got != aws.ToString(eni.MacAddress) {
+		t.Errorf("eth1 MAC %s, want the ENI's %s", got, aws.ToString(eni.MacAddress))
+	}
+	if eth1.Attrs().Flags&net.FlagUp != 0 {
+		t.Error("eth1 is up before the instance configured it")
+	}
+	primary := netip.MustParseAddr(aws.ToString(eni.PrivateIpAddress))
+	if got := routerRouteDev(t, f, primary); !strings.HasPrefix(got, f.Fabric.Prefix()+"e") {
+		t.Errorf("router route to the new ENI's primary %s via %q", primary, got)
+	}
+	if _, err := client.DetachNetworkInterface(ctx, &ec2.DetachNetworkInterfaceInput{AttachmentId: att.AttachmentId}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.LinkByName("eth1"); err == nil {
+		t.Error("eth1 still there after detach")
+	}
+	if got := routerRouteDev(t, f, primary); got != "" {
+		t.Errorf("router still routes %s via %s after detach", primary, got)
+	}
+}
+
+// nodeHandle opens a netlink socket inside an instance's netns.
+func nodeHandle(t *testing.T, f *vpcsimtest.Fabricated, instanceID string) netlinksafe.Handle {
+	t.Helper()
+	nsh, err := netns.GetFromPath(f.NetnsPath(instanceID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nsh.Close()
+	h, err := netlinksafe.NewHandleAt(nsh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Close)
+	return h
 }

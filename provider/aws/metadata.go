@@ -172,7 +172,9 @@ func (c *Client) metadataENI(ctx context.Context, mac string) (provider.ENI, err
 	eni.ID = get("interface-id", true)
 	dev := get("device-number", true)
 	card := get("network-card", false)
-	if card == "" {
+	if _, cerr := strconv.Atoi(card); cerr != nil {
+		// Older metadata servers (and AWS's IMDS simulator) call it
+		// network-card-index, and may answer network-card with a listing.
 		card = get("network-card-index", false)
 	}
 	ips := get("local-ipv4s", true)

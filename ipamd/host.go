@@ -16,6 +16,8 @@ type Host interface {
 	RemoveENI(e hostnet.ENI) error
 	// EnsureSNAT installs the SNAT and connection-mark rules.
 	EnsureSNAT(c hostnet.SNATConfig) error
+	// LinkName is the name of the link with this MAC (the primary ENI's, for SNAT).
+	LinkName(mac string) (string, error)
 	// PodRoutes lists the host routes to pod veths. ErrNoHostView means the
 	// host cannot be observed, which is not the same as "no pods".
 	PodRoutes() ([]hostnet.PodRoute, error)
@@ -32,6 +34,7 @@ var _ Host = NodeHost{}
 func (NodeHost) EnsureENI(e hostnet.ENI) (string, error) { return hostnet.EnsureENI(e) }
 func (NodeHost) RemoveENI(e hostnet.ENI) error           { return hostnet.RemoveENI(e) }
 func (NodeHost) EnsureSNAT(c hostnet.SNATConfig) error   { return hostnet.EnsureSNAT(c) }
+func (NodeHost) LinkName(mac string) (string, error)     { return linkByMAC(mac) }
 func (NodeHost) PodRoutes() ([]hostnet.PodRoute, error)  { return hostnet.PodRoutes() }
 
 // NoHost is Host for VPCIP_HOSTNET=false (tests and development without root):
@@ -43,4 +46,5 @@ var _ Host = NoHost{}
 func (NoHost) EnsureENI(e hostnet.ENI) (string, error) { return "", nil }
 func (NoHost) RemoveENI(hostnet.ENI) error             { return nil }
 func (NoHost) EnsureSNAT(hostnet.SNATConfig) error     { return nil }
+func (NoHost) LinkName(string) (string, error)         { return "", nil }
 func (NoHost) PodRoutes() ([]hostnet.PodRoute, error)  { return nil, ErrNoHostView }

@@ -79,10 +79,7 @@ func (d *Daemon) startOnce(ctx context.Context, restored restoreOutcome) error {
 
 // ensureSNAT installs the node's SNAT rules (nothing with NoHost).
 func (d *Daemon) ensureSNAT(self provider.Instance) error {
-	if _, ok := d.host.(NoHost); ok {
-		return nil
-	}
-	link, err := linkByMAC(self.PrimaryMAC)
+	link, err := d.host.LinkName(self.PrimaryMAC)
 	if err != nil {
 		return err
 	}

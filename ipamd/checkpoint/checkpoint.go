@@ -88,18 +88,46 @@ func Load(path string) (st State, dropped []string, err error) {
 	if reason := damage(data); reason != "" {
 		return State{}, nil, &CorruptError{Path: path, Reason: reason}
 	}
+	var raw rawState
 	dec := json.NewDecoder(bytes.NewReader(data))
-	if err := dec.Decode(&st); err != nil {
+	if err := dec.Decode(&raw); err != nil {
 		return State{}, nil, &CorruptError{Path: path, Reason: "invalid JSON: " + err.Error()}
 	}
 	if dec.More() {
 		return State{}, nil, &CorruptError{Path: path, Reason: "trailing data after the JSON document"}
 	}
-	if st.Version != Version {
-		return State{}, nil, &CorruptError{Path: path, Reason: fmt.Sprintf("unknown version %d (this daemon reads %d)", st.Version, Version)}
+	if raw.Version != Version {
+		return State{}, nil, &CorruptError{Path: path, Reason: fmt.Sprintf("unknown version %d (this daemon reads %d)", raw.Version, Version)}
 	}
-	st.Assignments, st.Cooling, dropped = validate(st.Assignments, st.Cooling)
-	return st, dropped, nil
+	st = State{Version: raw.Version, InstanceID: raw.InstanceID, Written: raw.Written}
+	st.Assignments, dropped = decodeEntries[Assignment](raw.Assignments, "assignment", dropped)
+	st.Cooling, dropped = decodeEntries[Cooling](raw.Cooling, "cooldown record", dropped)
+	var more []string
+	st.Assignments, st.Cooling, more = validate(st.Assignments, st.Cooling)
+	return st, append(dropped, more...), nil
+}
+
+// rawState is State with its entries left undecoded, so one bad entry costs
+// only itself.
+type rawState struct {
+	Version     int               `json:"version"`
+	InstanceID  string            `json:"instanceID"`
+	Written     time.Time         `json:"written"`
+	Assignments []json.RawMessage `json:"assignments"`
+	Cooling     []json.RawMessage `json:"cooling"`
+}
+
+func decodeEntries[T any](raws []json.RawMessage, what string, dropped []string) ([]T, []string) {
+	out := make([]T, 0, len(raws))
+	for i, r := range raws {
+		var v T
+		if err := json.Unmarshal(r, &v); err != nil {
+			dropped = append(dropped, fmt.Sprintf("%s #%d: %v", what, i, err))
+			continue
+		}
+		out = append(out, v)
+	}
+	return out, dropped
 }
 
 func readAll(f *os.File) ([]byte, error) {

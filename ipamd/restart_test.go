@@ -1,0 +1,232 @@
+package ipamd
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vpcip/vpcip/ipamd/api"
+	"github.com/vpcip/vpcip/ipamd/checkpoint"
+	"github.com/vpcip/vpcip/provider"
+)
+
+// TestB03NoDuplicateRightAfterRestart: after a restart, ADDs wait (and end
+// not-ready) until the checkpoint is loaded and EC2 has answered; then the
+// new pod never gets a live pod's address.
+func TestB03NoDuplicateRightAfterRestart(t *testing.T) {
+	c := startCloud(t)
+	n := newNode(t, c, itypeSmall, map[string]string{"WARM_IP_TARGET": "1", "VPCIP_ADD_WAIT": "300ms"})
+	n.start()
+	a1 := n.mustAdd("c1")
+	n.cycle()
+	n.shutdown()
+
+	gate := make(chan struct{})
+	n.wrap = func(p provider.Provider) provider.Provider { return &gatedENIs{Provider: p, gate: gate} }
+	n.startNoWait()
+	eventually(t, "socket", func() bool { _, err := n.client.Status(context.Background()); return err == nil })
+	if st := n.status(); st.Ready || st.Reason == "" {
+		t.Fatalf("status before the cloud answered: %+v, want not ready with a reason", st)
+	}
+	_, err := n.add("c2")
+	var e *api.Error
+	if !errors.As(err, &e) || e.Code != api.CodeNotReady || !e.Retryable() {
+		t.Fatalf("ADD(c2) before ready: %v, want retryable not-ready", err)
+	}
+	if got, err := n.client.Check(context.Background(), api.CheckRequest{Key: key("c1")}); err != nil || got.Address != a1.Address {
+		t.Errorf("CHECK(c1) before ready = %v, %v; want %s from the checkpoint", got.Address, err, a1.Address)
+	}
+	close(gate)
+	<-n.d.Ready()
+	a2 := n.mustAdd("c2")
+	if a2.Address == a1.Address {
+		t.Fatalf("c2 got c1's address %s", a1.Address)
+	}
+	n.checkInvariants()
+}
+
+// TestB11CooldownSurvivesRestart: the release time is checkpointed, so after
+// a restart the address is not reused before IP_COOLDOWN_PERIOD.
+func TestB11CooldownSurvivesRestart(t *testing.T) {
+	c := startCloud(t)
+	n := newNode(t, c, itypeSmall, map[string]string{
+		"IP_COOLDOWN_PERIOD": "30", "MAX_ENI": "1", "WARM_IP_TARGET": "1", "VPCIP_ADD_WAIT": "300ms"})
+	n.start()
+	var a1 api.Assignment
+	for _, id := range names("c", 9) { // the primary ENI's 9 secondary addresses
+		a := n.mustAdd(id)
+		if id == "c1" {
+			a1 = a
+		}
+	}
+	t0 := n.clock.Now()
+	n.del("c1")
+	n.clock.Advance(time.Second)
+	n.restart()
+
+	st, _, err := checkpoint.Load(n.d.cfg.Checkpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, c := range st.Cooling {
+		found = found || (c.Address == a1.Address && c.UnassignedAt.Equal(t0))
+	}
+	if !found {
+		t.Fatalf("checkpoint cooling %+v lacks %s released at %s", st.Cooling, a1.Address, t0)
+	}
+
+	n.clock.Advance(time.Second) // t0+2s
+	_, err = n.add("c10")
+	var e *api.Error
+	if !errors.As(err, &e) || e.Code != api.CodeNoAddress || e.Cause != api.CauseCooldown {
+		t.Fatalf("ADD within cooldown after restart: %v, want no-address/cooldown", err)
+	}
+	n.clock.Advance(29 * time.Second) // t0+31s
+	if got := n.mustAdd("c10"); got.Address != a1.Address {
+		t.Errorf("after cooldown ADD(c10) = %s, want %s", got.Address, a1.Address)
+	}
+	n.checkInvariants()
+}
+
+// TestB39CorruptCheckpointRecovers: each kind of damaged checkpoint is moved
+// aside; the daemon rebuilds from EC2 and the host's pod routes, keeps the
+// running pods' addresses, and serves ADD and DEL.
+func TestB39CorruptCheckpointRecovers(t *testing.T) {
+	kinds := []struct {
+		name    string
+		corrupt func(path string) error
+		moved   bool
+	}{
+		{"NUL-filled", func(p string) error { return os.WriteFile(p, bytes.Repeat([]byte{0}, 4096), 0o600) }, true},
+		{"empty", func(p string) error { return os.WriteFile(p, nil, 0o600) }, true},
+		{"truncated", func(p string) error {
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			return os.WriteFile(p, b[:len(b)/2], 0o600)
+		}, true},
+		{"unknown-version", func(p string) error {
+			return os.WriteFile(p, []byte(`{"version":99,"assignments":[]}`), 0o600)
+		}, true},
+		{"stale-lock-file", func(p string) error { return os.WriteFile(p+".lock", []byte("4242"), 0o600) }, false},
+	}
+	for _, k := range kinds {
+		t.Run(k.name, func(t *testing.T) {
+			c := startCloud(t)
+			n := newNode(t, c, itypeSmall, map[string]string{"VPCIP_GC_GRACE": "10s"})
+			host := newMemHost()
+			n.host = host
+			n.start()
+			live := map[netip.Addr]bool{}
+			for _, id := range names("c", 5) {
+				a := n.mustAdd(id)
+				host.wire(a.Address, "eni"+id)
+				live[a.Address] = true
+			}
+			c1, _ := n.d.store.Get(key("c1"))
+			n.shutdown()
+			path := n.d.cfg.Checkpoint
+			if err := k.corrupt(path); err != nil {
+				t.Fatal(err)
+			}
+			n.start()
+
+			moved, _ := filepath.Glob(path + ".corrupt-*")
+			if k.moved != (len(moved) == 1) {
+				t.Errorf("quarantined files %v, want moved=%v", moved, k.moved)
+			}
+			if st := n.status(); !st.Ready || st.Assigned != 5 {
+				t.Fatalf("after restart: %+v, want ready with the 5 pods' addresses held", st)
+			}
+			a6 := n.mustAdd("c6")
+			if live[a6.Address] {
+				t.Fatalf("ADD(c6) got live pod address %s", a6.Address)
+			}
+			host.wire(a6.Address, "enic6")
+			if r := n.del("c1"); k.moved == r.Released {
+				t.Errorf("DEL(c1) released=%v; the key is known only with an intact checkpoint", r.Released)
+			}
+			// The plugin's DEL removed c1's route; the daemon frees the
+			// address it held for the unknown pod within two reconciliations.
+			host.unwire(c1.Address)
+			n.clock.Advance(11 * time.Second)
+			n.reconcile()
+			n.reconcile()
+			if h, ok := n.d.store.Holder(c1.Address); ok {
+				t.Errorf("c1's address still held by %s after its route went", h.Key)
+			}
+			if st := n.status(); st.Assigned != 5 {
+				t.Errorf("assigned %d, want 5 (c0, c2-c4 and c6)", st.Assigned)
+			}
+			n.checkInvariants()
+		})
+	}
+}
+
+// TestB34CorruptEntryDoesNotBlockDEL: one unreadable checkpoint entry is
+// dropped (and the file rewritten without it); DEL of its key succeeds, the
+// address is not reused before the cooldown, other pods are unaffected.
+func TestB34CorruptEntryDoesNotBlockDEL(t *testing.T) {
+	c := startCloud(t)
+	n := newNode(t, c, itypeSmall, map[string]string{"IP_COOLDOWN_PERIOD": "30"})
+	n.start()
+	a1 := n.mustAdd("c1")
+	a2 := n.mustAdd("c2")
+	n.shutdown()
+	path := n.d.cfg.Checkpoint
+	var doc map[string]any
+	b, _ := os.ReadFile(path)
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range doc["assignments"].([]any) {
+		m := e.(map[string]any)
+		if m["key"].(map[string]any)["containerID"] == "c1" {
+			m["address"] = "garbage"
+		}
+	}
+	b, _ = json.Marshal(doc)
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	n.start()
+	if r := n.del("c1"); r.Released {
+		t.Errorf("DEL(c1) released %+v from a dropped entry", r.Assignment)
+	}
+	if got, ok := n.d.store.Get(key("c2")); !ok || got.Address != a2.Address {
+		t.Errorf("c2 = %+v, want %s kept", got, a2.Address)
+	}
+	if h, ok := n.d.store.Holder(a1.Address); ok {
+		t.Errorf("c1's address held by %s", h.Key)
+	}
+	for _, id := range names("n", 3) {
+		if a := n.mustAdd(id); a.Address == a1.Address {
+			t.Errorf("c1's address reused within the cooldown by %s", id)
+		}
+	}
+	st, dropped, err := checkpoint.Load(path)
+	if err != nil || len(dropped) != 0 || strings.Contains(mustRead(t, path), "garbage") {
+		t.Errorf("checkpoint not rewritten cleanly: %v, dropped %v", err, dropped)
+	}
+	if len(st.Assignments) != 4 {
+		t.Errorf("checkpoint holds %d assignments, want 4", len(st.Assignments))
+	}
+}
+
+func mustRead(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}

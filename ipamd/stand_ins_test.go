@@ -1,0 +1,111 @@
+package ipamd
+
+import (
+	"context"
+	"net/netip"
+	"slices"
+	"sync"
+
+	"github.com/vpcip/vpcip/ipamd/hostnet"
+	"github.com/vpcip/vpcip/provider"
+)
+
+// memHost stands in for the node's routing state in tests without root: the
+// pod routes the plugin would have made. (hostnet itself is tested in real
+// network namespaces in its own package.)
+type memHost struct {
+	mu     sync.Mutex
+	routes map[netip.Addr]string // pod address → host veth
+	enis   map[string]hostnet.ENI
+}
+
+var _ Host = (*memHost)(nil)
+
+func newMemHost() *memHost {
+	return &memHost{routes: map[netip.Addr]string{}, enis: map[string]hostnet.ENI{}}
+}
+
+func (h *memHost) EnsureENI(e hostnet.ENI) (string, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.enis[e.MAC] = e
+	return "eth" + string(rune('0'+e.DeviceNumber)), nil
+}
+
+func (h *memHost) RemoveENI(e hostnet.ENI) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.enis, e.MAC)
+	return nil
+}
+
+func (h *memHost) LinkName(string) (string, error) { return "eth0", nil }
+
+func (h *memHost) EnsureSNAT(hostnet.SNATConfig) error { return nil }
+
+func (h *memHost) PodRoutes() ([]hostnet.PodRoute, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []hostnet.PodRoute
+	for a, v := range h.routes {
+		out = append(out, hostnet.PodRoute{Address: a, HostVeth: v})
+	}
+	slices.SortFunc(out, func(a, b hostnet.PodRoute) int { return a.Address.Compare(b.Address) })
+	return out, nil
+}
+
+// wire records a pod route, as the plugin's ADD would.
+func (h *memHost) wire(a netip.Addr, veth string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.routes[a] = veth
+}
+
+// unwire removes a pod route, as the plugin's DEL (or a vanished netns) would.
+func (h *memHost) unwire(a netip.Addr) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.routes, a)
+}
+
+// stagedMetadata is the real provider with instance metadata replaced by
+// what the test stages (field-failures.md "fake metadata"); every other call,
+// EC2 included, goes to vpcsim.
+type stagedMetadata struct {
+	provider.Provider
+	mu    sync.Mutex
+	stage func([]provider.ENI) []provider.ENI // nil: the real metadata
+}
+
+func (s *stagedMetadata) set(f func([]provider.ENI) []provider.ENI) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stage = f
+}
+
+func (s *stagedMetadata) MetadataENIs(ctx context.Context) ([]provider.ENI, error) {
+	enis, err := s.Provider.MetadataENIs(ctx)
+	s.mu.Lock()
+	f := s.stage
+	s.mu.Unlock()
+	if err != nil || f == nil {
+		return enis, err
+	}
+	return f(enis), nil
+}
+
+// gatedENIs is the real provider whose EC2 ENI listing waits for a gate: a
+// cloud slow to answer while the daemon starts.
+type gatedENIs struct {
+	provider.Provider
+	gate chan struct{}
+}
+
+func (g *gatedENIs) ENIs(ctx context.Context) ([]provider.ENI, error) {
+	select {
+	case <-g.gate:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return g.Provider.ENIs(ctx)
+}

@@ -147,6 +147,8 @@ type Client struct {
 	log      *slog.Logger
 	table    map[string]provider.Limits // built-in limits (limitsTable)
 
+	createMu sync.Mutex // serializes CreateENI, which picks the next free device number
+
 	selfMu sync.Mutex     // guards self
 	self   *identity      // this instance, read once from IMDS
 	meta   metadataLedger // EC2's word on addresses, for MetadataENIs

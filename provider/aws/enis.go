@@ -207,9 +207,10 @@ func (c *Client) subnetCIDRs(ctx context.Context, ids []string) (map[string]neti
 // (DeleteENI) and returns the failure: provider.ErrENILimit when the instance
 // has no free slot. Creation fails with provider.ErrSubnetFull,
 // ErrInsufficientCIDR, ErrAddressLimit, ErrNotFound (no such subnet), or
-// ErrUnauthorized as EC2 refuses it. When IMDS does not show the attached ENI
-// within Options.MetadataWait, the ENI is returned with an error wrapping
-// provider.ErrNotVisible.
+// ErrUnauthorized as EC2 refuses it. When IMDS does not show the attached
+// ENI within Options.MetadataWait, the ENI is returned with an error wrapping
+// provider.ErrNotVisible. Concurrent calls are serialized, so that each
+// takes its own device number.
 func (c *Client) CreateENI(ctx context.Context, req provider.CreateENIRequest) (provider.ENI, error) {
 	if req.Addresses < 0 || req.Prefixes < 0 || (req.Addresses > 0 && req.Prefixes > 0) {
 		return provider.ENI{}, fmt.Errorf("CreateENI: want addresses or prefixes, not both and not negative (got %d, %d)", req.Addresses, req.Prefixes)
@@ -218,6 +219,8 @@ func (c *Client) CreateENI(ctx context.Context, req provider.CreateENIRequest) (
 	if err != nil {
 		return provider.ENI{}, err
 	}
+	c.createMu.Lock()
+	defer c.createMu.Unlock()
 	dev, err := c.nextDeviceIndex(ctx, id.instanceID)
 	if err != nil {
 		return provider.ENI{}, err

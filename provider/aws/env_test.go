@@ -34,7 +34,7 @@ type sim struct {
 	small string // id of the /28 subnet
 }
 
-func startSim(t *testing.T) *sim {
+func startSim(t testing.TB) *sim {
 	t.Helper()
 	l := vpcsimtest.Start(t, vpcsim.Config{DetachDelay: 50 * time.Millisecond, Subnets: []vpcsim.SubnetSpec{
 		{CIDR: netip.MustParsePrefix("100.64.0.0/20"), AvailabilityZone: testZone},
@@ -53,7 +53,7 @@ func startSim(t *testing.T) *sim {
 // awsConfig is the SDK configuration for the sim's EC2 API and the
 // instance's IMDS, loaded the standard way with explicit endpoints.
 // ec2URL "" is the sim's own EC2 listener.
-func (s *sim) awsConfig(t *testing.T, ec2URL string) aws.Config {
+func (s *sim) awsConfig(t testing.TB, ec2URL string) aws.Config {
 	t.Helper()
 	if ec2URL == "" {
 		ec2URL = s.local.EC2URL
@@ -84,7 +84,7 @@ func testOptions() Options {
 	}
 }
 
-func (s *sim) client(t *testing.T, opts Options, ec2URL string) *Client {
+func (s *sim) client(t testing.TB, opts Options, ec2URL string) *Client {
 	t.Helper()
 	cfg := s.awsConfig(t, ec2URL)
 	opts.AWSConfig = &cfg

@@ -1,0 +1,134 @@
+package ipamd
+
+import (
+	"context"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/vpcip/vpcip/ipamd/introspect"
+)
+
+// counter reads one sample of a metric family with exactly these labels.
+func counter(t *testing.T, n *node, name string, labels map[string]string) float64 {
+	t.Helper()
+	mfs, err := n.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			if len(m.GetLabel()) != len(labels) {
+				continue
+			}
+			for _, l := range m.GetLabel() {
+				if labels[l.GetName()] != l.GetValue() {
+					continue next
+				}
+			}
+			switch {
+			case m.Counter != nil:
+				return m.Counter.GetValue()
+			case m.Gauge != nil:
+				return m.Gauge.GetValue()
+			case m.Histogram != nil:
+				return float64(m.Histogram.GetSampleCount())
+			}
+		}
+	}
+	return 0
+}
+
+// TestMetricsLintAndValues: the exposition passes promtool's lint rules and
+// the gauges report the pool.
+func TestMetricsLintAndValues(t *testing.T) {
+	c := startCloud(t)
+	n := newNode(t, c, itypeSmall, map[string]string{"WARM_IP_TARGET": "4"})
+	n.start()
+	n.mustAdd("c1")
+	n.mustAdd("c2")
+	n.cycle()
+	problems, err := testutil.GatherAndLint(n.reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("lint: %s: %s", p.Metric, p.Text)
+	}
+	st := n.status()
+	want := map[string]float64{
+		"vpcip_addresses_assigned": 2, "vpcip_addresses_warm": float64(st.Warm),
+		"vpcip_addresses_budget": 27, "vpcip_enis_max": 3, "vpcip_ready": 1,
+		"vpcip_enis_attached": float64(st.ENIs),
+	}
+	for name, v := range want {
+		if got := counter(t, n, name, nil); got != v {
+			t.Errorf("%s = %v, want %v", name, got, v)
+		}
+	}
+	if got := counter(t, n, "vpcip_add_wait_seconds", nil); got != 2 {
+		t.Errorf("ADD wait histogram has %v samples, want 2", got)
+	}
+	if got := counter(t, n, "vpcip_provider_calls_total", map[string]string{"operation": "AssignPrivateIpAddresses", "outcome": "ok"}); got < 1 {
+		t.Errorf("provider call counter for AssignPrivateIpAddresses ok = %v", got)
+	}
+	// The names the chart and dashboards use are all there.
+	mfs, _ := n.reg.Gather()
+	var have []string
+	for _, mf := range mfs {
+		have = append(have, mf.GetName())
+		if mf.GetType().String() == "COUNTER" && !strings.HasSuffix(mf.GetName(), "_total") {
+			t.Errorf("counter %s does not end in _total", mf.GetName())
+		}
+	}
+	for _, name := range []string{"vpcip_addresses_cooling", "vpcip_addresses_capacity", "vpcip_provider_call_duration_seconds"} {
+		found := false
+		for _, h := range have {
+			found = found || h == name
+		}
+		if !found {
+			t.Errorf("metric %s missing", name)
+		}
+	}
+}
+
+// TestIntrospectionState: the introspection handler serves the datastore's
+// pool, ENIs, assignments with pod names, config and readiness.
+func TestIntrospectionState(t *testing.T) {
+	c := startCloud(t)
+	n := newNode(t, c, itypeSmall, nil)
+	n.start()
+	a := n.mustAdd("c1")
+	n.del("c1")
+	b := n.mustAdd("c2")
+	srv := httptest.NewServer(introspect.Handler(n.d.State))
+	defer srv.Close()
+	st, err := introspect.Fetch(context.Background(), srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.Ready || st.Node.InstanceID != n.inst.ID || st.Node.InstanceType != itypeSmall || st.Node.Mode != introspect.ModeSecondaryIP {
+		t.Errorf("node %+v ready %v", st.Node, st.Ready)
+	}
+	if len(st.Assignments) != 1 || st.Assignments[0].Address != b.Address || st.Assignments[0].Pod.Name != "p-c2" {
+		t.Errorf("assignments %+v, want c2's", st.Assignments)
+	}
+	if len(st.Cooling) != 1 || st.Cooling[0].Address != a.Address {
+		t.Errorf("cooling %+v, want c1's released address", st.Cooling)
+	}
+	if st.Pool.Assigned != 1 || st.Pool.Cooling != 1 || st.Pool.MaxENIs != 3 || st.Pool.Budget != 27 {
+		t.Errorf("pool %+v", st.Pool)
+	}
+	if len(st.ENIs) == 0 || st.ENIs[0].DeviceNumber != 0 || st.ENIs[0].RouteTable != 254 || len(st.ENIs[0].Addresses) == 0 {
+		t.Errorf("ENIs %+v", st.ENIs)
+	}
+	if st.Config["WARM_ENI_TARGET"] != "1" || st.Config["VPCIP_HOSTNET"] != "false" {
+		t.Errorf("config %v", st.Config)
+	}
+}

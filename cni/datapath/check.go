@@ -30,24 +30,23 @@ func Check(podNS ns.NetNS, a Attachment) (Wired, error) {
 		problems = append(problems, checkHostRoute(a, host)...)
 	}
 	problems = append(problems, checkRules(a)...)
-	err = podNS.Do(func(ns.NetNS) error {
-		pod, err := netlinksafe.LinkByName(a.IfName)
-		if err != nil {
-			problems = append(problems, fmt.Errorf("pod interface %s missing in %s: %v", a.IfName, podNS.Path(), err))
-			return nil
-		}
-		w.Pod = toInterface(pod)
-		problems = append(problems, checkLink("pod interface "+a.IfName, pod, a.MTU)...)
-		if host != nil && pod.Attrs().ParentIndex != host.Attrs().Index {
-			problems = append(problems, fmt.Errorf("pod interface %s is not the peer of host veth %s (peer index %d, host veth index %d)",
-				a.IfName, a.HostVeth, pod.Attrs().ParentIndex, host.Attrs().Index))
-		}
-		problems = append(problems, checkPodSide(a, pod, w.Host.HardwareAddr)...)
-		return nil
-	})
+	pod, err := handleAt(podNS)
 	if err != nil {
-		problems = append(problems, err)
+		return w, errors.Join(append(problems, err)...)
 	}
+	defer pod.Close()
+	link, err := pod.LinkByName(a.IfName)
+	if err != nil {
+		problems = append(problems, fmt.Errorf("pod interface %s missing in %s: %v", a.IfName, podNS.Path(), err))
+		return w, errors.Join(problems...)
+	}
+	w.Pod = toInterface(link)
+	problems = append(problems, checkLink("pod interface "+a.IfName, link, a.MTU)...)
+	if host != nil && link.Attrs().ParentIndex != host.Attrs().Index {
+		problems = append(problems, fmt.Errorf("pod interface %s is not the peer of host veth %s (peer index %d, host veth index %d)",
+			a.IfName, a.HostVeth, link.Attrs().ParentIndex, host.Attrs().Index))
+	}
+	problems = append(problems, checkPodSide(pod, a, link, w.Host.HardwareAddr)...)
 	return w, errors.Join(problems...)
 }
 
@@ -98,10 +97,10 @@ func checkRules(a Attachment) []error {
 	return p
 }
 
-// checkPodSide runs in the pod netns.
-func checkPodSide(a Attachment, pod netlink.Link, hostMAC net.HardwareAddr) []error {
+// checkPodSide reads the pod side through h, a socket in the pod netns.
+func checkPodSide(h netlinksafe.Handle, a Attachment, pod netlink.Link, hostMAC net.HardwareAddr) []error {
 	var p []error
-	addrs, err := netlinksafe.AddrList(pod, netlink.FAMILY_V4)
+	addrs, err := h.AddrList(pod, netlink.FAMILY_V4)
 	if err != nil {
 		return []error{fmt.Errorf("list addresses of %s: %w", a.IfName, err)}
 	}
@@ -114,7 +113,7 @@ func checkPodSide(a Attachment, pod netlink.Link, hostMAC net.HardwareAddr) []er
 	if !found {
 		p = append(p, fmt.Errorf("address %v/32 missing on pod interface %s", a.PodIP, a.IfName))
 	}
-	routes, err := netlinksafe.RouteList(pod, netlink.FAMILY_V4)
+	routes, err := h.RouteList(pod, netlink.FAMILY_V4)
 	if err != nil {
 		return append(p, fmt.Errorf("list routes of %s: %w", a.IfName, err))
 	}
@@ -133,11 +132,11 @@ func checkPodSide(a Attachment, pod netlink.Link, hostMAC net.HardwareAddr) []er
 	if !defRoute {
 		p = append(p, fmt.Errorf("pod default route via %v dev %s missing", Gateway, a.IfName))
 	}
-	return append(p, checkNeighbour(a, pod, hostMAC)...)
+	return append(p, checkNeighbour(h, a, pod, hostMAC)...)
 }
 
-func checkNeighbour(a Attachment, pod netlink.Link, hostMAC net.HardwareAddr) []error {
-	neighs, err := netlink.NeighList(pod.Attrs().Index, netlink.FAMILY_V4)
+func checkNeighbour(h netlinksafe.Handle, a Attachment, pod netlink.Link, hostMAC net.HardwareAddr) []error {
+	neighs, err := h.NeighList(pod.Attrs().Index, netlink.FAMILY_V4)
 	if err != nil {
 		return []error{fmt.Errorf("list neighbours of %s: %w", a.IfName, err)}
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -28,26 +29,30 @@ type Wired struct {
 // It creates the veth pair inside podNS with the peer placed directly in
 // hostNS (so the host end never changes namespace), configures the pod side
 // (address, gateway route, default route, permanent neighbour) and then the
-// host side (route, rules). On error the caller undoes with Teardown.
+// host side (route, rules). The pod side is reached through a netlink socket
+// opened in podNS, so the calling thread never switches namespaces. On error
+// the caller undoes with Teardown.
 func Setup(hostNS, podNS ns.NetNS, a Attachment) (Wired, error) {
 	var w Wired
 	if err := a.validate(); err != nil {
 		return w, err
 	}
+	pod, err := handleAt(podNS)
+	if err != nil {
+		return w, err
+	}
+	defer pod.Close()
 	replaced, err := DeleteHostVeth(a.HostVeth)
 	if err != nil {
 		return w, fmt.Errorf("remove stale host veth %s: %w", a.HostVeth, err)
 	}
 	w.ReplacedHostVeth = replaced
-	err = podNS.Do(func(ns.NetNS) error {
-		// A retried ADD finds its own veth here; anything else of that name
-		// is refused by DeleteHostVeth's veth-only rule.
-		if _, err := DeleteHostVeth(a.IfName); err != nil {
-			return fmt.Errorf("remove stale pod interface: %w", err)
-		}
-		return createVeth(a, hostNS)
-	})
-	if err != nil {
+	// A retried ADD finds its own veth here; anything else of that name is
+	// refused by the veth-only rule.
+	if _, err := deleteVeth(pod, a.IfName); err != nil {
+		return w, fmt.Errorf("remove stale pod interface: %w", err)
+	}
+	if err := createVeth(pod, a, hostNS); err != nil {
 		return w, err
 	}
 	host, err := netlinksafe.LinkByName(a.HostVeth)
@@ -57,55 +62,63 @@ func Setup(hostNS, podNS ns.NetNS, a Attachment) (Wired, error) {
 	if err := netlink.LinkSetUp(host); err != nil {
 		return w, fmt.Errorf("set host veth %s up: %w", a.HostVeth, err)
 	}
-	err = podNS.Do(func(ns.NetNS) error { return setupPodSide(a, host.Attrs().HardwareAddr) })
-	if err != nil {
+	if err := setupPodSide(pod, a, host.Attrs().HardwareAddr); err != nil {
 		return w, err
 	}
 	if err := setupHostSide(a, host); err != nil {
 		return w, err
 	}
-	return readBack(podNS, a)
+	return readBack(pod, a)
 }
 
-// createVeth runs in the pod netns: the pair is created there with its peer
+// handleAt opens a netlink socket in the given netns.
+func handleAt(n ns.NetNS) (netlinksafe.Handle, error) {
+	h, err := netlinksafe.NewHandleAt(netns.NsHandle(int(n.Fd())))
+	if err != nil {
+		return h, fmt.Errorf("netlink socket in %s: %w", n.Path(), err)
+	}
+	return h, nil
+}
+
+// createVeth creates the pair in the pod netns (the handle's) with its peer
 // placed directly in hostNS (IFLA_NET_NS_FD), so the host end is never moved
 // between namespaces after creation.
-func createVeth(a Attachment, hostNS ns.NetNS) error {
+func createVeth(pod netlinksafe.Handle, a Attachment, hostNS ns.NetNS) error {
 	attrs := netlink.NewLinkAttrs()
 	attrs.Name = a.IfName
 	attrs.MTU = a.MTU
 	veth := &netlink.Veth{LinkAttrs: attrs, PeerName: a.HostVeth, PeerMTU: uint32(a.MTU),
 		PeerNamespace: netlink.NsFd(int(hostNS.Fd()))}
-	if err := netlink.LinkAdd(veth); err != nil {
+	if err := pod.LinkAdd(veth); err != nil {
 		return fmt.Errorf("create veth %s (pod) / %s (host): %w", a.IfName, a.HostVeth, err)
 	}
 	return nil
 }
 
-// setupPodSide runs in the pod netns: up, /32, routes, neighbour.
-func setupPodSide(a Attachment, hostMAC net.HardwareAddr) error {
-	link, err := netlinksafe.LinkByName(a.IfName)
+// setupPodSide configures the pod end: up, /32, routes, neighbour.
+func setupPodSide(pod netlinksafe.Handle, a Attachment, hostMAC net.HardwareAddr) error {
+	link, err := pod.LinkByName(a.IfName)
 	if err != nil {
 		return fmt.Errorf("find pod interface %s: %w", a.IfName, err)
 	}
-	if err := netlink.LinkSetUp(link); err != nil {
+	if err := pod.LinkSetUp(link); err != nil {
 		return fmt.Errorf("set %s up: %w", a.IfName, err)
 	}
-	if err := netlink.AddrReplace(link, &netlink.Addr{IPNet: host32(a.PodIP)}); err != nil {
+	if err := pod.AddrReplace(link, &netlink.Addr{IPNet: host32(a.PodIP)}); err != nil {
 		return fmt.Errorf("add %v/32 to %s: %w", a.PodIP, a.IfName, err)
 	}
 	idx := link.Attrs().Index
 	gw := &netlink.Route{LinkIndex: idx, Dst: host32(Gateway), Scope: netlink.SCOPE_LINK}
-	if err := netlink.RouteReplace(gw); err != nil {
+	if err := pod.RouteReplace(gw); err != nil {
 		return fmt.Errorf("add route %v scope link dev %s: %w", Gateway, a.IfName, err)
 	}
 	def := &netlink.Route{LinkIndex: idx, Dst: &net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)}, Gw: host32(Gateway).IP}
-	if err := netlink.RouteReplace(def); err != nil {
+	if err := pod.RouteReplace(def); err != nil {
 		return fmt.Errorf("add default route via %v dev %s: %w", Gateway, a.IfName, err)
 	}
 	neigh := &netlink.Neigh{LinkIndex: idx, Family: netlink.FAMILY_V4, State: netlink.NUD_PERMANENT,
 		IP: host32(Gateway).IP, HardwareAddr: hostMAC}
-	if err := netlink.NeighSet(neigh); err != nil {
+	if err := pod.NeighSet(neigh); err != nil {
 		return fmt.Errorf("add permanent neighbour %v lladdr %v dev %s: %w", Gateway, hostMAC, a.IfName, err)
 	}
 	return nil
@@ -158,22 +171,19 @@ func ensureRules(a Attachment) error {
 }
 
 // readBack reads both ends after the last change (B33).
-func readBack(podNS ns.NetNS, a Attachment) (Wired, error) {
+func readBack(pod netlinksafe.Handle, a Attachment) (Wired, error) {
 	var w Wired
 	host, err := netlinksafe.LinkByName(a.HostVeth)
 	if err != nil {
 		return w, fmt.Errorf("read back host veth %s: %w", a.HostVeth, err)
 	}
 	w.Host = toInterface(host)
-	err = podNS.Do(func(ns.NetNS) error {
-		pod, err := netlinksafe.LinkByName(a.IfName)
-		if err != nil {
-			return fmt.Errorf("read back pod interface %s: %w", a.IfName, err)
-		}
-		w.Pod = toInterface(pod)
-		return nil
-	})
-	return w, err
+	link, err := pod.LinkByName(a.IfName)
+	if err != nil {
+		return w, fmt.Errorf("read back pod interface %s: %w", a.IfName, err)
+	}
+	w.Pod = toInterface(link)
+	return w, nil
 }
 
 func toInterface(l netlink.Link) net.Interface {

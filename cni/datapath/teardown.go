@@ -56,50 +56,66 @@ func DeletePodInterface(path, ifName string) ([]netip.Addr, error) {
 		return nil, fmt.Errorf("open pod netns %s: %w", path, err)
 	}
 	defer podNS.Close()
+	pod, err := handleAt(podNS)
+	if err != nil {
+		return nil, err
+	}
+	defer pod.Close()
+	link, err := pod.LinkByName(ifName)
+	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if errors.As(err, &nf) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("find %s in %s: %w", ifName, path, err)
+	}
+	list, err := pod.AddrList(link, netlink.FAMILY_V4)
+	if err != nil {
+		return nil, fmt.Errorf("list addresses of %s in %s: %w", ifName, path, err)
+	}
 	var addrs []netip.Addr
-	err = podNS.Do(func(ns.NetNS) error {
-		link, err := netlinksafe.LinkByName(ifName)
-		if err != nil {
-			var nf netlink.LinkNotFoundError
-			if errors.As(err, &nf) {
-				return nil
-			}
-			return fmt.Errorf("find %s in %s: %w", ifName, path, err)
+	for _, a := range list {
+		if ip, ok := addrOf(a.IP); ok {
+			addrs = append(addrs, ip)
 		}
-		list, err := netlinksafe.AddrList(link, netlink.FAMILY_V4)
-		if err != nil {
-			return fmt.Errorf("list addresses of %s in %s: %w", ifName, path, err)
-		}
-		for _, a := range list {
-			if ip, ok := addrOf(a.IP); ok {
-				addrs = append(addrs, ip)
-			}
-		}
-		if err := netlink.LinkDel(link); err != nil && !errors.Is(err, unix.ENODEV) {
-			return fmt.Errorf("delete %s in %s: %w", ifName, path, err)
-		}
-		return nil
-	})
-	return addrs, err
+	}
+	if err := pod.LinkDel(link); err != nil && !errors.Is(err, unix.ENODEV) {
+		return addrs, fmt.Errorf("delete %s in %s: %w", ifName, path, err)
+	}
+	return addrs, nil
 }
 
-// DeleteHostVeth deletes the named veth in the current netns (the node's,
-// or a pod's for a stale pod interface); it reports whether it existed. A link of that name that is not a veth is left alone
+// DeleteHostVeth deletes the named veth in the node netns; it reports
+// whether it existed. A link of that name that is not a veth is left alone
 // and reported as an error.
 func DeleteHostVeth(name string) (bool, error) {
-	link, err := netlinksafe.LinkByName(name)
+	existed, err := deleteVeth(current, name)
+	if err != nil {
+		return existed, fmt.Errorf("host veth: %w", err)
+	}
+	return existed, nil
+}
+
+// current is a handle on the calling thread's netns, like the netlink
+// package functions (no socket of its own, nothing to close).
+var current = netlinksafe.Handle{Handle: &netlink.Handle{}}
+
+// deleteVeth deletes the named veth through h; a missing link is success
+// with false, a link of another type an error.
+func deleteVeth(h netlinksafe.Handle, name string) (bool, error) {
+	link, err := h.LinkByName(name)
 	if err != nil {
 		var nf netlink.LinkNotFoundError
 		if errors.As(err, &nf) {
 			return false, nil
 		}
-		return false, fmt.Errorf("find host veth %s: %w", name, err)
+		return false, fmt.Errorf("find %s: %w", name, err)
 	}
 	if _, ok := link.(*netlink.Veth); !ok {
-		return false, fmt.Errorf("host link %s is a %s, not a veth; not deleting it", name, link.Type())
+		return false, fmt.Errorf("link %s is a %s, not a veth; not deleting it", name, link.Type())
 	}
-	if err := netlink.LinkDel(link); err != nil && !errors.Is(err, unix.ENODEV) {
-		return true, fmt.Errorf("delete host veth %s: %w", name, err)
+	if err := h.LinkDel(link); err != nil && !errors.Is(err, unix.ENODEV) {
+		return true, fmt.Errorf("delete %s: %w", name, err)
 	}
 	return true, nil
 }

@@ -38,6 +38,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		in.log.Error("assign failed", "error", cerr.Msg, "code", cerr.Code)
 		return cerr
 	}
+	assigned := time.Now()
 	att := in.attachment(asg)
 	in.log = in.log.With("address", asg.Address.String(), "routeTable", asg.RouteTable, "hostVeth", att.HostVeth)
 
@@ -55,7 +56,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		in.undo(args.Netns, att)
 		return err
 	}
-	in.log.Info("added", "ms", time.Since(began).Milliseconds(), "mtu", att.MTU)
+	in.log.Info("added", "mtu", att.MTU, "assignMs", ms(assigned.Sub(began)), "wireMs", ms(time.Since(assigned)))
 	return nil
 }
 
@@ -118,3 +119,6 @@ func result(args *skel.CmdArgs, att datapath.Attachment, w datapath.Wired) *curr
 		},
 	}
 }
+
+// ms renders d in milliseconds with microsecond precision, for logs.
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

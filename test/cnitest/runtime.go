@@ -35,6 +35,9 @@ type Env struct {
 	MTU        int    // written as "mtu" when non-zero
 	VethPrefix string // default "eni"
 	Chain      bool   // chain tuning, bandwidth and portmap after vpcip-cni (default true via NewEnv)
+	// RawConfList, when set, is the conflist used instead of ConfListJSON
+	// (a reference chain, for comparison).
+	RawConfList []byte
 }
 
 // NewEnv returns an Env for node and daemon with the full chain.
@@ -72,7 +75,11 @@ func (e *Env) ConfListJSON() []byte {
 // ConfList parses ConfListJSON as a runtime loads a conflist file.
 func (e *Env) ConfList(t testing.TB) *libcni.NetworkConfigList {
 	t.Helper()
-	l, err := libcni.NetworkConfFromBytes(e.ConfListJSON())
+	raw := e.RawConfList
+	if raw == nil {
+		raw = e.ConfListJSON()
+	}
+	l, err := libcni.NetworkConfFromBytes(raw)
 	if err != nil {
 		t.Fatalf("conflist: %v", err)
 	}

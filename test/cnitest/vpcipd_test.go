@@ -88,7 +88,7 @@ func (d *realDaemon) log() string {
 
 // startVPC brings up vpcsim (EC2 API and IMDS in the fabric's router), one
 // instance of itype, and vpcipd in its netns; everything goes at cleanup.
-func startVPC(t *testing.T, itype string) (*Node, *realDaemon) {
+func startVPC(t testing.TB, itype string) (*Node, *realDaemon) {
 	t.Helper()
 	bin := filepath.Join(filepath.Dir(BuildPlugin(t)), "vpcipd")
 	if _, err := os.Stat(bin); err != nil {

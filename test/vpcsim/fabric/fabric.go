@@ -109,7 +109,8 @@ type instance struct {
 // attached is one attached ENI: a veth from the instance to the router.
 type attached struct {
 	instanceID string
-	routerLink string // name of the router end, in the router netns
+	routerLink string     // name of the router end, in the router netns
+	primary    netip.Addr // the ENI's primary address: next hop of its other routes
 }
 
 // New creates the router netns "<prefix>-rtr" with IP forwarding on and the

@@ -30,7 +30,7 @@ var (
 
 // newTestFabric makes a fabric with a unique prefix ("vf" and 4 hex digits),
 // removed when the test ends, and checks nothing of it is left.
-func newTestFabric(t *testing.T) *Fabric {
+func newTestFabric(t testing.TB) *Fabric {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for network namespaces")
@@ -55,7 +55,7 @@ func newTestFabric(t *testing.T) *Fabric {
 }
 
 // netnsWithPrefix lists the named netns "<prefix>-*".
-func netnsWithPrefix(t *testing.T, prefix string) []string {
+func netnsWithPrefix(t testing.TB, prefix string) []string {
 	t.Helper()
 	entries, err := os.ReadDir(netnsDir)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -134,6 +134,25 @@ func configureSecondary(t *testing.T, h netlinksafe.Handle, addrs ...netip.Addr)
 		if err := h.RouteReplace(r); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// The router delivers without ARP, so nothing retries a first packet that
+	// its end of the veth drops before the kernel's link watcher activated it
+	// after this carrier change: wait for eth1 to be up, then for that
+	// (asynchronous, normally immediate) activation.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		l, err := h.LinkByIndex(idx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Attrs().OperState == netlink.OperUp {
+			time.Sleep(300 * time.Millisecond)
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("eth1 not operationally up: %s", l.Attrs().OperState)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 

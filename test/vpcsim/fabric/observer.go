@@ -152,11 +152,19 @@ func (f *Fabric) addVethLocked(instanceID string, inst *instance, eni vpcsim.ENI
 	if err == nil && eni.Gateway.IsValid() {
 		err = f.rtr.AddrReplace(link, hostAddr(eni.Gateway))
 	}
+	if err == nil {
+		// EC2 delivers to the ENI by its MAC, with no ARP for the addresses
+		// it holds (they may sit behind the instance, on pod veths): a
+		// permanent neighbour entry for the ENI's primary address, the next
+		// hop of every other route to this ENI, does the same.
+		err = f.rtr.NeighSet(&netlink.Neigh{LinkIndex: link.Attrs().Index, Family: netlink.FAMILY_V4,
+			State: netlink.NUD_PERMANENT, IP: eni.PrimaryIP.AsSlice(), HardwareAddr: mac})
+	}
 	if err != nil {
 		f.rtr.LinkDel(veth)
 		return nil, fmt.Errorf("router end %s: %w", name, err)
 	}
-	return &attached{instanceID: instanceID, routerLink: name}, nil
+	return &attached{instanceID: instanceID, routerLink: name, primary: eni.PrimaryIP}, nil
 }
 
 // configurePrimary sets up eth0 as an EC2 instance's DHCP client would: up,
@@ -194,12 +202,25 @@ func (f *Fabric) routeLocked(a *attached, ps []netip.Prefix) error {
 		return err
 	}
 	for _, p := range ps {
-		r := &netlink.Route{LinkIndex: link.Attrs().Index, Dst: ipNet(p.Masked()), Scope: netlink.SCOPE_LINK}
-		if err := f.rtr.RouteReplace(r); err != nil {
+		if err := f.rtr.RouteReplace(a.route(link, p)); err != nil {
 			return fmt.Errorf("route %s dev %s: %w", p, a.routerLink, err)
 		}
 	}
 	return nil
+}
+
+// route is the router's route for p to this ENI: the primary address on
+// link, everything else via the primary address (resolved by the permanent
+// neighbour entry to the ENI's MAC).
+func (a *attached) route(link netlink.Link, p netip.Prefix) *netlink.Route {
+	r := &netlink.Route{LinkIndex: link.Attrs().Index, Dst: ipNet(p.Masked())}
+	if p == netip.PrefixFrom(a.primary, 32) || !a.primary.IsValid() {
+		r.Scope = netlink.SCOPE_LINK
+		return r
+	}
+	r.Gw = a.primary.AsSlice()
+	r.Flags = int(netlink.FLAG_ONLINK)
+	return r
 }
 
 // AddressesAssigned routes each /32 secondary address or /28 prefix to the
@@ -233,8 +254,7 @@ func (f *Fabric) AddressesUnassigned(eniID string, ps []netip.Prefix) {
 		return
 	}
 	for _, p := range ps {
-		r := &netlink.Route{LinkIndex: link.Attrs().Index, Dst: ipNet(p.Masked()), Scope: netlink.SCOPE_LINK}
-		if err := f.rtr.RouteDel(r); err != nil && !errors.Is(err, syscall.ESRCH) {
+		if err := f.rtr.RouteDel(a.route(link, p)); err != nil && !errors.Is(err, syscall.ESRCH) {
 			f.failLocked(fmt.Errorf("fabric: unassign %s from %s: %w", p, eniID, err))
 		}
 	}

@@ -1,0 +1,219 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/vpcip/vpcip/test/e2e/cluster"
+	"github.com/vpcip/vpcip/test/vpcsim/podruntime"
+)
+
+const burst = 30
+
+// latency measures (a) and (b) on one m5.4xlarge node and on a reference node
+// running ptp+host-local, with the same runtime code path.
+func (b *bench) latency(ctx context.Context) error {
+	work, err := os.MkdirTemp("", "vpcip-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	c, err := cluster.Start(ctx, cluster.Options{
+		Prefix: "vbl", Nodes: 1, InstanceType: "m5.4xlarge", BinDir: b.bin, WorkDir: work,
+		DaemonEnv: []string{"WARM_IP_TARGET=" + strconv.Itoa(burst+2)},
+	})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	node := c.Nodes[0]
+	ref, err := referenceNode(ctx, work)
+	if err != nil {
+		return err
+	}
+	defer podruntime.CleanupNetns("vblref")
+
+	var ours, theirs timings
+	for r := range b.rounds {
+		if err := waitWarm(ctx, node, 20); err != nil {
+			return err
+		}
+		if err := sequential(ctx, node.Runtime, 20, fmt.Sprintf("seq%d", r), &ours); err != nil {
+			return err
+		}
+		if err := sequential(ctx, ref, 20, fmt.Sprintf("seq%d", r), &theirs); err != nil {
+			return err
+		}
+	}
+	b.add(Figure{Name: "(a) warm ADD p50", Value: ours.p(0.5, ours.add), Ref: theirs.p(0.5, theirs.add), Unit: "ms", Goal: "≤ 0.6×"})
+	b.add(Figure{Name: "(a) warm ADD p99", Value: ours.p(0.99, ours.add), Ref: theirs.p(0.99, theirs.add), Unit: "ms", Goal: "≤ 0.8×"})
+	b.add(Figure{Name: "(a) DEL p50", Value: ours.p(0.5, ours.del), Ref: theirs.p(0.5, theirs.del), Unit: "ms"})
+	b.add(Figure{Name: "(a) DEL p99", Value: ours.p(0.99, ours.del), Ref: theirs.p(0.99, theirs.del), Unit: "ms"})
+
+	if err := waitWarm(ctx, node, burst); err != nil {
+		return err
+	}
+	var bo, bt timings
+	wallOurs, err := concurrent(ctx, node.Runtime, burst, &bo)
+	if err != nil {
+		return err
+	}
+	wallRef, err := concurrent(ctx, ref, burst, &bt)
+	if err != nil {
+		return err
+	}
+	b.add(Figure{Name: "(b) 30 concurrent ADDs p50", Value: bo.p(0.5, bo.add), Ref: bt.p(0.5, bt.add), Unit: "ms", Goal: "≤ 0.5×"})
+	b.add(Figure{Name: "(b) 30 concurrent ADDs p99", Value: bo.p(0.99, bo.add), Ref: bt.p(0.99, bt.add), Unit: "ms"})
+	b.add(Figure{Name: "(b) 30 concurrent ADDs wall time", Value: ms(wallOurs), Ref: ms(wallRef), Unit: "ms"})
+	return nil
+}
+
+// referenceNode is a plain netns whose conflist is ptp + host-local.
+func referenceNode(ctx context.Context, work string) (*podruntime.Node, error) {
+	dir, err := cluster.ReferencePlugins(ctx, "", "ptp", "host-local")
+	if err != nil {
+		return nil, err
+	}
+	n := &podruntime.Node{Netns: "vblref", ConfDir: filepath.Join(work, "ref-net.d"), BinDir: dir,
+		CacheDir: filepath.Join(work, "ref-cache"), Prefix: "vblref"}
+	if err := os.MkdirAll(n.ConfDir, 0o755); err != nil {
+		return nil, err
+	}
+	conf := fmt.Sprintf(`{"cniVersion":"1.0.0","name":"reference","plugins":[{"type":"ptp","mtu":9001,
+"ipam":{"type":"host-local","ranges":[[{"subnet":"10.250.0.0/16"}]],"dataDir":%q}}]}`, filepath.Join(work, "ref-ipam"))
+	if err := os.WriteFile(filepath.Join(n.ConfDir, "10-reference.conflist"), []byte(conf), 0o644); err != nil {
+		return nil, err
+	}
+	if err := podruntime.CreateNetns(n.Netns); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+type timings struct {
+	mu       sync.Mutex
+	add, del []time.Duration
+}
+
+func (t *timings) p(q float64, d []time.Duration) float64 {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	i := int(q*float64(len(s)) + 0.5)
+	return ms(s[min(max(i-1, 0), len(s)-1)])
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func sequential(ctx context.Context, n *podruntime.Node, count int, tag string, t *timings) error {
+	var pods []*podruntime.Pod
+	for i := range count {
+		p, err := n.Add(ctx, podruntime.PodSpec{Namespace: "bench", Name: fmt.Sprintf("%s-%d", tag, i)})
+		if err != nil {
+			return err
+		}
+		t.add = append(t.add, p.AddTime)
+		pods = append(pods, p)
+	}
+	for _, p := range pods {
+		if err := n.Del(ctx, p); err != nil {
+			return err
+		}
+		t.del = append(t.del, p.DelTime)
+	}
+	return nil
+}
+
+func concurrent(ctx context.Context, n *podruntime.Node, count int, t *timings) (time.Duration, error) {
+	pods := make([]*podruntime.Pod, count)
+	errs := make([]error, count)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := range count {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pods[i], errs[i] = n.Add(ctx, podruntime.PodSpec{Namespace: "bench", Name: fmt.Sprintf("burst-%d", i)})
+		}()
+	}
+	wg.Wait()
+	wall := time.Since(start)
+	for i, p := range pods {
+		if errs[i] != nil {
+			return 0, errs[i]
+		}
+		t.add = append(t.add, p.AddTime)
+	}
+	for _, p := range pods {
+		if err := n.Del(ctx, p); err != nil {
+			return 0, err
+		}
+	}
+	return wall, nil
+}
+
+func waitWarm(ctx context.Context, n *cluster.Node, want int) error {
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		st, err := n.Client().Status(ctx)
+		if err == nil && st.Warm >= want {
+			return nil
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return fmt.Errorf("%s: pool did not reach %d warm addresses", n.Name, want)
+}
+
+// memory measures (c): vpcipd's VmRSS with 250 pods on a c5.18xlarge.
+func (b *bench) memory(ctx context.Context) error {
+	work, err := os.MkdirTemp("", "vpcip-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	c, err := cluster.Start(ctx, cluster.Options{
+		Prefix: "vbm", Nodes: 1, InstanceType: "c5.18xlarge", BinDir: b.bin, WorkDir: work,
+		DaemonEnv: []string{"WARM_IP_TARGET=32"},
+	})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	node := c.Nodes[0]
+	idle := rss(node.DaemonPID())
+	for i := range 250 {
+		if _, err := node.AddPod(ctx, "bench", fmt.Sprintf("mem-%d", i)); err != nil {
+			return err
+		}
+	}
+	b.add(Figure{Name: "(c) vpcipd RSS, idle", Value: float64(idle) / 1024, Unit: "MiB"})
+	b.add(Figure{Name: "(c) vpcipd RSS with 250 pods", Value: float64(rss(node.DaemonPID())) / 1024, Unit: "MiB"})
+	return nil
+}
+
+// rss reads VmRSS of pid, in KiB.
+func rss(pid int) int {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			f := strings.Fields(rest)
+			if len(f) > 0 {
+				v, _ := strconv.Atoi(f[0])
+				return v
+			}
+		}
+	}
+	return 0
+}

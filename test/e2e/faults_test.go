@@ -1,0 +1,142 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vpcip/vpcip/test/e2e/cluster"
+	"github.com/vpcip/vpcip/test/vpcsim/podruntime"
+)
+
+// kill -9 of the daemon in the middle of pod churn, then a restart: no
+// address is held by two pods, every live pod keeps its address in the
+// daemon's records, and pods deleted while it was down do not leak.
+func TestDaemonKill9DuringChurn(t *testing.T) {
+	c := start(t, cluster.Options{Nodes: 1, InstanceType: "m5.large", DaemonEnv: []string{"IP_COOLDOWN_PERIOD=1"}})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	n := c.Nodes[0]
+	rng := rand.New(rand.NewPCG(1, 2))
+	var (
+		mu   sync.Mutex
+		live []*podruntime.Pod
+	)
+	churn := func(rounds int, tag string) {
+		for i := range rounds {
+			mu.Lock()
+			del := len(live) > 0 && (len(live) >= 16 || rng.IntN(3) == 0)
+			var victim *podruntime.Pod
+			if del {
+				k := rng.IntN(len(live))
+				victim = live[k]
+				live = append(live[:k], live[k+1:]...)
+			}
+			mu.Unlock()
+			if del {
+				// A DEL while the daemon is down fails with "try again later";
+				// the runtime retries it until it succeeds, as kubelet does.
+				for n.DelPod(ctx, victim) != nil && ctx.Err() == nil {
+					time.Sleep(200 * time.Millisecond)
+				}
+				continue
+			}
+			p, err := addWithRetry(ctx, n, fmt.Sprintf("%s-%d", tag, i))
+			if err != nil {
+				t.Errorf("ADD during churn: %v", err)
+				return
+			}
+			mu.Lock()
+			live = append(live, p)
+			mu.Unlock()
+		}
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); churn(40, "a") }()
+	time.Sleep(700 * time.Millisecond)
+	n.StopDaemon(true) // kill -9, mid-churn
+	time.Sleep(300 * time.Millisecond)
+	if err := n.StartDaemon(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	churn(10, "b")
+
+	seen := map[netip.Addr]string{}
+	assertPodsOwned(t, c, n, live, seen)
+	held := checkpointAssignments(t, n)
+	if len(held) != len(live) {
+		t.Errorf("daemon holds %d assignments for %d live pods: %v", len(held), len(live), held)
+	}
+	for _, p := range live {
+		if held[p.ContainerID] != p.Address {
+			t.Errorf("pod %s (%s) holds %s but the daemon records %v", p.Name, p.ContainerID[:12], p.Address, held[p.ContainerID])
+		}
+	}
+}
+
+// checkpointAssignments reads the daemon's assignments (container ID →
+// address) through vpcipctl's JSON.
+func checkpointAssignments(t *testing.T, n *cluster.Node) map[string]netip.Addr {
+	t.Helper()
+	out, err := n.Ctl(context.Background(), "pods", "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pods []struct {
+		ContainerID string     `json:"containerID"`
+		Address     netip.Addr `json:"address"`
+	}
+	if err := json.Unmarshal([]byte(out), &pods); err != nil {
+		t.Fatalf("vpcipctl pods -o json: %v\n%s", err, out)
+	}
+	m := map[string]netip.Addr{}
+	for _, p := range pods {
+		m[p.ContainerID] = p.Address
+	}
+	return m
+}
+
+// Throttling and injected errors during a burst: every pod eventually starts.
+func TestThrottlingAndErrorsDuringBurst(t *testing.T) {
+	c := start(t, cluster.Options{Nodes: 1, InstanceType: "m5.xlarge"})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	f := c.Cloud.Faults()
+	f.SetThrottle(true, 2, 2)
+	f.SetThrottle(false, 5, 5)
+	f.SetErrorRate("AssignPrivateIpAddresses", 0.3, "InternalError")
+	f.SetErrorRate("CreateNetworkInterface", 0.3, "InternalError")
+	f.SetLatency("AttachNetworkInterface", 200*time.Millisecond, 100*time.Millisecond)
+	n := c.Nodes[0]
+	pods := addPods(t, ctx, n, 30, "burst", 10)
+	assertPodsOwned(t, c, n, pods, map[netip.Addr]string{})
+	f.Reset()
+}
+
+// IMDS lagging the API by seconds: pods still start, and no address is
+// handed out twice.
+func TestIMDSLag(t *testing.T) {
+	c := start(t, cluster.Options{Nodes: 1, InstanceType: "m5.large"})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c.Cloud.Faults().SetIMDSLag(3 * time.Second)
+	n := c.Nodes[0]
+	pods := addPods(t, ctx, n, 15, "lag", 5)
+	assertPodsOwned(t, c, n, pods, map[netip.Addr]string{})
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}

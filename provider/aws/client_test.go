@@ -124,3 +124,36 @@ func TestUnassignRefusesNonAddresses(t *testing.T) {
 		}
 	}
 }
+
+// TestTransientRetries: a 5xx is retried for a describe, which is safe to
+// repeat, and not for an assign, whose lost reply may hide a change.
+func TestTransientRetries(t *testing.T) {
+	s := startSim(t)
+	c := s.client(t, testOptions(), "")
+	if _, err := c.Self(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	f := s.local.Cloud.Faults()
+	f.FailNext("DescribeNetworkInterfaces", "InternalError")
+	before := f.Calls("DescribeNetworkInterfaces")
+	if enis, err := c.ENIs(t.Context()); err != nil || len(enis) != 1 {
+		t.Errorf("ENIs() after one InternalError = %v, %v; want the primary ENI", enis, err)
+	}
+	if n := f.Calls("DescribeNetworkInterfaces") - before; n != 2 {
+		t.Errorf("%d DescribeNetworkInterfaces calls, want 2 (one retry)", n)
+	}
+	f.FailNext("AssignPrivateIpAddresses", "InternalError")
+	before = f.Calls("AssignPrivateIpAddresses")
+	if _, err := c.AssignAddresses(t.Context(), s.inst.PrimaryENI.ID, 1, false); err == nil {
+		t.Errorf("AssignAddresses succeeded through an InternalError")
+	}
+	if n := f.Calls("AssignPrivateIpAddresses") - before; n != 1 {
+		t.Errorf("%d AssignPrivateIpAddresses calls, want 1 (not repeated)", n)
+	}
+	for range 3 {
+		f.FailNext("DescribeNetworkInterfaces", "InternalError")
+	}
+	if _, err := c.ENIs(t.Context()); err == nil {
+		t.Errorf("ENIs() succeeded through %d InternalErrors with MaxAttempts 3", 3)
+	}
+}

@@ -50,6 +50,7 @@ func call[T any](ctx context.Context, c *Client, a action, fn func(context.Conte
 	throttleUntil := start.Add(c.opts.MaxThrottleWait)
 	var zero T
 	var lastErr error
+	failures := 0 // transient failures other than throttling
 	for attempt := 1; ; attempt++ {
 		if err := lim.Wait(ctx); err != nil {
 			if ctx.Err() == nil { // rate.Limiter refuses a wait past the deadline up front
@@ -73,8 +74,9 @@ func call[T any](ctx context.Context, c *Client, a action, fn func(context.Conte
 		case ctx.Err() != nil:
 		case throttled:
 			retry = time.Now().Add(wait).Before(throttleUntil)
-		case a.repeatable && attempt < c.opts.MaxAttempts:
-			retry = transient.IsErrorRetryable(err) == aws.TrueTernary
+		case a.repeatable && transient.IsErrorRetryable(err) == aws.TrueTernary:
+			failures++
+			retry = failures < c.opts.MaxAttempts
 		}
 		if !retry {
 			c.opts.Observe(a.name, outcome(lastErr), time.Since(start))

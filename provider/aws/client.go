@@ -51,8 +51,9 @@ type Options struct {
 	// RetryBase·2^(n-1)). Defaults 200ms and 10s.
 	RetryBase time.Duration
 	RetryMax  time.Duration
-	// MaxAttempts bounds the attempts of a call that fails with a transient
-	// error other than throttling (HTTP 5xx, broken connection). Default 3.
+	// MaxAttempts is how many transient failures other than throttling
+	// (HTTP 5xx, broken connection) a repeatable call may meet before it
+	// gives up; throttled attempts do not count. Default 3.
 	MaxAttempts int
 	// MaxThrottleWait bounds how long one call keeps retrying while EC2
 	// refuses it for rate; after that it fails with provider.ErrThrottled.

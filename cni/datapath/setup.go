@@ -25,48 +25,80 @@ type Wired struct {
 	ReplacedHostVeth bool
 }
 
-// Setup wires one pod. It must be called with hostNS as the current netns.
-// It creates the veth pair inside podNS with the peer placed directly in
-// hostNS (so the host end never changes namespace), configures the pod side
-// (address, gateway route, default route, permanent neighbour) and then the
-// host side (route, rules). The pod side is reached through a netlink socket
-// opened in podNS, so the calling thread never switches namespaces. On error
-// the caller undoes with Teardown.
+// Setup wires one pod: CreatePair, then Configure. It must be called with
+// hostNS as the current netns. On error the caller undoes with Teardown.
 func Setup(hostNS, podNS ns.NetNS, a Attachment) (Wired, error) {
-	var w Wired
 	if err := a.validate(); err != nil {
-		return w, err
+		return Wired{}, err
+	}
+	replaced, err := CreatePair(hostNS, podNS, a.HostVeth, a.IfName, a.MTU)
+	if err != nil {
+		return Wired{}, err
+	}
+	w, err := Configure(podNS, a)
+	w.ReplacedHostVeth = replaced
+	return w, err
+}
+
+// CreatePair creates the veth pair inside podNS with the peer placed directly
+// in hostNS (so the host end never changes namespace) and sets the host end
+// up. It needs no address, so ADD runs it while the daemon answers. A veth of
+// either name left by an earlier sandbox of the same pod or by a retried ADD
+// is removed first (replaced reports it); a link of another type is refused.
+// The pod side is reached through a netlink socket opened in podNS, so the
+// calling thread never switches namespaces.
+func CreatePair(hostNS, podNS ns.NetNS, hostVeth, ifName string, mtu int) (replaced bool, err error) {
+	probe := Attachment{PodIP: Gateway, MTU: mtu, HostVeth: hostVeth, IfName: ifName}
+	if err := probe.validate(); err != nil {
+		return false, err
 	}
 	pod, err := handleAt(podNS)
 	if err != nil {
-		return w, err
+		return false, err
 	}
 	defer pod.Close()
-	replaced, err := DeleteHostVeth(a.HostVeth)
+	replaced, err = DeleteHostVeth(hostVeth)
 	if err != nil {
-		return w, fmt.Errorf("remove stale host veth %s: %w", a.HostVeth, err)
+		return false, fmt.Errorf("remove stale host veth %s: %w", hostVeth, err)
 	}
-	w.ReplacedHostVeth = replaced
-	// A retried ADD finds its own veth here; anything else of that name is
-	// refused by the veth-only rule.
-	if _, err := deleteVeth(pod, a.IfName); err != nil {
-		return w, fmt.Errorf("remove stale pod interface: %w", err)
+	if _, err := deleteVeth(pod, ifName); err != nil {
+		return replaced, fmt.Errorf("remove stale pod interface: %w", err)
 	}
-	if err := createVeth(pod, a, hostNS); err != nil {
-		return w, err
+	if err := createVeth(pod, probe, hostNS); err != nil {
+		return replaced, err
 	}
-	host, err := netlinksafe.LinkByName(a.HostVeth)
+	host, err := netlinksafe.LinkByName(hostVeth)
 	if err != nil {
-		return w, fmt.Errorf("find host veth %s: %w", a.HostVeth, err)
+		return replaced, fmt.Errorf("find host veth %s: %w", hostVeth, err)
 	}
 	if err := netlink.LinkSetUp(host); err != nil {
-		return w, fmt.Errorf("set host veth %s up: %w", a.HostVeth, err)
+		return replaced, fmt.Errorf("set host veth %s up: %w", hostVeth, err)
+	}
+	return replaced, nil
+}
+
+// Configure completes the wiring of a pair made by CreatePair: the MTU when
+// it differs from the pair's, the pod side (up, /32, gateway and default
+// routes, permanent neighbour) and the host side (forwarding, route, rules),
+// then reads both ends back. It must be called in the node netns.
+func Configure(podNS ns.NetNS, a Attachment) (Wired, error) {
+	if err := a.validate(); err != nil {
+		return Wired{}, err
+	}
+	pod, err := handleAt(podNS)
+	if err != nil {
+		return Wired{}, err
+	}
+	defer pod.Close()
+	host, err := netlinksafe.LinkByName(a.HostVeth)
+	if err != nil {
+		return Wired{}, fmt.Errorf("find host veth %s: %w", a.HostVeth, err)
 	}
 	if err := setupPodSide(pod, a, host.Attrs().HardwareAddr); err != nil {
-		return w, err
+		return Wired{}, err
 	}
 	if err := setupHostSide(a, host); err != nil {
-		return w, err
+		return Wired{}, err
 	}
 	return readBack(pod, a)
 }
@@ -95,11 +127,16 @@ func createVeth(pod netlinksafe.Handle, a Attachment, hostNS ns.NetNS) error {
 	return nil
 }
 
-// setupPodSide configures the pod end: up, /32, routes, neighbour.
+// setupPodSide configures the pod end: MTU, up, /32, routes, neighbour.
 func setupPodSide(pod netlinksafe.Handle, a Attachment, hostMAC net.HardwareAddr) error {
 	link, err := pod.LinkByName(a.IfName)
 	if err != nil {
 		return fmt.Errorf("find pod interface %s: %w", a.IfName, err)
+	}
+	if link.Attrs().MTU != a.MTU {
+		if err := pod.LinkSetMTU(link, a.MTU); err != nil {
+			return fmt.Errorf("set %s MTU %d: %w", a.IfName, a.MTU, err)
+		}
 	}
 	if err := pod.LinkSetUp(link); err != nil {
 		return fmt.Errorf("set %s up: %w", a.IfName, err)

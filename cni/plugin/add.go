@@ -15,9 +15,10 @@ import (
 )
 
 // Add is CNI ADD: assign an address through vpcipd, wire the datapath and
-// print the Result. Anything that fails after the daemon assigned the address
-// is undone here, and the address released, before the error returns
-// (B37: the plugin cannot rely on a DEL arriving).
+// print the Result. The veth pair is created while the daemon answers (it
+// needs no address). Anything that fails after the daemon assigned the
+// address is undone here, and the address released, before the error
+// returns (B37: the plugin cannot rely on a DEL arriving).
 func (p *Plugin) Add(args *skel.CmdArgs) error {
 	in, err := start("ADD", args, false)
 	if err != nil {
@@ -25,7 +26,21 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	}
 	defer in.close()
 	began := time.Now()
+	hostNS, podNS, err := openNetns(args.Netns)
+	if err != nil {
+		return types.NewError(types.ErrInvalidNetNS, err.Error(), "")
+	}
+	defer hostNS.Close()
+	defer podNS.Close()
 
+	hostVeth := in.hostVeth()
+	pair := make(chan error, 1)
+	var replaced bool
+	go func() {
+		var err error
+		replaced, err = datapath.CreatePair(hostNS, podNS, hostVeth, args.IfName, in.conf.MTU)
+		pair <- err
+	}()
 	ctx, cancel := in.ctx(in.conf.Timeouts.Assign)
 	defer cancel()
 	asg, err := in.client.Assign(ctx, api.AssignRequest{
@@ -33,26 +48,32 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		Pod:   api.Pod{Namespace: in.pod.Namespace, Name: in.pod.Name, UID: in.pod.UID},
 		Netns: args.Netns,
 	})
+	pairErr := <-pair
 	if err != nil {
 		cerr := daemonError("assign", in.key, err)
 		in.log.Error("assign failed", "error", cerr.Msg, "code", cerr.Code)
+		unpair := datapath.Attachment{HostVeth: hostVeth, IfName: args.IfName}
+		if err := datapath.Teardown(args.Netns, unpair); err != nil {
+			in.log.Error("remove the veth pair made while waiting", "error", err)
+		}
 		return cerr
 	}
 	assigned := time.Now()
 	att := in.attachment(asg)
 	in.log = in.log.With("address", asg.Address.String(), "routeTable", asg.RouteTable, "hostVeth", att.HostVeth)
-
-	wired, err := wire(args.Netns, att)
+	var wired datapath.Wired
+	if err = pairErr; err == nil {
+		wired, err = datapath.Configure(podNS, att)
+	}
 	if err != nil {
 		in.undo(args.Netns, att)
 		in.log.Error("wiring failed; undone and address released", "error", err)
 		return types.NewError(types.ErrInternal, fmt.Sprintf("wire %v for %s: %v", asg.Address, in.key, err), "")
 	}
-	if wired.ReplacedHostVeth {
+	if replaced {
 		in.log.Warn("replaced an existing host veth of the same pod")
 	}
-	res := result(args, att, wired)
-	if err := p.print(res, in.conf.CNIVersion); err != nil {
+	if err := p.print(result(args, att, wired), in.conf.CNIVersion); err != nil {
 		in.undo(args.Netns, att)
 		return err
 	}
@@ -76,18 +97,18 @@ func (in *invocation) attachment(asg api.Assignment) datapath.Attachment {
 	}
 }
 
-func wire(netnsPath string, att datapath.Attachment) (datapath.Wired, error) {
-	hostNS, err := ns.GetCurrentNS()
+// openNetns opens the node netns (the current one) and the pod's.
+func openNetns(path string) (hostNS, podNS ns.NetNS, err error) {
+	hostNS, err = ns.GetCurrentNS()
 	if err != nil {
-		return datapath.Wired{}, fmt.Errorf("open node netns: %w", err)
+		return nil, nil, fmt.Errorf("open node netns: %w", err)
 	}
-	defer hostNS.Close()
-	podNS, err := ns.GetNS(netnsPath)
+	podNS, err = ns.GetNS(path)
 	if err != nil {
-		return datapath.Wired{}, fmt.Errorf("open pod netns %s: %w", netnsPath, err)
+		hostNS.Close()
+		return nil, nil, fmt.Errorf("open pod netns %s: %w", path, err)
 	}
-	defer podNS.Close()
-	return datapath.Setup(hostNS, podNS, att)
+	return hostNS, podNS, nil
 }
 
 // undo removes everything a failed ADD made and gives the address back, with

@@ -30,6 +30,10 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 	}
 	defer in.close()
 
+	// The release and the pod interface's removal are independent: the
+	// daemon answers while the kernel deletes the veth.
+	rel := make(chan releaseAnswer, 1)
+	go func() { rel <- in.release() }()
 	var errs []error
 	var podAddrs []netip.Addr
 	if args.Netns != "" {
@@ -41,32 +45,46 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 			errs = append(errs, err)
 		}
 	}
+	r := <-rel
+	switch {
+	case r.err == nil && r.resp.Assignment != nil:
+		in.log.Info("released", "address", r.resp.Assignment.Address.String())
+		errs = append(errs, removeHostSide(in.log, r.resp.Assignment.Address, in.hostVeth(), true))
+	case r.err == nil:
+		// Unknown key, or released earlier (GC): host state can only be
+		// known locally, and is removed only where it is this pod's.
+		local := localAddrs(in, args.IfName, podAddrs)
+		in.log.Info("nothing to release; key unknown or already released", "localAddresses", fmt.Sprint(local))
+		for _, a := range local {
+			errs = append(errs, removeHostSide(in.log, a, in.hostVeth(), false))
+		}
+	case !unreachable(r.err):
+		return daemonError("release", in.key, r.err)
+	default:
+		return in.delWithoutDaemon(args, podAddrs, r.err, errs)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return types.NewError(types.ErrInternal, fmt.Sprintf("DEL %s: %v", in.key, err), "")
+	}
+	return nil
+}
 
+type releaseAnswer struct {
+	resp api.ReleaseResponse
+	err  error
+}
+
+func (in *invocation) release() releaseAnswer {
 	ctx, cancel := in.ctx(in.conf.Timeouts.Release)
 	defer cancel()
-	resp, relErr := in.client.Release(ctx, api.ReleaseRequest{Key: in.key})
-	if relErr == nil {
-		if resp.Assignment != nil {
-			in.log.Info("released", "address", resp.Assignment.Address.String())
-			errs = append(errs, removeHostSide(in.log, resp.Assignment.Address, in.hostVeth(), true))
-		} else {
-			// Unknown key, or released earlier (GC): host state can only
-			// be known locally, and is removed only where it is this pod's.
-			local := localAddrs(in, args.IfName, podAddrs)
-			in.log.Info("nothing to release; key unknown or already released", "localAddresses", fmt.Sprint(local))
-			for _, a := range local {
-				errs = append(errs, removeHostSide(in.log, a, in.hostVeth(), false))
-			}
-		}
-		if err := errors.Join(errs...); err != nil {
-			return types.NewError(types.ErrInternal, fmt.Sprintf("DEL %s: %v", in.key, err), "")
-		}
-		return nil
-	}
-	if !unreachable(relErr) {
-		return daemonError("release", in.key, relErr)
-	}
+	resp, err := in.client.Release(ctx, api.ReleaseRequest{Key: in.key})
+	return releaseAnswer{resp, err}
+}
 
+// delWithoutDaemon removes the host side from local knowledge and answers
+// code 11 so the runtime retries the DEL (B13): never a rule left pointing at
+// an address the daemon may hand out again.
+func (in *invocation) delWithoutDaemon(args *skel.CmdArgs, podAddrs []netip.Addr, relErr error, errs []error) error {
 	local := localAddrs(in, args.IfName, podAddrs)
 	for _, a := range local {
 		errs = append(errs, removeHostSide(in.log, a, in.hostVeth(), false))

@@ -37,16 +37,19 @@ type Config struct {
 	Netns   string   // named network namespace (/var/run/netns/<Netns>) to run in; "" = the caller's
 	Tools   Tools    // from FindTools
 	Plugins []string // reference plugins linked from Tools.PluginDir into the CNI bin dir; loopback is always linked (the CRI plugin brings up lo with it)
+
+	// CNIBinDir and CNIConfDir, when set, are the node's CNI dirs (e.g. where
+	// `vpcipd install-cni` writes); by default they are made under Dir.
+	CNIBinDir  string
+	CNIConfDir string
 }
 
 // Node is one running containerd.
 type Node struct {
 	Config
-	Major      int    // containerd major release (1 or 2)
-	Socket     string // CRI and containerd API socket
-	CNIBinDir  string
-	CNIConfDir string
-	LogPath    string // containerd's stderr
+	Major   int    // containerd major release (1 or 2)
+	Socket  string // CRI and containerd API socket
+	LogPath string // containerd's stderr
 
 	cmd    *exec.Cmd
 	exited chan struct{}
@@ -66,13 +69,17 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.CNIBinDir == "" {
+		cfg.CNIBinDir = filepath.Join(cfg.Dir, "cni", "bin")
+	}
+	if cfg.CNIConfDir == "" {
+		cfg.CNIConfDir = filepath.Join(cfg.Dir, "cni", "net.d")
+	}
 	n := &Node{
-		Config:     cfg,
-		Major:      major,
-		Socket:     filepath.Join(cfg.Dir, "containerd.sock"),
-		CNIBinDir:  filepath.Join(cfg.Dir, "cni", "bin"),
-		CNIConfDir: filepath.Join(cfg.Dir, "cni", "net.d"),
-		LogPath:    filepath.Join(cfg.Dir, "containerd.log"),
+		Config:  cfg,
+		Major:   major,
+		Socket:  filepath.Join(cfg.Dir, "containerd.sock"),
+		LogPath: filepath.Join(cfg.Dir, "containerd.log"),
 	}
 	if err := n.prepare(); err != nil {
 		return nil, err

@@ -17,10 +17,18 @@
 //     instances' primary addresses can reach (as only they would be NATed to a
 //     public address by EC2).
 //
+// Like EC2, the router delivers to an ENI by its MAC, not by ARP: the ENI's
+// primary address has a permanent neighbour entry on the router end and every
+// other address or prefix of the ENI is routed via it, so addresses that live
+// behind the instance (pods) need no ARP answer from it.
+//
 // Strict reverse-path filtering (rp_filter=1) on every router end plays EC2's
 // source/destination check: the router only has a route back to an address
 // through the ENI it is assigned to, so a packet whose source is unassigned,
-// or assigned to another ENI, is dropped where it enters the router.
+// or assigned to another ENI, is dropped where it enters the router. The
+// kernel applies the same check to ARP requests, so the router answers an
+// instance's ARP only when the sender address belongs to that ENI: the
+// daemon puts each ENI's primary address on its link, as EC2's own agents do.
 //
 // Nothing is linked to the host's interfaces and the router has no default
 // route: no packet can leave the fabric. Every netns and link name starts

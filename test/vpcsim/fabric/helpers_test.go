@@ -19,6 +19,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/vpcip/vpcip/test/vpcsim"
 )
@@ -102,8 +103,9 @@ func doIn(t *testing.T, name string, fn func() error) {
 	}
 }
 
-// configureSecondary sets up eth1 of an instance as the daemon does for a
-// secondary ENI: up, with table 2 routing via the subnet gateway, and, for
+// configureSecondary sets up eth1 of instance A as the daemon does for a
+// secondary ENI: up, with its primary address and table 2 routing via the
+// subnet gateway, and, for
 // the test, addrs as local addresses sent from by eth1 ("from <addr> lookup
 // 2").
 func configureSecondary(t *testing.T, h netlinksafe.Handle, addrs ...netip.Addr) {
@@ -116,6 +118,12 @@ func configureSecondary(t *testing.T, h netlinksafe.Handle, addrs ...netip.Addr)
 		t.Fatal(err)
 	}
 	idx := eth1.Attrs().Index
+	// The ENI's primary address, as the daemon puts it on the link: the
+	// source of the instance's ARP requests on eth1.
+	enip := &netlink.Addr{IPNet: ipNet(netip.PrefixFrom(primaryA1, subnet.Bits())), Flags: unix.IFA_F_NOPREFIXROUTE}
+	if err := h.AddrAdd(eth1, enip); err != nil {
+		t.Fatal(err)
+	}
 	routes := []*netlink.Route{
 		{LinkIndex: idx, Dst: ipNet(subnet), Scope: netlink.SCOPE_LINK, Table: 2},
 		{LinkIndex: idx, Gw: gateway.AsSlice(), Table: 2},

@@ -212,3 +212,27 @@ func TestRefusalsWaitInsteadOfRepeatingCalls(t *testing.T) {
 		t.Errorf("after the refusal: %v, pending %d; want one assign of 5 and no pod waiting", tail(applied, 5), s.in.Pending)
 	}
 }
+
+// TestIdleSecondaryENIDrainsBeforePrimary: after a burst, the primary ENI's
+// addresses left cooldown first. Releasing surplus from the primary then
+// would leave the secondary ENI holding the addresses MINIMUM_IP_TARGET
+// needs once its own cooldown ends, so it could never be deleted. The plan
+// waits for the secondary ENI instead, then deletes it (its addresses go
+// with it) since the primary alone meets the targets.
+func TestIdleSecondaryENIDrainsBeforePrimary(t *testing.T) {
+	cfg := Config{WarmIPTarget: 2, MinimumIPTarget: 4}
+	in := Input{
+		ENIs: []ENI{
+			eni("eni-0", old, slots32("10.0.0.1", 9, 0, 0)...),
+			eni("eni-1", old, slots32("10.0.1.1", 9, 0, 9)...),
+		},
+		Limits: small, Config: cfg, Now: t0,
+	}
+	if p := Next(in); p.Action == Release {
+		t.Fatalf("Next = release %v from %s while eni-1 is cooling; want no release from the primary (%s)", p.Release, p.ENI, p.Reason)
+	}
+	in.ENIs[1] = eni("eni-1", old, slots32("10.0.1.1", 9, 0, 0)...)
+	if p := Next(in); p.Action != DeleteENI || p.ENI != "eni-1" {
+		t.Errorf("Next = %v %s (%s); want delete eni-1", p.Action, p.ENI, p.Reason)
+	}
+}

@@ -112,6 +112,22 @@ func (s *state) releasable(before int, strict bool) ([]netip.Prefix, string) {
 		}
 		return strings.Compare(ea.ID, eb.ID)
 	})
+	// A secondary ENI without assigned addresses is the one to drain, even
+	// while some of its addresses wait out their cooldown: releasing from
+	// the others first would leave it holding the addresses the targets
+	// need, and so never deletable.
+	for _, i := range order {
+		e := &s.in.ENIs[i]
+		if e.Primary || s.enis[i].assigned > 0 {
+			continue
+		}
+		if rel := s.pickFree(e, strict); len(rel) > 0 {
+			return rel, e.ID
+		}
+		if s.enis[i].cooling > 0 {
+			return nil, ""
+		}
+	}
 	for _, i := range order {
 		e := &s.in.ENIs[i]
 		if rel := s.pickFree(e, strict); len(rel) > 0 {

@@ -68,7 +68,7 @@ func (r *upRun) start(cfg vpcsim.Config, nodes int, itype string, outside bool) 
 		return err
 	}
 	if r.fab, err = fabric.New(r.flags.prefix); err != nil {
-		return err
+		return fmt.Errorf("%w (vpcsim down --prefix %s removes what a crashed run left)", err, r.flags.prefix)
 	}
 	r.fab.SetLogger(r.log)
 	cloud.SetObserver(r.fab)

@@ -124,8 +124,17 @@ func upDown(t *testing.T, bin string, c commonFlags, crash bool) {
 	if want := fabric.EC2URL + " " + fabric.IMDSURL + " us-west-2\n"; err != nil || out != want {
 		t.Errorf("exec env: %q, %v; want %q", out, err, want)
 	}
-	if out, err := run("fault", "fail-next", "AttachNetworkInterface", "AttachmentLimitExceeded"); err != nil {
-		t.Errorf("fault: %v\n%s", err, out)
+	for _, f := range [][]string{
+		{"fail-next", "AttachNetworkInterface", "AttachmentLimitExceeded"},
+		{"latency", "*", "1ms", "1ms"},
+		{"error-rate", "DescribeInstances", "0.5", "InternalError"},
+		{"throttle", "describe", "100", "100"},
+		{"imds-lag", "10ms"},
+		{"reset"},
+	} {
+		if out, err := run(append([]string{"fault"}, f...)...); err != nil {
+			t.Errorf("fault %v: %v\n%s", f, err, out)
+		}
 	}
 	if out, err := run("fault", "error-rate", "*", "1.5", "X"); err == nil {
 		t.Errorf("fault with rate 1.5 succeeded: %s", out)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vpcip/vpcip/ipamd/introspect"
 	"github.com/vpcip/vpcip/test/e2e/cluster"
 	"github.com/vpcip/vpcip/test/vpcsim/podruntime"
 )
@@ -90,16 +91,16 @@ func checkpointAssignments(t *testing.T, n *cluster.Node) map[string]netip.Addr 
 	if err != nil {
 		t.Fatal(err)
 	}
-	var pods []struct {
-		ContainerID string     `json:"containerID"`
-		Address     netip.Addr `json:"address"`
-	}
+	var pods introspect.Pods
 	if err := json.Unmarshal([]byte(out), &pods); err != nil {
 		t.Fatalf("vpcipctl pods -o json: %v\n%s", err, out)
 	}
 	m := map[string]netip.Addr{}
-	for _, p := range pods {
-		m[p.ContainerID] = p.Address
+	for _, a := range pods.Assignments {
+		if prev, dup := m[a.Key.ContainerID]; dup {
+			t.Errorf("container %s holds two assignments: %s and %s", a.Key.ContainerID, prev, a.Address)
+		}
+		m[a.Key.ContainerID] = a.Address
 	}
 	return m
 }
@@ -139,4 +140,56 @@ func TestMain(m *testing.M) {
 		os.RemoveAll(binDir)
 	}
 	os.Exit(code)
+}
+
+// An ENI created by a daemon that was killed between CreateNetworkInterface
+// and AttachNetworkInterface stays `available` with our tags; the restarted
+// daemon's sweeper deletes it once it is older than the grace period.
+func TestLeakedENIFromKillBetweenCreateAndAttachIsDeleted(t *testing.T) {
+	c := start(t, cluster.Options{Nodes: 1, InstanceType: "m5.large", DaemonEnv: []string{
+		"VPCIP_LEAKED_ENI_GRACE=2s", "VPCIP_LEAK_SWEEP_INTERVAL=1s",
+	}})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	n, f := c.Nodes[0], c.Cloud.Faults()
+	f.SetLatency("AttachNetworkInterface", 30*time.Second, 0)
+	created := f.Calls("CreateNetworkInterface")
+	pods := addPods(t, ctx, n, 4, "grow", 4) // below one ENI's worth warm: the pool creates an ENI
+	deadline := time.Now().Add(30 * time.Second)
+	for f.Calls("CreateNetworkInterface") == created && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if f.Calls("CreateNetworkInterface") == created {
+		t.Fatal("the daemon never created an ENI")
+	}
+	time.Sleep(300 * time.Millisecond) // inside the attach's latency
+	n.StopDaemon(true)
+	var leaked string
+	for _, e := range c.Cloud.NetworkInterfaces() {
+		if e.Status == "available" {
+			leaked = e.ID
+		}
+	}
+	if leaked == "" {
+		t.Fatalf("no available ENI after kill -9 between create and attach: %+v", c.Cloud.NetworkInterfaces())
+	}
+	f.SetLatency("AttachNetworkInterface", 0, 0)
+	if err := n.StartDaemon(ctx); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if _, ok := c.Cloud.NetworkInterface(leaked); !ok {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if e, ok := c.Cloud.NetworkInterface(leaked); ok {
+		t.Errorf("leaked ENI %s still exists (%s) after the sweep", leaked, e.Status)
+	}
+	for _, p := range pods {
+		if err := n.DelPod(ctx, p); err != nil {
+			t.Error(err)
+		}
+	}
 }

@@ -60,7 +60,8 @@ func (l *latencies) once(b *testing.B, e *Env, p *Pod) {
 
 func BenchmarkWarmAddDel(b *testing.B) {
 	RequireRoot(b)
-	node, d := startVPC(b, "m5.4xlarge")
+	v := startVPC(b, "m5.4xlarge", 1)
+	node, d := v.nodes[0], v.daemons[0]
 	ours := NewEnv(b, node, d)
 	ours.Chain = false
 	ref := NewEnv(b, node, d)

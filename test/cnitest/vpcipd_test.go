@@ -2,7 +2,6 @@ package cnitest
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -86,9 +85,19 @@ func (d *realDaemon) log() string {
 	return string(b)
 }
 
-// startVPC brings up vpcsim (EC2 API and IMDS in the fabric's router), one
-// instance of itype, and vpcipd in its netns; everything goes at cleanup.
-func startVPC(t testing.TB, itype string) (*Node, *realDaemon) {
+// vpc is vpcsim (EC2 API and IMDS served in the fabric's router netns) with
+// instances, each running vpcipd in its netns.
+type vpc struct {
+	cloud   *vpcsim.Cloud
+	fab     *fabric.Fabric
+	insts   []vpcsim.InstanceInfo
+	nodes   []*Node
+	daemons []*realDaemon
+}
+
+// startVPC brings up vpcsim with n instances of itype and vpcipd in each;
+// everything goes at cleanup.
+func startVPC(t testing.TB, itype string, n int) *vpc {
 	t.Helper()
 	bin := filepath.Join(filepath.Dir(BuildPlugin(t)), "vpcipd")
 	if _, err := os.Stat(bin); err != nil {
@@ -114,17 +123,28 @@ func startVPC(t testing.TB, itype string) (*Node, *realDaemon) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = servers.Close() })
-	inst, err := cloud.LaunchInstance(itype, "")
-	if err != nil {
-		t.Fatal(err)
+	v := &vpc{cloud: cloud, fab: fab}
+	for range n {
+		inst, err := cloud.LaunchInstance(itype, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := fab.Err(); err != nil {
+			t.Fatal(err)
+		}
+		node := OpenNode(t, fab.NodeNetns(inst.ID))
+		d := newRealDaemon(t, bin, node, cloud.Region(), inst.ID)
+		d.Start(t)
+		t.Cleanup(func() { d.Stop(t) })
+		v.insts, v.nodes, v.daemons = append(v.insts, inst), append(v.nodes, node), append(v.daemons, d)
 	}
-	if err := fab.Err(); err != nil {
-		t.Fatal(err)
-	}
-	node := OpenNode(t, fab.NodeNetns(inst.ID))
+	return v
+}
+
+func newRealDaemon(t testing.TB, bin string, node *Node, region, instanceID string) *realDaemon {
 	dir := t.TempDir()
 	d := &realDaemon{bin: bin, dir: dir, node: node}
-	d.env = append(fabric.NodeEnv(cloud.Region()),
+	d.env = append(fabric.NodeEnv(region),
 		"PATH="+os.Getenv("PATH"),
 		"VPCIP_SOCKET="+d.Socket(),
 		"VPCIP_CHECKPOINT="+filepath.Join(dir, "ipam.json"),
@@ -135,11 +155,9 @@ func startVPC(t testing.TB, itype string) (*Node, *realDaemon) {
 		"VPCIP_POOL_INTERVAL=200ms",
 		"VPCIP_CLUSTER_NAME=vct",
 		"AWS_VPC_K8S_CNI_LOGLEVEL=DEBUG",
-		fmt.Sprintf("MY_NODE_NAME=%s", inst.ID),
+		"MY_NODE_NAME="+instanceID,
 	)
-	d.Start(t)
-	t.Cleanup(func() { d.Stop(t) })
-	return node, d
+	return d
 }
 
 // TestSuiteVpcipd runs the plugin contract against the real daemon on
@@ -150,7 +168,8 @@ func TestSuiteVpcipd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts vpcsim and vpcipd")
 	}
-	node, d := startVPC(t, "m5.4xlarge")
+	v := startVPC(t, "m5.4xlarge", 1)
+	node, d := v.nodes[0], v.daemons[0]
 	RunSuite(t, Setup{NewEnv: func(t *testing.T) *Env {
 		if d.cmd == nil {
 			d.Start(t)

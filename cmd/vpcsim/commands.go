@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"strings"
 	"syscall"
 	"time"
 
@@ -46,10 +47,26 @@ func runExec(args []string) error {
 	if err != nil {
 		return err
 	}
-	env := append(os.Environ(), fabric.NodeEnv(s.Region)...)
-	env = append(env, "VPCSIM_NODE="+n.Name, "VPCSIM_INSTANCE_ID="+n.InstanceID)
+	env := mergeEnv(os.Environ(), append(fabric.NodeEnv(s.Region), "VPCSIM_NODE="+n.Name, "VPCSIM_INSTANCE_ID="+n.InstanceID))
 	argv := append([]string{"ip", "netns", "exec", n.Netns}, rest[1:]...)
 	return syscall.Exec(ip, argv, env)
+}
+
+// mergeEnv returns base with the KEY=value entries of set replacing those of
+// the same keys: with duplicates, getenv in C and Go would see the first.
+func mergeEnv(base, set []string) []string {
+	keys := map[string]bool{}
+	for _, kv := range set {
+		k, _, _ := strings.Cut(kv, "=")
+		keys[k] = true
+	}
+	var env []string
+	for _, kv := range base {
+		if k, _, _ := strings.Cut(kv, "="); !keys[k] {
+			env = append(env, kv)
+		}
+	}
+	return append(env, set...)
 }
 
 func runStatus(args []string) error {

@@ -120,6 +120,7 @@ func upDown(t *testing.T, bin string, c commonFlags, crash bool) {
 	if out, err := run("exec", "node2", "--", "ping", "-c", "1", "-W", "5", s.OutsideAddr); err != nil {
 		t.Fatalf("ping outside from node2: %v\n%s", err, out)
 	}
+	t.Setenv("AWS_REGION", "eu-north-1") // exec must override the caller's
 	out, err = run("exec", "node2", "--", "sh", "-c", "echo $AWS_ENDPOINT_URL_EC2 $AWS_EC2_METADATA_SERVICE_ENDPOINT $AWS_REGION")
 	if want := fabric.EC2URL + " " + fabric.IMDSURL + " us-west-2\n"; err != nil || out != want {
 		t.Errorf("exec env: %q, %v; want %q", out, err, want)

@@ -1,0 +1,296 @@
+package ipamd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+
+	"github.com/vpcip/vpcip/ipamd/api"
+	"github.com/vpcip/vpcip/test/vpcsim"
+)
+
+// trim advances the clock past the cooldown and release interval and runs a
+// pool cycle, n times, checking the invariants after each.
+func (n *node) trim(times int) {
+	n.t.Helper()
+	for range times {
+		n.clock.Advance(31 * time.Second)
+		n.cycle()
+		n.checkInvariants()
+	}
+}
+
+// TestB09PoolShrinksAfterBurst: after 25 pods come and 24 go, the pool
+// returns to max(WARM_IP_TARGET, MINIMUM_IP_TARGET − assigned) free addresses
+// within a few release intervals, and the emptied ENIs are deleted.
+func TestB09PoolShrinksAfterBurst(t *testing.T) {
+	c := startCloud(t)
+	n := newNode(t, c, itypeSmall, map[string]string{"WARM_IP_TARGET": "2", "MINIMUM_IP_TARGET": "3", "IP_COOLDOWN_PERIOD": "30"})
+	n.start()
+	pods := names("c", 25)
+	for _, id := range pods {
+		n.mustAdd(id)
+	}
+	if st := n.status(); st.ENIs != 3 || st.Assigned != 25 {
+		t.Fatalf("after the burst: %+v, want 25 assigned on 3 ENIs", st)
+	}
+	for _, id := range pods[1:] {
+		n.del(id)
+	}
+	n.trim(6) // documented bound: one release or ENI deletion per interval
+	st := n.status()
+	if st.Warm != 2 || st.Cooling != 0 || st.ENIs != 1 || st.Assigned != 1 {
+		t.Errorf("after trimming: %+v, want 1 assigned, 2 warm on the primary ENI only", st)
+	}
+	if got := len(n.cloudAddrs()); got != 3 {
+		t.Errorf("cloud holds %d addresses for the node, want 3", got)
+	}
+	if c.Cloud.Faults().Calls("DeleteNetworkInterface") != 2 {
+		t.Errorf("%d ENIs deleted, want the 2 emptied ones", c.Cloud.Faults().Calls("DeleteNetworkInterface"))
+	}
+
+	// Variant: restart with WARM_IP_TARGET lowered from 10 to 2.
+	n.env = map[string]string{"WARM_IP_TARGET": "10"}
+	n.restart()
+	if st := n.status(); st.Warm < 10 {
+		t.Fatalf("WARM_IP_TARGET=10: %d warm", st.Warm)
+	}
+	n.env = map[string]string{"WARM_IP_TARGET": "2"}
+	n.restart()
+	n.trim(4)
+	if st := n.status(); st.Warm != 2 {
+		t.Errorf("after lowering WARM_IP_TARGET to 2: %d warm", st.Warm)
+	}
+}
+
+// TestB10CooldownIsNotFree: cooling addresses are not counted as free, so
+// the pool grows and churn never gets "no address" while the cloud has room.
+func TestB10CooldownIsNotFree(t *testing.T) {
+	c := startCloud(t)
+	n := newNode(t, c, itypeSmall, map[string]string{"WARM_IP_TARGET": "2", "MINIMUM_IP_TARGET": "8",
+		"WARM_ENI_TARGET": "0", "IP_COOLDOWN_PERIOD": "30", "VPCIP_ADD_WAIT": "10s"})
+	n.start()
+	for _, id := range names("a", 6) {
+		n.mustAdd(id)
+	}
+	for _, id := range names("a", 4) {
+		n.del(id)
+	}
+	n.clock.Advance(2 * time.Second)
+	st := n.status()
+	if st.Cooling != 4 || !st.Ready {
+		t.Fatalf("status %+v, want 4 cooling, ready", st)
+	}
+	for _, id := range names("b", 4) {
+		if _, err := n.add(id); err != nil {
+			t.Fatalf("ADD(%s) during churn: %v", id, err)
+		}
+	}
+	if st := n.status(); st.Assigned != 6 || st.Cooling != 4 || !st.Ready {
+		t.Errorf("after churn: %+v", st)
+	}
+	n.checkInvariants()
+}
+
+// TestB20FragmentedSubnetFallsBackToAddresses: in prefix mode, a subnet with
+// free addresses but no aligned free /28 gives a distinct reason and falls
+// back to secondary addresses in the same cycle, without a retry storm.
+func TestB20FragmentedSubnetFallsBackToAddresses(t *testing.T) {
+	c := startCloud(t, vpcsim.SubnetSpec{CIDR: netip.MustParsePrefix("100.64.0.0/26"), AvailabilityZone: "us-west-2a"})
+	n := newNode(t, c, itypeSmall, map[string]string{"ENABLE_PREFIX_DELEGATION": "true", "WARM_PREFIX_TARGET": "1"})
+	raw := c.raw(t, n.inst.ID)
+	eni := createAvailableENI(t, raw, n.inst.SubnetID, nil)
+	if _, err := raw.AssignPrivateIpAddresses(context.Background(), &ec2.AssignPrivateIpAddressesInput{
+		NetworkInterfaceId: aws.String(eni), PrivateIpAddresses: []string{"100.64.0.20", "100.64.0.40"}}); err != nil {
+		t.Fatal(err)
+	}
+	n.start()
+	for _, id := range names("c", 3) {
+		n.mustAdd(id)
+	}
+	st := n.status()
+	if !strings.Contains(st.Reason, "no contiguous /28 in subnet "+n.inst.SubnetID) {
+		t.Errorf("status reason %q does not name the missing /28", st.Reason)
+	}
+	prefixTries := counter(t, n, "vpcip_provider_calls_total", map[string]string{"operation": "AssignPrivateIpAddresses", "outcome": "error"})
+	for range 5 {
+		n.cycle()
+	}
+	if got := counter(t, n, "vpcip_provider_calls_total", map[string]string{"operation": "AssignPrivateIpAddresses", "outcome": "error"}); got != prefixTries {
+		t.Errorf("refused prefix calls went from %v to %v within the backoff", prefixTries, got)
+	}
+	for _, e := range n.d.store.ENIs() {
+		for _, s := range e.Slots {
+			if s.Bits() != 32 {
+				t.Errorf("slot %s is not a /32", s)
+			}
+		}
+	}
+	n.checkInvariants()
+}
+
+// TestB23ReleaseNeverRacesAllocation: with the pool releasing surplus while
+// pods come and go and UnassignPrivateIpAddresses taking 200 ms, no address
+// is handed out while its unassign is pending or done.
+func TestB23ReleaseNeverRacesAllocation(t *testing.T) {
+	c := startCloud(t)
+	c.Cloud.Faults().SetLatency("UnassignPrivateIpAddresses", 200*time.Millisecond, 0)
+	n := newNode(t, c, itypeSmall, map[string]string{"WARM_IP_TARGET": "1", "IP_COOLDOWN_PERIOD": "0",
+		"VPCIP_RELEASE_INTERVAL": "1ms", "VPCIP_ADD_WAIT": "10s"})
+	n.start()
+	for i := range 12 {
+		up := names(fmt.Sprintf("r%d-", i), 10)
+		for _, id := range up {
+			a := n.mustAdd(id)
+			if eni, ok := n.cloudAddrs()[a.Address]; !ok || eni != a.ENIID {
+				t.Fatalf("ADD(%s) got %s, which the cloud does not show on %s", id, a.Address, a.ENIID)
+			}
+		}
+		n.clock.Advance(time.Second)
+		for _, id := range up[5:] {
+			n.del(id)
+		}
+		n.d.Kick()
+		n.checkInvariants()
+		for _, id := range up[:5] {
+			n.del(id)
+		}
+	}
+	n.cycle()
+	n.checkInvariants()
+	if c.Cloud.Faults().Calls("UnassignPrivateIpAddresses") == 0 {
+		t.Error("the pool never released surplus: the race was not exercised")
+	}
+}
+
+// TestB37GCReclaimsLeakedSetups: attachments whose teardown never reached
+// the daemon are released by GC; live ones never are.
+func TestB37GCReclaimsLeakedSetups(t *testing.T) {
+	c := startCloud(t)
+	n := newNode(t, c, itypeSmall, map[string]string{"VPCIP_GC_GRACE": "30s"})
+	n.start()
+	var live []api.Key
+	for i := range 20 {
+		id := fmt.Sprintf("s%d", i)
+		n.mustAdd(id)
+		switch {
+		case i%2 == 0:
+			n.del(id) // the plugin rolled back its failed ADD
+		case i%5 == 1:
+			live = append(live, key(id))
+		}
+	}
+	// The SIGKILL variant: the plugin dies right after sending ADD.
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { time.Sleep(time.Millisecond); cancel() }()
+	n.client.Assign(ctx, api.AssignRequest{Key: key("killed"), Pod: api.Pod{Name: "p"}})
+	gc := func(valid []api.Key) api.GCResponse {
+		r, err := n.client.GC(context.Background(), api.GCRequest{Network: "vpcip", Valid: valid})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	if r := gc(nil); len(r.Released) != 0 {
+		t.Fatalf("GC within the grace period released %d", len(r.Released))
+	}
+	n.clock.Advance(31 * time.Second)
+	r := gc(live)
+	for _, a := range r.Released {
+		for _, k := range live {
+			if a.Key == k {
+				t.Errorf("GC released live %s", k)
+			}
+		}
+	}
+	if st := n.status(); st.Assigned != len(live) {
+		t.Errorf("%d assigned after GC, want the %d live", st.Assigned, len(live))
+	}
+	for _, k := range live {
+		if _, ok := n.d.store.Get(k); !ok {
+			t.Errorf("live %s lost its address", k)
+		}
+	}
+	gc(nil)
+	if st := n.status(); st.Assigned != 0 {
+		t.Errorf("%d assigned after GC of an empty live set", st.Assigned)
+	}
+}
+
+// TestB41SubnetExhaustionDoesNotWedge: ADDs beyond the subnet fail promptly
+// naming the subnet; after pods go, addresses are reused, GC and DEL work,
+// and a restart in the failed state changes nothing of that.
+func TestB41SubnetExhaustionDoesNotWedge(t *testing.T) {
+	c := startCloud(t, vpcsim.SubnetSpec{CIDR: netip.MustParsePrefix("100.64.0.0/27"), AvailabilityZone: "us-west-2a"})
+	n := newNode(t, c, itypeSmall, map[string]string{"WARM_IP_TARGET": "1", "IP_COOLDOWN_PERIOD": "30", "VPCIP_ADD_WAIT": "200ms"})
+	raw := c.raw(t, n.inst.ID)
+	hog := createAvailableENI(t, raw, n.inst.SubnetID, nil)
+	if _, err := raw.AssignPrivateIpAddresses(context.Background(), &ec2.AssignPrivateIpAddressesInput{
+		NetworkInterfaceId: aws.String(hog), SecondaryPrivateIpAddressCount: aws.Int32(13)}); err != nil {
+		t.Fatal(err)
+	}
+	sub, _ := c.Cloud.Subnet(n.inst.SubnetID)
+	if sub.FreeAddresses != 12 {
+		t.Fatalf("subnet has %d free addresses, want 12", sub.FreeAddresses)
+	}
+	n.start()
+	var ok []string
+	for _, id := range names("c", 20) {
+		_, err := n.add(id)
+		if err == nil {
+			ok = append(ok, id)
+			continue
+		}
+		var e *api.Error
+		if !errors.As(err, &e) || e.Cause != api.CauseSubnetFull || !strings.Contains(e.Message, n.inst.SubnetID) {
+			t.Fatalf("ADD(%s): %v, want no-address naming subnet %s", id, err, n.inst.SubnetID)
+		}
+	}
+	if len(ok) < 9 || len(ok) > 11 {
+		t.Errorf("%d ADDs succeeded with 12 free subnet addresses (less one per new ENI)", len(ok))
+	}
+	if st := n.status(); !strings.Contains(st.Reason, "subnet exhausted") {
+		t.Errorf("status reason %q does not say the subnet is exhausted", st.Reason)
+	}
+	// Restart in the failed state: the refusals are forgotten, so growth is
+	// tried again; it may find the last address a larger request could not
+	// take, and then fails naming the subnet again.
+	n.restart()
+	failed := false
+	for _, id := range names("extra", 3) {
+		_, err := n.add(id)
+		if err == nil {
+			ok = append(ok, id)
+			continue
+		}
+		var e *api.Error
+		if !errors.As(err, &e) || e.Cause != api.CauseSubnetFull {
+			t.Fatalf("ADD(%s) after restart: %v, want subnet-full", id, err)
+		}
+		failed = true
+		break
+	}
+	if !failed {
+		t.Fatal("ADDs kept succeeding on an exhausted subnet after restart")
+	}
+	for _, id := range ok[:len(ok)-1] {
+		n.del(id)
+	}
+	if _, err := n.client.GC(context.Background(), api.GCRequest{Network: "vpcip", Valid: []api.Key{key(ok[len(ok)-1])}}); err != nil {
+		t.Errorf("GC on an exhausted subnet: %v", err)
+	}
+	n.clock.Advance(31 * time.Second)
+	for _, id := range names("d", 5) {
+		if _, err := n.add(id); err != nil {
+			t.Errorf("ADD(%s) after pods left: %v", id, err)
+		}
+	}
+	n.checkInvariants()
+}

@@ -81,6 +81,11 @@ type Timeouts struct {
 	Status  Duration `json:"status"`
 }
 
+// longest is the client's overall bound; each call has its own deadline.
+func (t Timeouts) longest() time.Duration {
+	return time.Duration(max(t.Assign, t.Release, t.Check, t.GC, t.Status))
+}
+
 // Duration is a time.Duration that decodes from "1.5s" or from a number of
 // seconds.
 type Duration time.Duration

@@ -118,3 +118,15 @@ func TestPrevResult(t *testing.T) {
 		}
 	}
 }
+
+// The client's overall bound must not cut the longest call short: an ADD
+// allowed 45 s must not end at a shorter default.
+func TestTimeoutsLongest(t *testing.T) {
+	c, err := ParseConfig([]byte(`{"cniVersion":"1.1.0","name":"n","type":"t","timeouts":{"assign":"45s","status":"1s"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Timeouts.longest(); got != 45*time.Second {
+		t.Errorf("longest = %v, want 45s", got)
+	}
+}

@@ -73,7 +73,7 @@ func start(cmd string, args *skel.CmdArgs, lenient bool) (*invocation, error) {
 		key:    api.Key{Network: conf.Name, ContainerID: args.ContainerID, IfName: args.IfName},
 		pod:    pod,
 		log:    log,
-		client: api.NewClient(conf.IPAMDSocket, 0),
+		client: api.NewClient(conf.IPAMDSocket, conf.Timeouts.longest()),
 		close:  closeLog,
 	}, nil
 }

@@ -22,7 +22,7 @@ type Setup struct {
 }
 
 // RunSuite runs the plugin contract (issue #6, field failures B01, B13, B14,
-// B16, B25, B28, B32, B33, B34, B36, B37) as subtests. After each one the
+// B16, B25, B28, B29, B30, B32, B33, B34, B36, B37) as subtests. After each one the
 // node must hold no veth, route or rule of a removed pod.
 func RunSuite(t *testing.T, s Setup) {
 	tests := []struct {
@@ -38,6 +38,7 @@ func RunSuite(t *testing.T, s Setup) {
 		{"DelUnknownContainer", testDelUnknown},
 		{"DelDaemonStoppedThenGC", testDelDaemonStopped},
 		{"DelDaemonStoppedNoPrevResult", testDelDaemonStoppedNoPrevResult},
+		{"DelCorruptCachedResult", testDelCorruptCache},
 		{"GCValidAttachments", testGC},
 		{"Versions", testVersions},
 		{"MalformedConfig", testMalformed},

@@ -224,3 +224,34 @@ func testGC(t *testing.T, e *Env) {
 	mustDel(t, e, p1)
 	mustDel(t, e, p3)
 }
+
+// testDelCorruptCache is B34: the runtime's cached result for the pod is
+// empty (a reboot mid-write) or of another version; DEL still succeeds,
+// releases, and removes the host side, and the other pod is untouched.
+func testDelCorruptCache(t *testing.T, e *Env) {
+	other := e.NewPod(t, "intact")
+	e.MustAdd(t, other)
+	before := snapshot(t, e, other)
+	for _, content := range []string{"", `{"cniVersion":"0.2.0","ip4":{"ip":"10.0.0.1/32"}}`} {
+		p := e.NewPod(t, "corrupt")
+		e.MustAdd(t, p)
+		cache := filepath.Join(e.CacheDir, "results", Network+"-"+p.ContainerID+"-"+p.IfName)
+		if _, err := os.Stat(cache); err != nil {
+			t.Fatalf("libcni cache entry: %v", err)
+		}
+		if err := os.WriteFile(cache, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Del(t, p); err != nil {
+			t.Errorf("DEL with cache %q: %v", content, err)
+		}
+		if _, ok := e.Held(t, p); ok {
+			t.Errorf("cache %q: daemon still holds %v", content, p.Address)
+		}
+		AssertHostSideGone(t, e, p, p.Address)
+	}
+	if diff := cmp.Diff(before, snapshot(t, e, other)); diff != "" {
+		t.Errorf("other pod changed (-before +after):\n%s", diff)
+	}
+	mustDel(t, e, other)
+}

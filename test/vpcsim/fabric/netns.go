@@ -1,6 +1,7 @@
 package fabric
 
 import (
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -71,9 +72,11 @@ func writeSysctls(kv map[string]string) error {
 
 // Cleanup removes what fabrics with this prefix left behind, for instance
 // after a crash: it kills every process inside a netns named "<prefix>-*"
-// (SIGTERM, then SIGKILL after 2 s), removes those netns, and deletes veths
-// named "<prefix>*" in the caller's netns (the fabric makes none there, but a
-// crash during a manual repair might). It never touches anything else.
+// (SIGTERM, then SIGKILL after 2 s) and removes those netns, which takes the
+// fabric's veths with them. It also deletes veths in the caller's netns named
+// as the fabric names router ends ("<prefix>e" and 8 hex digits,
+// "<prefix>out"); the fabric makes none there, but an operator moving one
+// while debugging might. It never touches anything else.
 func Cleanup(prefix string) error {
 	if !prefixRE.MatchString(prefix) {
 		return fmt.Errorf("fabric: cleanup: invalid prefix %q", prefix)
@@ -99,7 +102,7 @@ func Cleanup(prefix string) error {
 		errs = append(errs, err)
 	}
 	for _, l := range links {
-		if _, isVeth := l.(*netlink.Veth); isVeth && strings.HasPrefix(l.Attrs().Name, prefix) {
+		if _, isVeth := l.(*netlink.Veth); isVeth && isRouterEnd(prefix, l.Attrs().Name) {
 			if err := netlink.LinkDel(l); err != nil {
 				errs = append(errs, fmt.Errorf("delete link %s: %w", l.Attrs().Name, err))
 			}
@@ -165,4 +168,21 @@ func netnsProcesses(dev uint64, ino uint64) []int {
 // withNetns runs fn on a thread inside the named netns.
 func withNetns(name string, fn func() error) error {
 	return ns.WithNetNSPath(netnsPath(name), func(ns.NetNS) error { return fn() })
+}
+
+// isRouterEnd reports whether name is one the fabric gives a router end.
+func isRouterEnd(prefix, name string) bool {
+	rest, ok := strings.CutPrefix(name, prefix)
+	if !ok {
+		return false
+	}
+	if rest == "out" {
+		return true
+	}
+	hexPart, ok := strings.CutPrefix(rest, "e")
+	if !ok || len(hexPart) != 8 {
+		return false
+	}
+	_, err := hex.DecodeString(hexPart)
+	return err == nil
 }

@@ -188,3 +188,23 @@ func TestNewRejectsBadPrefix(t *testing.T) {
 		}
 	}
 }
+
+func TestIsRouterEnd(t *testing.T) {
+	f := &Fabric{prefix: "vs"}
+	tests := []struct {
+		name string
+		want bool
+	}{
+		{f.routerLinkName("eni-0123456789abcdef0"), true},
+		{"vsout", true},
+		{"vsr701abcdef", false}, // another prefix that starts the same
+		{"vse1234567", false},   // too short
+		{"vse1234567z", false},  // not hex
+		{"eth0", false},
+	}
+	for _, tt := range tests {
+		if got := isRouterEnd("vs", tt.name); got != tt.want {
+			t.Errorf("isRouterEnd(vs, %q) = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}

@@ -17,6 +17,11 @@
 //     instances' primary addresses can reach (as only they would be NATed to a
 //     public address by EC2).
 //
+// The router answers ARP for the subnet gateway, a /32 on every router end,
+// and by proxy ARP for every other address it routes, as EC2's VPC router
+// answers for the whole subnet: instances on one subnet talk through the
+// router too.
+//
 // Like EC2, the router delivers to an ENI by its MAC, not by ARP: the ENI's
 // primary address has a permanent neighbour entry on the router end and every
 // other address or prefix of the ENI is routed via it, so addresses that live

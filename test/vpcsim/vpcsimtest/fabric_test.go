@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"io"
 	"net"
+	"net/http"
 	"net/netip"
 	"strings"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
+	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
@@ -193,4 +195,55 @@ func nodeHandle(t *testing.T, f *vpcsimtest.Fabricated, instanceID string) netli
 	}
 	t.Cleanup(h.Close)
 	return h
+}
+
+// TestIMDSIgnoresOtherSources: a request from an address that is not an
+// instance's primary address (here a secondary IP on eth0) gets no answer.
+func TestIMDSIgnoresOtherSources(t *testing.T) {
+	f := vpcsimtest.StartFabric(t, vpcsim.Config{}, uniquePrefix())
+	inst := f.Launch(t, "m5.large")
+	client := ec2.New(ec2.Options{
+		Region:           f.Cloud.Region(),
+		BaseEndpoint:     aws.String(f.LocalEC2URL),
+		Credentials:      credentials.NewStaticCredentialsProvider("AKIDEXAMPLE", "secret", ""),
+		RetryMaxAttempts: 1,
+	})
+	out, err := client.AssignPrivateIpAddresses(context.Background(), &ec2.AssignPrivateIpAddressesInput{
+		NetworkInterfaceId: aws.String(inst.PrimaryENI.ID), SecondaryPrivateIpAddressCount: aws.Int32(1),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	secondary := netip.MustParseAddr(aws.ToString(out.AssignedPrivateIpAddresses[0].PrivateIpAddress))
+	h := nodeHandle(t, f, inst.ID)
+	eth0, err := h.LinkByName("eth0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.AddrAdd(eth0, &netlink.Addr{IPNet: netlink.NewIPNet(secondary.AsSlice())}); err != nil {
+		t.Fatal(err)
+	}
+	for src, want := range map[netip.Addr]int{inst.PrimaryENI.PrimaryIP: http.StatusOK, secondary: http.StatusNotFound} {
+		c := f.HTTPClient(inst.ID)
+		dialer := &net.Dialer{LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(src, 0))}
+		c.Transport.(*http.Transport).DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			var conn net.Conn
+			err := ns.WithNetNSPath(f.NetnsPath(inst.ID), func(ns.NetNS) error {
+				var err error
+				conn, err = dialer.DialContext(ctx, network, addr)
+				return err
+			})
+			return conn, err
+		}
+		req, _ := http.NewRequest(http.MethodPut, f.IMDSURL+"/latest/api/token", nil)
+		req.Header.Set("X-aws-ec2-metadata-token-ttl-seconds", "60")
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatalf("token from %s: %v", src, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("token from %s: HTTP %d, want %d", src, resp.StatusCode, want)
+		}
+	}
 }

@@ -19,7 +19,7 @@ import (
 // the conflist says cniVersion 1.0.0, on containerd 2 1.1.0.
 func TestVPCIPConflist(t *testing.T) {
 	forEachRuntime(t, func(t *testing.T, tools crinode.Tools) {
-		nodes := startVPCIPCluster(t, tools, 2)
+		nodes := startVPCIPCluster(t, tools, 2, "m5.large")
 		nets := make([]vpcipNetwork, len(nodes))
 		for i, n := range nodes {
 			nets[i] = vpcipNetwork{node: n}

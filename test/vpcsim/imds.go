@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -34,7 +35,27 @@ type imdsToken struct {
 
 type imdsSnapshot struct {
 	at   time.Time
-	tree map[string]string // "meta-data/instance-id" → value
+	view imdsView
+}
+
+// imdsView is what IMDS knows of an instance at one moment: copies, so that
+// recording one per change is cheap and later changes do not show through.
+type imdsView struct {
+	id, typ, az, region, vpcID string
+	launched                   time.Time
+	vpcCIDRs                   []netip.Prefix
+	enis                       []imdsENI
+}
+
+type imdsENI struct {
+	id, mac, subnetID  string
+	subnetCIDR         netip.Prefix
+	device, card       int
+	primaryDevice      bool
+	primary            netip.Addr
+	secondaries        []netip.Addr
+	prefixes           []netip.Prefix
+	groups, groupNames []string
 }
 
 // recordIMDSLocked remembers the instance's metadata as it is now; IMDS
@@ -43,66 +64,77 @@ func (c *Cloud) recordIMDSLocked(inst *instance) {
 	if inst == nil {
 		return
 	}
-	h := append(c.imds.history[inst.id], imdsSnapshot{at: time.Now(), tree: c.imdsTreeLocked(inst)})
+	v := imdsView{id: inst.id, typ: inst.typ, az: inst.az, region: c.cfg.Region, vpcID: c.vpc.id,
+		launched: inst.launched, vpcCIDRs: c.vpc.cidrs}
+	for _, e := range inst.enis {
+		if e.attachStatus != "attached" {
+			continue
+		}
+		ie := imdsENI{
+			id: e.id, mac: e.mac, subnetID: e.subnetID, subnetCIDR: c.subnets[e.subnetID].cidr,
+			device: e.deviceIndex, card: e.networkCard,
+			primaryDevice: e.deviceIndex == 0 && e.networkCard == inst.itype.DefaultNetworkCard,
+			primary:       e.primary, secondaries: slices.Clone(e.secondaries), prefixes: slices.Clone(e.prefixes),
+			groups: e.groups,
+		}
+		for _, g := range e.groups {
+			ie.groupNames = append(ie.groupNames, c.groups[g].name)
+		}
+		v.enis = append(v.enis, ie)
+	}
+	h := append(c.imds.history[inst.id], imdsSnapshot{at: time.Now(), view: v})
 	if len(h) > imdsHistoryLen {
 		h = slices.Delete(h, 0, len(h)-imdsHistoryLen)
 	}
 	c.imds.history[inst.id] = h
 }
 
-// imdsTreeLocked builds every metadata leaf of an instance.
-func (c *Cloud) imdsTreeLocked(inst *instance) map[string]string {
+// tree builds every metadata leaf of the view: "meta-data/instance-id" → value.
+func (v *imdsView) tree() map[string]string {
 	t := map[string]string{
-		"meta-data/instance-id":                 inst.id,
-		"meta-data/instance-type":               inst.typ,
+		"meta-data/instance-id":                 v.id,
+		"meta-data/instance-type":               v.typ,
 		"meta-data/ami-id":                      "ami-0123456789abcdef0",
-		"meta-data/placement/availability-zone": inst.az,
-		"meta-data/placement/region":            c.cfg.Region,
+		"meta-data/placement/availability-zone": v.az,
+		"meta-data/placement/region":            v.region,
 		"meta-data/services/domain":             "amazonaws.com",
 	}
-	var cidrs []string
-	for _, p := range c.vpc.cidrs {
-		cidrs = append(cidrs, p.String())
-	}
-	for _, e := range inst.enis {
-		if e.attachStatus != "attached" {
-			continue
+	cidrs := prefixStrings(v.vpcCIDRs)
+	for _, e := range v.enis {
+		addrs := []string{e.primary.String()}
+		for _, a := range e.secondaries {
+			addrs = append(addrs, a.String())
 		}
-		s := c.subnets[e.subnetID]
-		if e.deviceIndex == 0 && e.networkCard == inst.itype.DefaultNetworkCard {
+		if e.primaryDevice {
 			t["meta-data/mac"] = e.mac
 			t["meta-data/local-ipv4"] = e.primary.String()
-			t["meta-data/local-hostname"] = hostname(e.primary.String(), c.cfg.Region)
+			t["meta-data/local-hostname"] = hostname(e.primary.String(), v.region)
 			t["meta-data/hostname"] = t["meta-data/local-hostname"]
-			var names []string
-			for _, g := range e.groups {
-				names = append(names, c.groups[g].name)
-			}
-			t["meta-data/security-groups"] = strings.Join(names, "\n")
+			t["meta-data/security-groups"] = strings.Join(e.groupNames, "\n")
 		}
 		base := "meta-data/network/interfaces/macs/" + e.mac + "/"
 		t[base+"mac"] = e.mac
-		t[base+"device-number"] = strconv.Itoa(e.deviceIndex)
-		t[base+"network-card"] = strconv.Itoa(e.networkCard)
+		t[base+"device-number"] = strconv.Itoa(e.device)
+		t[base+"network-card"] = strconv.Itoa(e.card)
 		t[base+"interface-id"] = e.id
 		t[base+"owner-id"] = AccountID
-		t[base+"local-hostname"] = hostname(e.primary.String(), c.cfg.Region)
-		t[base+"local-ipv4s"] = strings.Join(addrsOf(e), "\n")
+		t[base+"local-hostname"] = hostname(e.primary.String(), v.region)
+		t[base+"local-ipv4s"] = strings.Join(addrs, "\n")
 		if len(e.prefixes) > 0 {
 			t[base+"ipv4-prefix"] = strings.Join(prefixStrings(e.prefixes), "\n")
 		}
-		t[base+"subnet-id"] = s.id
-		t[base+"subnet-ipv4-cidr-block"] = s.cidr.String()
-		t[base+"vpc-id"] = c.vpc.id
-		t[base+"vpc-ipv4-cidr-block"] = c.vpc.cidrs[0].String()
+		t[base+"subnet-id"] = e.subnetID
+		t[base+"subnet-ipv4-cidr-block"] = e.subnetCIDR.String()
+		t[base+"vpc-id"] = v.vpcID
+		t[base+"vpc-ipv4-cidr-block"] = cidrs[0]
 		t[base+"vpc-ipv4-cidr-blocks"] = strings.Join(cidrs, "\n")
 		t[base+"security-group-ids"] = strings.Join(e.groups, "\n")
 	}
 	doc, _ := json.MarshalIndent(map[string]any{
-		"accountId": AccountID, "architecture": "x86_64", "availabilityZone": inst.az,
-		"imageId": "ami-0123456789abcdef0", "instanceId": inst.id, "instanceType": inst.typ,
-		"pendingTime": inst.launched.UTC().Format(time.RFC3339), "privateIp": t["meta-data/local-ipv4"],
-		"region": c.cfg.Region, "version": "2017-09-30",
+		"accountId": AccountID, "architecture": "x86_64", "availabilityZone": v.az,
+		"imageId": "ami-0123456789abcdef0", "instanceId": v.id, "instanceType": v.typ,
+		"pendingTime": v.launched.UTC().Format(time.RFC3339), "privateIp": t["meta-data/local-ipv4"],
+		"region": v.region, "version": "2017-09-30",
 	}, "", "  ")
 	t["dynamic/instance-identity/document"] = string(doc)
 	return t
@@ -170,13 +202,13 @@ func (c *Cloud) imdsGet(w http.ResponseWriter, r *http.Request, instanceID strin
 	tok, ok := c.imds.tokens[r.Header.Get("X-aws-ec2-metadata-token")]
 	valid := ok && tok.instanceID == instanceID && time.Now().Before(tok.expires)
 	inst := c.instances[instanceID]
-	tree := c.imdsViewLocked(instanceID, lag)
+	view, known := c.imdsViewLocked(instanceID, lag)
 	c.mu.Unlock()
 	if !valid {
 		http.Error(w, "Unauthorized", http.StatusUnauthorized)
 		return
 	}
-	if inst == nil || inst.state != "running" || tree == nil {
+	if inst == nil || inst.state != "running" || !known {
 		http.Error(w, "Not Found", http.StatusNotFound)
 		return
 	}
@@ -185,7 +217,7 @@ func (c *Cloud) imdsGet(w http.ResponseWriter, r *http.Request, instanceID strin
 		http.Error(w, "Not Found", http.StatusNotFound)
 		return
 	}
-	body, found := lookupIMDS(tree, path)
+	body, found := lookupIMDS(view.tree(), path)
 	if !found {
 		http.Error(w, "Not Found", http.StatusNotFound)
 		return
@@ -199,10 +231,10 @@ func (c *Cloud) imdsGet(w http.ResponseWriter, r *http.Request, instanceID strin
 
 // imdsViewLocked returns the instance's metadata as it was lag ago (the
 // oldest known view when the instance is younger than that).
-func (c *Cloud) imdsViewLocked(instanceID string, lag time.Duration) map[string]string {
+func (c *Cloud) imdsViewLocked(instanceID string, lag time.Duration) (imdsView, bool) {
 	h := c.imds.history[instanceID]
 	if len(h) == 0 {
-		return nil
+		return imdsView{}, false
 	}
 	cut := time.Now().Add(-lag)
 	i, _ := slices.BinarySearchFunc(h, cut, func(s imdsSnapshot, t time.Time) int {
@@ -211,7 +243,7 @@ func (c *Cloud) imdsViewLocked(instanceID string, lag time.Duration) map[string]
 		}
 		return -1
 	})
-	return h[max(i-1, 0)].tree
+	return h[max(i-1, 0)].view, true
 }
 
 // lookupIMDS answers a leaf's value or a directory's listing.

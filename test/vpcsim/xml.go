@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -66,17 +67,25 @@ func writeBody(w http.ResponseWriter, r *http.Request, status int, body []byte) 
 	h.Set("Content-Type", "text/xml;charset=UTF-8")
 	if len(body) >= gzipMinBytes && acceptsGzip(r) {
 		var z bytes.Buffer
-		zw, _ := gzip.NewWriterLevel(&z, gzip.BestSpeed)
+		zw := gzipWriters.Get().(*gzip.Writer)
+		zw.Reset(&z)
 		zw.Write(body)
 		if zw.Close() == nil {
 			h.Set("Content-Encoding", "gzip")
 			body = z.Bytes()
 		}
+		gzipWriters.Put(zw)
 	}
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(status)
 	w.Write(body)
 }
+
+// gzipWriters recycles gzip writers: each holds about a megabyte of state.
+var gzipWriters = sync.Pool{New: func() any {
+	zw, _ := gzip.NewWriterLevel(nil, gzip.BestSpeed)
+	return zw
+}}
 
 func acceptsGzip(r *http.Request) bool {
 	for _, part := range strings.Split(r.Header.Get("Accept-Encoding"), ",") {

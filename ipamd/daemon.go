@@ -15,6 +15,14 @@
 //     the pool empty kicks the worker and waits a bounded time.
 //   - the metrics and introspection HTTP servers, read-only.
 //
+// EC2 calls at idle (B08): reconciliation runs every VPCIP_RECONCILE_INTERVAL
+// (60 s) and reads instance metadata only, calling EC2 DescribeNetworkInterfaces
+// only when metadata disagrees with the datastore; an authoritative EC2 re-read
+// runs every VPCIP_RESYNC_INTERVAL (5 m) and the leaked-ENI sweep every
+// VPCIP_LEAK_SWEEP_INTERVAL (5 m), each jittered ±25 %. An idle node therefore
+// makes at most 2 EC2 calls per 5 minutes. Start-up makes one batched Describe.
+// Cloud refusals back off exponentially with jitter, per kind.
+//
 // New wires and does no I/O; Run works until its context ends, then stops
 // making cloud changes, finishes in-flight requests and writes the checkpoint.
 package ipamd

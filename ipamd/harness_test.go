@@ -54,7 +54,7 @@ type cloud struct {
 	*vpcsimtest.Local
 }
 
-func startCloud(t *testing.T, subnets ...vpcsim.SubnetSpec) cloud {
+func startCloud(t testing.TB, subnets ...vpcsim.SubnetSpec) cloud {
 	t.Helper()
 	return cloud{vpcsimtest.Start(t, vpcsim.Config{Subnets: subnets, Seed: 1})}
 }
@@ -138,7 +138,7 @@ func shortDir(t testing.TB) string {
 
 // node is one daemon on one vpcsim instance.
 type node struct {
-	t      *testing.T
+	t      testing.TB
 	cloud  cloud
 	inst   vpcsim.InstanceInfo
 	dir    string
@@ -155,8 +155,11 @@ type node struct {
 	wrap func(provider.Provider) provider.Provider
 }
 
-func newNode(t *testing.T, c cloud, instanceType string, env map[string]string) *node {
+func newNode(t testing.TB, c cloud, instanceType string, env map[string]string) *node {
 	t.Helper()
+	if env == nil {
+		env = map[string]string{}
+	}
 	n := &node{t: t, cloud: c, inst: c.Launch(t, instanceType), dir: shortDir(t), env: env, clock: newClock()}
 	return n
 }

@@ -15,6 +15,18 @@
 // When AWS_REGION is unset the region is read from instance metadata.
 // VPCIP_HOSTNET=false runs without touching host networking (no root
 // needed): a test and development knob.
+//
+// Against vpcsim's in-process cloud (vpcsimtest.Start) from a test or a dev
+// shell, with an instance launched there:
+//
+//	AWS_REGION=us-west-2 AWS_ACCESS_KEY_ID=x AWS_SECRET_ACCESS_KEY=x \
+//	AWS_ENDPOINT_URL_EC2=<Local.EC2URL> \
+//	AWS_EC2_METADATA_SERVICE_ENDPOINT=<Local.IMDSURL(instanceID)> \
+//	VPCIP_HOSTNET=false VPCIP_SOCKET=/tmp/v/ipamd.sock VPCIP_CHECKPOINT=/tmp/v/ipam.json \
+//	VPCIP_METRICS_ADDR=off VPCIP_INTROSPECTION_ADDR=127.0.0.1:0 vpcipd
+//
+// Inside a vpcsim fabric node netns (as root) host networking stays on and
+// IMDS is http://169.254.169.254.
 package main
 
 import (

@@ -21,7 +21,7 @@ import (
 )
 
 // buildDaemon builds cmd/vpcipd once per test binary run.
-func buildDaemon(t *testing.T) string {
+func buildDaemon(t testing.TB) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds and runs the vpcipd binary")
@@ -72,7 +72,7 @@ type proc struct {
 	client *api.Client
 }
 
-func startDaemon(t *testing.T, bin string, env []string, dir string) *proc {
+func startDaemon(t testing.TB, bin string, env []string, dir string) *proc {
 	t.Helper()
 	cmd := exec.Command(bin)
 	cmd.Env = env

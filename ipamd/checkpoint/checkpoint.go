@@ -189,7 +189,7 @@ func validate(as []Assignment, cs []Cooling) ([]Assignment, []Cooling, []string)
 // rename, fsync of the directory. The directory is created (0700) if missing.
 func Save(path string, st State) error {
 	st.Version = Version
-	data, err := json.MarshalIndent(st, "", " ")
+	data, err := json.Marshal(st)
 	if err != nil {
 		return fmt.Errorf("encode checkpoint: %w", err)
 	}

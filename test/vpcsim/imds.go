@@ -129,6 +129,7 @@ func (v *imdsView) tree() map[string]string {
 		t[base+"vpc-ipv4-cidr-block"] = cidrs[0]
 		t[base+"vpc-ipv4-cidr-blocks"] = strings.Join(cidrs, "\n")
 		t[base+"security-group-ids"] = strings.Join(e.groups, "\n")
+		t[base+"security-groups"] = strings.Join(e.groupNames, "\n")
 	}
 	doc, _ := json.MarshalIndent(map[string]any{
 		"accountId": AccountID, "architecture": "x86_64", "availabilityZone": v.az,

@@ -10,14 +10,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/vpcip/vpcip/test/vpcsim"
 	"github.com/vpcip/vpcip/test/vpcsim/fabric"
@@ -48,7 +45,7 @@ type Cluster struct {
 	IMDSURL string // as seen from inside an instance netns
 	Outside netip.Addr
 
-	servers []*http.Server
+	servers *fabric.Servers
 	once    sync.Once
 }
 
@@ -101,33 +98,12 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 
 // serve starts the EC2 API and IMDS inside the fabric's router netns.
 func (c *Cluster) serve() error {
-	ec2ln, err := c.Fabric.Listen(fabric.EC2Addr)
+	srv, err := c.Fabric.Serve(c.Cloud)
 	if err != nil {
-		return fmt.Errorf("EC2 API listener: %w", err)
+		return fmt.Errorf("serve EC2 API and IMDS in the fabric: %w", err)
 	}
-	imdsln, err := c.Fabric.Listen(fabric.IMDSAddr)
-	if err != nil {
-		ec2ln.Close()
-		return fmt.Errorf("IMDS listener: %w", err)
-	}
-	identify := func(r *http.Request) (string, bool) {
-		host, _, err := net.SplitHostPort(r.RemoteAddr)
-		if err != nil {
-			return "", false
-		}
-		a, err := netip.ParseAddr(host)
-		if err != nil {
-			return "", false
-		}
-		return c.Cloud.InstanceByAddress(a.Unmap())
-	}
-	ec2 := &http.Server{Handler: c.Cloud.EC2Handler(), ReadHeaderTimeout: 10 * time.Second}
-	imds := &http.Server{Handler: c.Cloud.IMDSHandler(identify), ReadHeaderTimeout: 10 * time.Second}
-	go ec2.Serve(ec2ln)
-	go imds.Serve(imdsln)
-	c.servers = append(c.servers, ec2, imds)
-	c.EC2URL = "http://" + fabric.EC2Addr
-	c.IMDSURL = "http://" + fabric.IMDSAddr
+	c.servers = srv
+	c.EC2URL, c.IMDSURL = fabric.EC2URL, fabric.IMDSURL
 	return nil
 }
 
@@ -179,8 +155,8 @@ func (c *Cluster) Close() error {
 		for _, n := range c.Nodes {
 			n.StopDaemon(false)
 		}
-		for _, s := range c.servers {
-			s.Close()
+		if c.servers != nil {
+			errs = append(errs, c.servers.Close())
 		}
 		errs = append(errs, podruntime.CleanupNetns(c.Prefix))
 		if c.Fabric != nil {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/vpcip/vpcip/ipamd/api"
+	"github.com/vpcip/vpcip/test/vpcsim/fabric"
 	"github.com/vpcip/vpcip/test/vpcsim/podruntime"
 )
 
@@ -46,20 +47,15 @@ func (n *Node) LogFile() string { return filepath.Join(n.Dir, "vpcipd.log") }
 // Env is the daemon's environment: production names, vpcsim endpoints.
 func (n *Node) Env() []string {
 	c := n.cluster
-	env := []string{
-		"PATH=" + os.Getenv("PATH"),
-		"AWS_REGION=" + c.region(),
-		"AWS_ACCESS_KEY_ID=vpcsim",
-		"AWS_SECRET_ACCESS_KEY=vpcsim",
-		"AWS_ENDPOINT_URL_EC2=" + c.EC2URL,
-		"AWS_EC2_METADATA_SERVICE_ENDPOINT=" + c.IMDSURL,
-		"VPCIP_SOCKET=" + n.Socket(),
-		"VPCIP_CHECKPOINT=" + n.Checkpoint(),
-		"VPCIP_CNI_BIN_DIR=" + n.binDir(),
-		"VPCIP_CNI_CONF_DIR=" + n.confDir(),
-		"VPCIP_PLUGIN_LOG_FILE=" + filepath.Join(n.Dir, "plugin.log"),
-		"VPCIP_CLUSTER_NAME=" + c.Prefix,
-	}
+	env := append(fabric.NodeEnv(c.region()),
+		"PATH="+os.Getenv("PATH"),
+		"VPCIP_SOCKET="+n.Socket(),
+		"VPCIP_CHECKPOINT="+n.Checkpoint(),
+		"VPCIP_CNI_BIN_DIR="+n.binDir(),
+		"VPCIP_CNI_CONF_DIR="+n.confDir(),
+		"VPCIP_PLUGIN_LOG_FILE="+filepath.Join(n.Dir, "plugin.log"),
+		"VPCIP_CLUSTER_NAME="+c.Prefix,
+	)
 	return append(env, c.DaemonEnv...)
 }
 

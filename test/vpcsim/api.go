@@ -111,7 +111,7 @@ func (c *Cloud) run(act action, p params) (reply, *Error) {
 
 func (c *Cloud) newRequestID() string {
 	c.mu.Lock()
-	a, b := c.rnd.Uint64(), c.rnd.Uint64()
+	a, b := c.tokenRnd.Uint64(), c.tokenRnd.Uint64()
 	c.mu.Unlock()
 	return fmt.Sprintf("%08x-%04x-4%03x-8%03x-%012x", uint32(a>>32), uint16(a>>16), uint16(a)&0xfff, uint16(b>>48)&0xfff, b&0xffffffffffff)
 }

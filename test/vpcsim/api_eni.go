@@ -333,8 +333,8 @@ func (c *Cloud) terminateActionLocked(p params) (reply, *Error) {
 	return r, nil
 }
 
-// addrsOf is a helper for tests and filters: every IPv4 address of an ENI
-// as text, primary first.
+// addrsOf returns every IPv4 address of an ENI as text, primary first, as
+// filters and IMDS's local-ipv4s list them.
 func addrsOf(e *eni) []string {
 	out := []string{e.primary.String()}
 	for _, a := range e.secondaries {

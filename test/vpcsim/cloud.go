@@ -105,7 +105,8 @@ type Cloud struct {
 	faults *Faults
 
 	mu        sync.Mutex // guards the fields below
-	rnd       *rand.Rand
+	rnd       *rand.Rand // resource ids and MACs
+	tokenRnd  *rand.Rand // request ids and IMDS tokens, apart so that ids depend only on changes
 	vpc       *vpc
 	subnets   map[string]*subnet
 	subnetIDs []string // in creation order
@@ -180,8 +181,10 @@ func New(cfg Config) (*Cloud, error) {
 	}
 	if cfg.Seed != 0 {
 		c.rnd = rand.New(rand.NewPCG(uint64(cfg.Seed), 0x76706373696d))
+		c.tokenRnd = rand.New(rand.NewPCG(uint64(cfg.Seed), 0x746f6b656e))
 	} else {
 		c.rnd = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+		c.tokenRnd = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
 	}
 	if err := c.buildVPC(cfg); err != nil {
 		return nil, err
@@ -197,7 +200,7 @@ func withDefaults(cfg Config) Config {
 	if !cfg.VPCCIDR.IsValid() {
 		cfg.VPCCIDR = netip.MustParsePrefix("100.64.0.0/16")
 	}
-	if len(cfg.Subnets) == 0 {
+	if len(cfg.Subnets) == 0 && cfg.VPCCIDR.Addr().Is4() {
 		for i, az := range []string{"a", "b", "c"} {
 			base := cfg.VPCCIDR.Addr().As4()
 			base[2] += byte(16 * i)

@@ -183,7 +183,7 @@ func (c *Cloud) imdsToken(w http.ResponseWriter, r *http.Request, instanceID str
 		return
 	}
 	c.mu.Lock()
-	token := fmt.Sprintf("AQAEA%016x%016x%016x==", c.rnd.Uint64(), c.rnd.Uint64(), c.rnd.Uint64())
+	token := fmt.Sprintf("AQAEA%016x%016x%016x==", c.tokenRnd.Uint64(), c.tokenRnd.Uint64(), c.tokenRnd.Uint64())
 	now := time.Now()
 	for t, v := range c.imds.tokens {
 		if now.After(v.expires) {

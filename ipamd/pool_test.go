@@ -294,3 +294,53 @@ func TestB41SubnetExhaustionDoesNotWedge(t *testing.T) {
 	}
 	n.checkInvariants()
 }
+
+// TestShutdownStopsCloudChanges: once shutdown began (SIGTERM, or a node
+// being drained), no release or ENI deletion starts (B06 variant).
+func TestShutdownStopsCloudChanges(t *testing.T) {
+	c := startCloud(t)
+	n := newNode(t, c, itypeSmall, map[string]string{"WARM_IP_TARGET": "2", "IP_COOLDOWN_PERIOD": "0"})
+	n.start()
+	for _, id := range names("c", 20) {
+		n.mustAdd(id)
+	}
+	for _, id := range names("c", 20) {
+		n.del(id)
+	}
+	n.cycle() // let cycles kicked by the DELs finish
+	n.d.stopping.Store(true)
+	f := c.Cloud.Faults()
+	before := f.Calls("UnassignPrivateIpAddresses") + f.Calls("DetachNetworkInterface")
+	addrs := len(n.cloudAddrs())
+	n.trim(3)
+	if f.Calls("UnassignPrivateIpAddresses")+f.Calls("DetachNetworkInterface") != before || len(n.cloudAddrs()) != addrs {
+		t.Error("the pool shrank after shutdown began")
+	}
+	if addrs <= 2 {
+		t.Fatalf("only %d addresses left before shutdown: nothing to shrink, the test proves nothing", addrs)
+	}
+}
+
+// TestHostSetupReappliedOnReconcile: ENIs get their host setup when
+// attached, and again on reconciliation after the host lost it.
+func TestHostSetupReappliedOnReconcile(t *testing.T) {
+	c := startCloud(t)
+	host := newMemHost()
+	n := newNode(t, c, itypeSmall, map[string]string{"WARM_IP_TARGET": "15"})
+	n.host = host
+	n.start()
+	secondary := n.status().ENIs - 1
+	if secondary < 1 || host.enisSetUp() != secondary {
+		t.Fatalf("%d secondary ENIs, %d set up on the host", secondary, host.enisSetUp())
+	}
+	host.flush()
+	n.reconcile()
+	if host.enisSetUp() != secondary {
+		t.Errorf("after reconciliation %d of %d ENIs set up", host.enisSetUp(), secondary)
+	}
+	for _, e := range n.d.State().ENIs {
+		if e.DeviceNumber > 0 && (e.LinkName == "" || e.RouteTable != e.DeviceNumber+1) {
+			t.Errorf("ENI %s: link %q table %d", e.ID, e.LinkName, e.RouteTable)
+		}
+	}
+}

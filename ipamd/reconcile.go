@@ -64,7 +64,7 @@ func (d *Daemon) startOnce(ctx context.Context, restored restoreOutcome) error {
 	if err != nil {
 		return fmt.Errorf("ENIs from EC2: %w", err)
 	}
-	d.applyENIs(enis)
+	d.applyENIs(enis) // sets up every secondary ENI on the host
 	if err := d.ensureSNAT(self); err != nil {
 		return err
 	}
@@ -117,6 +117,7 @@ func (d *Daemon) reconcile(ctx context.Context, authoritative bool) {
 		if err == nil {
 			diff := disagreement(meta, d.store.ENIs())
 			if diff == "" {
+				d.ensureHost()
 				d.checkHost(false)
 				return
 			}
@@ -131,9 +132,26 @@ func (d *Daemon) reconcile(ctx context.Context, authoritative bool) {
 		return
 	}
 	d.applyENIs(enis)
+	d.ensureHost()
 	d.checkHost(false)
 	if err := d.persist(); err != nil {
 		d.log.Error("checkpoint write after reconciliation failed", "err", err)
+	}
+}
+
+// ensureHost re-applies the host setup of every secondary ENI and the SNAT
+// rules, undoing drift (a flushed table, a changed rp_filter) and retrying
+// failed setups. Every call is idempotent.
+func (d *Daemon) ensureHost() {
+	for _, e := range d.store.ENIs() {
+		d.setupHost(provider.ENI{ID: e.ID, MAC: e.MAC, DeviceNumber: e.DeviceNumber, PrimaryIP: e.PrimaryIP,
+			SubnetCIDR: e.SubnetCIDR, Gateway: e.Gateway})
+	}
+	d.mu.Lock()
+	self := d.self
+	d.mu.Unlock()
+	if err := d.ensureSNAT(self); err != nil {
+		d.log.Error("re-applying SNAT rules failed", "err", err)
 	}
 }
 

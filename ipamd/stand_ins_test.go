@@ -109,3 +109,16 @@ func (g *gatedENIs) ENIs(ctx context.Context) ([]provider.ENI, error) {
 	}
 	return g.Provider.ENIs(ctx)
 }
+
+// flush forgets the ENI setups, as if someone flushed the host's tables.
+func (h *memHost) flush() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	clear(h.enis)
+}
+
+func (h *memHost) enisSetUp() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.enis)
+}

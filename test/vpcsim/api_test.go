@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -314,5 +315,43 @@ func TestObserverSeesEveryChange(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, rec.events); diff != "" {
 		t.Fatalf("observer events (-want +got):\n%s", diff)
+	}
+}
+
+func TestAttachIsAsynchronous(t *testing.T) {
+	cfg := testConfig()
+	cfg.AttachDelay = 30 * time.Millisecond
+	l := vpcsimtest.Start(t, cfg)
+	rec := &recorder{}
+	l.Cloud.SetObserver(rec)
+	cli := ec2Client(l)
+	inst := launchIn(t, l, "m5.large", subnetBig)
+	eni := createENI(t, cli, subnetBig)
+	attach(t, cli, eni, inst.ID, 1)
+	if e := mustENI(t, l.Cloud, eni); e.AttachmentStatus != "attaching" || e.Status != "in-use" {
+		t.Fatalf("right after attach: status %s, attachment %s", e.Status, e.AttachmentStatus)
+	}
+	md := imdsClient(l, inst.ID)
+	if macs := imdsGet(t, md, "network/interfaces/macs/"); strings.Count(macs, "/") != 1 {
+		t.Fatalf("IMDS lists an ENI still attaching: %q", macs)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for mustENI(t, l.Cloud, eni).AttachmentStatus != "attached" {
+		if time.Now().After(deadline) {
+			t.Fatal("attachment never completed")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	out, err := cli.DescribeNetworkInterfaces(ctx, &ec2.DescribeNetworkInterfacesInput{NetworkInterfaceIds: []string{eni}})
+	if err != nil || out.NetworkInterfaces[0].Attachment.Status != types.AttachmentStatusAttached {
+		t.Fatalf("described attachment: %v %v", out, err)
+	}
+	if macs := imdsGet(t, md, "network/interfaces/macs/"); strings.Count(macs, "/") != 2 {
+		t.Fatalf("IMDS misses the attached ENI: %q", macs)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if n := len(rec.events); n != 2 || !strings.Contains(rec.events[1], eni) {
+		t.Fatalf("observer events: %v", rec.events)
 	}
 }

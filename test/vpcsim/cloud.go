@@ -35,6 +35,10 @@ type Config struct {
 	// DetachDelay is how long a DetachNetworkInterface stays "detaching"
 	// before the ENI becomes "available". 0 detaches at once.
 	DetachDelay time.Duration
+	// AttachDelay is how long an AttachNetworkInterface stays "attaching"
+	// before it is "attached" (and the fabric and IMDS see the ENI).
+	// 0 attaches at once.
+	AttachDelay time.Duration
 	// Seed makes ids, MACs and tokens deterministic when non-zero.
 	Seed int64
 }
@@ -62,7 +66,7 @@ type ENIInfo struct {
 	DeviceIndex                    int
 	NetworkCard                    int
 	AttachmentID                   string
-	AttachmentStatus               string // "attached" | "detaching" | ""
+	AttachmentStatus               string // "attaching" | "attached" | "detaching" | ""
 	PrimaryIP                      netip.Addr
 	SecondaryIPs                   []netip.Addr   // in assignment order
 	Prefixes                       []netip.Prefix // /28s, in assignment order
@@ -151,7 +155,7 @@ type eni struct {
 	attachmentID     string
 	deviceIndex      int
 	networkCard      int
-	attachStatus     string // "attached" | "detaching"
+	attachStatus     string // "attaching" | "attached" | "detaching"
 	attachTime       time.Time
 	deleteOnTerm     bool
 	requesterManaged bool

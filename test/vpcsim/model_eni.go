@@ -175,13 +175,27 @@ func (c *Cloud) attachLocked(eniID, instanceID string, device, card int) (*eni, 
 		return nil, errorf("InvalidParameterValue", "Prefix delegation is not supported for instance type %s.", inst.typ)
 	}
 	c.attachNowLocked(e, inst, device, card)
-	c.notifyAttachedLocked(e)
+	if c.cfg.AttachDelay <= 0 {
+		c.notifyAttachedLocked(e)
+		return e, nil
+	}
+	e.attachStatus = "attaching"
+	id := e.attachmentID
+	time.AfterFunc(c.cfg.AttachDelay, func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if e.attachmentID == id && e.attachStatus == "attaching" {
+			e.attachStatus = "attached"
+			c.notifyAttachedLocked(e)
+		}
+	})
 	return e, nil
 }
 
 // detachLocked starts detaching the ENI with the given attachment id
 // (EC2 DetachNetworkInterface). The ENI leaves the instance at once (the
 // fabric drops its link) and turns "available" after Config.DetachDelay.
+// An attachment still "attaching" is cancelled; the fabric never saw it.
 func (c *Cloud) detachLocked(attachmentID string) *Error {
 	var e *eni
 	for _, x := range c.enis {
@@ -198,9 +212,12 @@ func (c *Cloud) detachLocked(attachmentID string) *Error {
 	if e.attachStatus == "detaching" {
 		return nil
 	}
+	wasAttached := e.attachStatus == "attached"
 	e.attachStatus = "detaching"
 	inst := e.inst
-	c.notifyDetachedLocked(inst, e)
+	if wasAttached {
+		c.notifyDetachedLocked(inst, e)
+	}
 	if c.cfg.DetachDelay <= 0 {
 		c.finishDetachLocked(e)
 		return nil

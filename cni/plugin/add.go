@@ -33,36 +33,15 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	defer hostNS.Close()
 	defer podNS.Close()
 
-	hostVeth := in.hostVeth()
-	pair := make(chan error, 1)
-	var replaced bool
-	go func() {
-		var err error
-		replaced, err = datapath.CreatePair(hostNS, podNS, hostVeth, args.IfName, in.conf.MTU)
-		pair <- err
-	}()
-	ctx, cancel := in.ctx(in.conf.Timeouts.Assign)
-	defer cancel()
-	asg, err := in.client.Assign(ctx, api.AssignRequest{
-		Key:   in.key,
-		Pod:   api.Pod{Namespace: in.pod.Namespace, Name: in.pod.Name, UID: in.pod.UID},
-		Netns: args.Netns,
-	})
-	pairErr := <-pair
+	asg, pair, err := in.assignWhilePairing(args, hostNS, podNS)
 	if err != nil {
-		cerr := daemonError("assign", in.key, err)
-		in.log.Error("assign failed", "error", cerr.Msg, "code", cerr.Code)
-		unpair := datapath.Attachment{HostVeth: hostVeth, IfName: args.IfName}
-		if err := datapath.Teardown(args.Netns, unpair); err != nil {
-			in.log.Error("remove the veth pair made while waiting", "error", err)
-		}
-		return cerr
+		return err
 	}
 	assigned := time.Now()
 	att := in.attachment(asg)
 	in.log = in.log.With("address", asg.Address.String(), "routeTable", asg.RouteTable, "hostVeth", att.HostVeth)
 	var wired datapath.Wired
-	if err = pairErr; err == nil {
+	if err = pair.err; err == nil {
 		wired, err = datapath.Configure(podNS, att)
 	}
 	if err != nil {
@@ -70,7 +49,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		in.log.Error("wiring failed; undone and address released", "error", err)
 		return types.NewError(types.ErrInternal, fmt.Sprintf("wire %v for %s: %v", asg.Address, in.key, err), "")
 	}
-	if replaced {
+	if pair.replaced {
 		in.log.Warn("replaced an existing host veth of the same pod")
 	}
 	if err := p.print(result(args, att, wired), in.conf.CNIVersion); err != nil {
@@ -79,6 +58,43 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	}
 	in.log.Info("added", "mtu", att.MTU, "assignMs", ms(assigned.Sub(began)), "wireMs", ms(time.Since(assigned)))
 	return nil
+}
+
+// pairing is the outcome of datapath.CreatePair.
+type pairing struct {
+	replaced bool
+	err      error
+}
+
+// assignWhilePairing asks the daemon for the address while the veth pair is
+// created. When the daemon refuses, the pair is removed and the daemon's
+// error returned as a CNI error; a pairing failure is returned for the
+// caller to undo with the address known.
+func (in *invocation) assignWhilePairing(args *skel.CmdArgs, hostNS, podNS ns.NetNS) (api.Assignment, pairing, error) {
+	hostVeth := in.hostVeth()
+	done := make(chan pairing, 1)
+	go func() {
+		replaced, err := datapath.CreatePair(hostNS, podNS, hostVeth, args.IfName, in.conf.MTU)
+		done <- pairing{replaced, err}
+	}()
+	ctx, cancel := in.ctx(in.conf.Timeouts.Assign)
+	defer cancel()
+	asg, err := in.client.Assign(ctx, api.AssignRequest{
+		Key:   in.key,
+		Pod:   api.Pod{Namespace: in.pod.Namespace, Name: in.pod.Name, UID: in.pod.UID},
+		Netns: args.Netns,
+	})
+	pair := <-done
+	if err != nil {
+		cerr := daemonError("assign", in.key, err)
+		in.log.Error("assign failed", "error", cerr.Msg, "code", cerr.Code)
+		unpair := datapath.Attachment{HostVeth: hostVeth, IfName: args.IfName}
+		if err := datapath.Teardown(args.Netns, unpair); err != nil {
+			in.log.Error("remove the veth pair made while waiting", "error", err)
+		}
+		return asg, pair, cerr
+	}
+	return asg, pair, nil
 }
 
 // attachment derives the wiring from the daemon's answer. The config's mtu

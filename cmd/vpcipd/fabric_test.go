@@ -40,34 +40,7 @@ func TestDaemonInFabricNode(t *testing.T) {
 		"VPCIP_METRICS_ADDR=off", "VPCIP_INTROSPECTION_ADDR=127.0.0.1:61679",
 		"VPCIP_CLUSTER_NAME=fabric-test", "WARM_IP_TARGET=12",
 	}
-	cmd := exec.Command("ip", "netns", "exec", ns, bin)
-	cmd.Env = env
-	logf, _ := os.Create(filepath.Join(dir, "vpcipd.log"))
-	defer logf.Close()
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	stopped := false
-	t.Cleanup(func() {
-		if !stopped {
-			cmd.Process.Kill()
-			cmd.Wait()
-		}
-	})
-	client := api.NewClient(filepath.Join(dir, "s.sock"), 5*time.Second)
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		st, err := client.Status(context.Background())
-		if err == nil && st.Ready && st.Warm >= 12 {
-			break
-		}
-		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(filepath.Join(dir, "vpcipd.log"))
-			t.Fatalf("vpcipd not ready in the fabric: %v %+v\n%s", err, st, log)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	cmd, client := startInNode(t, bin, ns, env, dir)
 	var secondary vpcsim.ENIInfo
 	for _, e := range f.Cloud.NetworkInterfaces() {
 		if e.InstanceID == inst.ID && e.DeviceIndex == 1 {
@@ -109,9 +82,81 @@ func TestDaemonInFabricNode(t *testing.T) {
 	if got := inNode("curl", "-s", "http://127.0.0.1:61679/v1/pool"); !strings.Contains(got, `"assigned": 1`) {
 		t.Errorf("introspection /v1/pool inside the node: %s", got)
 	}
+	// A pod the runtime wired (veth and host route), then a checkpoint
+	// lost to corruption: the restarted daemon holds the pod's address from
+	// the node's routes, and frees it once the pod's route is gone.
+	inNode("ip", "link", "add", "enipod0000001", "type", "veth", "peer", "name", prefix+"p1")
+	inNode("ip", "link", "set", "enipod0000001", "up")
+	inNode("ip", "route", "add", a.Address.String()+"/32", "dev", "enipod0000001", "scope", "link")
 	cmd.Process.Signal(syscall.SIGTERM)
 	if err := cmd.Wait(); err != nil {
 		t.Errorf("vpcipd after SIGTERM: %v", err)
 	}
-	stopped = true
+	if err := os.WriteFile(filepath.Join(dir, "ipam.json"), make([]byte, 4096), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd, client = startInNode(t, bin, ns, append(env, "VPCIP_RECONCILE_INTERVAL=100ms", "VPCIP_GC_GRACE=0s"), dir)
+	if st, _ := client.Status(context.Background()); st.Assigned != 1 {
+		t.Errorf("after the corrupt checkpoint %d addresses held, want the wired pod's", st.Assigned)
+	}
+	b, err := client.Assign(context.Background(), api.AssignRequest{Key: key("c2"), Pod: api.Pod{Namespace: "default", Name: "p2"}})
+	if err != nil || b.Address == a.Address {
+		t.Fatalf("ADD(c2) after the corrupt checkpoint = %v, %v; must not be the live pod's %s", b.Address, err, a.Address)
+	}
+	inNode("ip", "link", "add", "enipod0000002", "type", "veth", "peer", "name", prefix+"p2")
+	inNode("ip", "link", "set", "enipod0000002", "up")
+	inNode("ip", "route", "add", b.Address.String()+"/32", "dev", "enipod0000002", "scope", "link")
+	inNode("ip", "link", "del", "enipod0000001")
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		st, err := client.Status(context.Background())
+		if err == nil && st.Assigned == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the gone pod's address is still held: %+v %v", st, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got, err := client.Check(context.Background(), api.CheckRequest{Key: key("c2")}); err != nil || got.Address != b.Address {
+		t.Errorf("c2 after the sweep: %v %v", got.Address, err)
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("vpcipd after SIGTERM: %v", err)
+	}
+}
+
+// startInNode runs vpcipd in the node netns and waits until it is ready
+// with a warm pool; the process is killed when the test ends.
+func startInNode(t *testing.T, bin, ns string, env []string, dir string) (*exec.Cmd, *api.Client) {
+	t.Helper()
+	cmd := exec.Command("ip", "netns", "exec", ns, bin)
+	cmd.Env = env
+	logf, err := os.OpenFile(filepath.Join(dir, "vpcipd.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	client := api.NewClient(filepath.Join(dir, "s.sock"), 5*time.Second)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		st, err := client.Status(context.Background())
+		if err == nil && st.Ready && st.Warm >= 12 {
+			return cmd, client
+		}
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(filepath.Join(dir, "vpcipd.log"))
+			t.Fatalf("vpcipd not ready in the fabric: %v %+v\n%s", err, st, log)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

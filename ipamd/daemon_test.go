@@ -2,11 +2,13 @@ package ipamd
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
-	"net/netip"
+	"net"
+	"net/http"
 	"os"
+	"strings"
 	"testing"
-	"time"
 
 	"github.com/vpcip/vpcip/ipamd/api"
 	"github.com/vpcip/vpcip/warmpool"
@@ -158,6 +160,33 @@ func TestBadRequestsAnswerInvalid(t *testing.T) {
 	if !errors.As(err, &e) || e.Code != api.CodeNotFound {
 		t.Errorf("Check(unknown) = %v, want not-found", err)
 	}
-	_ = netip.Addr{}
-	_ = time.Second
+	_, err = n.client.GC(ctx, api.GCRequest{Network: "vpcip", Valid: []api.Key{{Network: "other", ContainerID: "c", IfName: "eth0"}}})
+	if !errors.As(err, &e) || e.Code != api.CodeInvalid {
+		t.Errorf("GC listing another network's key = %v, want invalid-request", err)
+	}
+	for _, body := range []string{`{"version":"v9","key":{"network":"vpcip","containerID":"c1","ifName":"eth0"}}`, `{`, ``} {
+		status, got := rawPost(t, n.d.cfg.Socket, "/v1/assign", body)
+		if status != http.StatusBadRequest || got.Code != api.CodeInvalid || got.Message == "" {
+			t.Errorf("POST /v1/assign %q = %d %+v, want 400 invalid-request with a message", body, status, got)
+		}
+	}
+	if len(n.d.store.Assignments()) != 0 {
+		t.Error("a bad request assigned an address")
+	}
+}
+
+// rawPost sends body to the daemon's socket and decodes the error answer.
+func rawPost(t *testing.T, socket, path, body string) (int, api.Error) {
+	t.Helper()
+	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", socket)
+	}}}
+	resp, err := c.Post("http://vpcipd"+path, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var e api.Error
+	json.NewDecoder(resp.Body).Decode(&e)
+	return resp.StatusCode, e
 }

@@ -19,7 +19,7 @@ func (d *Daemon) apiHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/assign", func(w http.ResponseWriter, r *http.Request) {
 		var req api.AssignRequest
-		if !decode(w, r, &req, func() (string, api.Key) { return req.Version, req.Key }) {
+		if !decode(w, r, &req, func() error { return checkKeyed(req.Version, req.Key) }) {
 			return
 		}
 		a, err := d.Assign(r.Context(), req)
@@ -27,7 +27,7 @@ func (d *Daemon) apiHandler() http.Handler {
 	})
 	mux.HandleFunc("POST /v1/release", func(w http.ResponseWriter, r *http.Request) {
 		var req api.ReleaseRequest
-		if !decode(w, r, &req, func() (string, api.Key) { return req.Version, req.Key }) {
+		if !decode(w, r, &req, func() error { return checkKeyed(req.Version, req.Key) }) {
 			return
 		}
 		resp, err := d.Release(req)
@@ -35,7 +35,7 @@ func (d *Daemon) apiHandler() http.Handler {
 	})
 	mux.HandleFunc("POST /v1/check", func(w http.ResponseWriter, r *http.Request) {
 		var req api.CheckRequest
-		if !decode(w, r, &req, func() (string, api.Key) { return req.Version, req.Key }) {
+		if !decode(w, r, &req, func() error { return checkKeyed(req.Version, req.Key) }) {
 			return
 		}
 		a, err := d.Check(req)
@@ -43,9 +43,7 @@ func (d *Daemon) apiHandler() http.Handler {
 	})
 	mux.HandleFunc("POST /v1/gc", func(w http.ResponseWriter, r *http.Request) {
 		var req api.GCRequest
-		if !decode(w, r, &req, func() (string, api.Key) {
-			return req.Version, api.Key{Network: req.Network, ContainerID: "-", IfName: "-"}
-		}) {
+		if !decode(w, r, &req, func() error { return checkGC(req) }) {
 			return
 		}
 		resp, err := d.GC(req)
@@ -61,9 +59,9 @@ func (d *Daemon) apiHandler() http.Handler {
 	return mux
 }
 
-// decode reads a JSON request and checks its version and key; on failure it
+// decode reads a JSON request and validates it with check; on failure it
 // answers CodeInvalid and returns false.
-func decode(w http.ResponseWriter, r *http.Request, into any, fields func() (string, api.Key)) bool {
+func decode(w http.ResponseWriter, r *http.Request, into any, check func() error) bool {
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxRequest+1))
 	if err == nil && len(body) > maxRequest {
 		err = fmt.Errorf("larger than %d bytes", maxRequest)
@@ -75,16 +73,45 @@ func decode(w http.ResponseWriter, r *http.Request, into any, fields func() (str
 		writeJSON(w, http.StatusBadRequest, invalid("malformed request: %v", err))
 		return false
 	}
-	version, key := fields()
-	if version != api.Version {
-		writeJSON(w, http.StatusBadRequest, invalid("unsupported protocol version %q (this daemon speaks %q)", version, api.Version))
-		return false
-	}
-	if key.Network == "" || key.ContainerID == "" || key.IfName == "" {
-		writeJSON(w, http.StatusBadRequest, invalid("incomplete attachment key %q: network, container ID and ifname are required", key.String()))
+	if err := check(); err != nil {
+		writeJSON(w, http.StatusBadRequest, invalid("%v", err))
 		return false
 	}
 	return true
+}
+
+func checkVersion(v string) error {
+	if v != api.Version {
+		return fmt.Errorf("unsupported protocol version %q (this daemon speaks %q)", v, api.Version)
+	}
+	return nil
+}
+
+// checkKeyed accepts a request of our version with a complete key.
+func checkKeyed(version string, key api.Key) error {
+	if err := checkVersion(version); err != nil {
+		return err
+	}
+	if key.Network == "" || key.ContainerID == "" || key.IfName == "" {
+		return fmt.Errorf("incomplete attachment key %q: network, container ID and ifname are required", key.String())
+	}
+	return nil
+}
+
+// checkGC accepts a GC of one named network whose valid keys belong to it.
+func checkGC(req api.GCRequest) error {
+	if err := checkVersion(req.Version); err != nil {
+		return err
+	}
+	if req.Network == "" {
+		return fmt.Errorf("GC without a network name")
+	}
+	for _, k := range req.Valid {
+		if k.Network != req.Network {
+			return fmt.Errorf("GC of network %q lists attachment %q of another network", req.Network, k.String())
+		}
+	}
+	return nil
 }
 
 func invalid(format string, args ...any) *api.Error {

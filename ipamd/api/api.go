@@ -15,7 +15,8 @@
 //	GET  /v1/status                  → Status
 //
 // A failed call answers a non-2xx status with an Error body whose Code is
-// machine-readable.
+// machine-readable: 400 CodeInvalid, 404 CodeNotFound, 503 CodeNoAddress or
+// CodeNotReady (retryable), 500 CodeInternal.
 package api
 
 import (

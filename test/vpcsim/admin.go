@@ -16,6 +16,8 @@ import (
 //	POST /faults/fail-next   {"op":"AttachNetworkInterface","code":"AttachmentLimitExceeded"}
 //	POST /faults/throttle    {"mutating":true,"perSecond":5,"burst":10}
 //	POST /faults/imds-lag    {"lag":"2s"}
+//	POST /faults/describe-lag {"lag":"2s"}
+//	POST /faults/imds-override {"instanceId":"i-...","path":"meta-data/...","value":"..."} (or "hide":true, or "clear":true)
 //	POST /faults/reset
 //	GET  /calls              {"DescribeNetworkInterfaces":3,"imds":7}
 //	GET  /state              {"vpcId":..., "subnets":[...], "instances":[...], "networkInterfaces":[...]}
@@ -61,6 +63,28 @@ func (c *Cloud) AdminHandler() http.Handler {
 	}))
 	mux.HandleFunc("POST /faults/imds-lag", adminPost(func(in struct{ Lag duration }) error {
 		f.SetIMDSLag(time.Duration(in.Lag))
+		return nil
+	}))
+	mux.HandleFunc("POST /faults/describe-lag", adminPost(func(in struct{ Lag duration }) error {
+		f.SetDescribeLag(time.Duration(in.Lag))
+		return nil
+	}))
+	mux.HandleFunc("POST /faults/imds-override", adminPost(func(in struct {
+		InstanceID, Path, Value string
+		Hide, Clear             bool
+	}) error {
+		switch {
+		case in.InstanceID == "":
+			return fmt.Errorf("instanceId is required")
+		case in.Clear:
+			f.ClearIMDSOverrides(in.InstanceID)
+		case in.Path == "":
+			return fmt.Errorf("path is required")
+		case in.Hide:
+			f.HideIMDS(in.InstanceID, in.Path)
+		default:
+			f.SetIMDSOverride(in.InstanceID, in.Path, in.Value)
+		}
 		return nil
 	}))
 	mux.HandleFunc("POST /faults/reset", func(w http.ResponseWriter, r *http.Request) {

@@ -62,7 +62,7 @@ func (c *Cloud) serveEC2(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, requestID, err)
 		return
 	}
-	res, err := c.run(act, p)
+	res, err := c.run(name, act, p)
 	if err != nil {
 		writeError(w, r, requestID, err)
 		return
@@ -103,10 +103,14 @@ func dryRun(*Cloud, params) (reply, *Error) {
 	return nil, errorf("DryRunOperation", "Request would have succeeded, but DryRun flag is set.")
 }
 
-func (c *Cloud) run(act action, p params) (reply, *Error) {
+func (c *Cloud) run(name string, act action, p params) (reply, *Error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return act(c, p)
+	res, err := act(c, p)
+	if err == nil && isMutating(name) {
+		c.recordENIsLocked()
+	}
+	return res, err
 }
 
 func (c *Cloud) newRequestID() string {

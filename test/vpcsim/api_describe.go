@@ -1,6 +1,7 @@
 package vpcsim
 
 import (
+	"maps"
 	"slices"
 	"strconv"
 )
@@ -69,18 +70,20 @@ type describeENIsReply struct {
 
 // describeENIsLocked is EC2 DescribeNetworkInterfaces (MaxResults 5..1000).
 func (c *Cloud) describeENIsLocked(p params) (reply, *Error) {
-	field := func(id string) fieldFunc { return c.eniFieldLocked(c.enis[id]) }
+	enis := c.visibleENIsLocked()
+	field := func(id string) fieldFunc { return c.eniFieldLocked(enis[id]) }
 	in, err := parseDescribe(p, "NetworkInterfaceId", 5, 1000, c.eniFieldLocked(&eni{}))
 	if err != nil {
 		return nil, err
 	}
-	ids, next, err := selectIDs(c.sortedENIIDsLocked(), in, field, func(id string) *Error { return errENINotFound(id) })
+	all := slices.Sorted(maps.Keys(enis))
+	ids, next, err := selectIDs(all, in, field, func(id string) *Error { return errENINotFound(id) })
 	if err != nil {
 		return nil, err
 	}
 	r := &describeENIsReply{NextToken: next}
 	for _, id := range ids {
-		r.NetworkInterfaces = append(r.NetworkInterfaces, c.eniXMLLocked(c.enis[id], false))
+		r.NetworkInterfaces = append(r.NetworkInterfaces, c.eniXMLLocked(enis[id], false))
 	}
 	return r, nil
 }

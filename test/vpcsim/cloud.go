@@ -120,6 +120,8 @@ type Cloud struct {
 	tokens    map[string]clientToken // CreateNetworkInterface ClientToken
 	observer  Observer
 	imds      imdsState
+	// eniHistory holds ENI snapshots while Faults.SetDescribeLag is set.
+	eniHistory []eniSnapshot
 }
 
 type vpc struct {
@@ -190,6 +192,7 @@ func New(cfg Config) (*Cloud, error) {
 		c.rnd = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
 		c.tokenRnd = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
 	}
+	c.faults.onDescribeLag = c.restartENIHistory
 	if err := c.buildVPC(cfg); err != nil {
 		return nil, err
 	}

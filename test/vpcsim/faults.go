@@ -27,6 +27,13 @@ type Faults struct {
 	buckets  [2]bucket // [describe, mutating]
 	imdsLag  time.Duration
 	calls    map[string]int
+	// imdsEdits are per-instance IMDS answers set by SetIMDSOverride and
+	// HideIMDS (nil value = hidden), by path under /latest/.
+	imdsEdits   map[string]map[string]*string
+	describeLag time.Duration
+	// onDescribeLag is the cloud's hook run after SetDescribeLag; it takes
+	// the cloud's lock, so it runs with mu released.
+	onDescribeLag func()
 }
 
 type latencyFault struct{ fixed, jitter time.Duration }
@@ -62,9 +69,11 @@ func (f *Faults) resetLocked() {
 	f.buckets = [2]bucket{}
 	f.imdsLag = 0
 	f.calls = map[string]int{}
+	f.imdsEdits = map[string]map[string]*string{}
+	f.describeLag = 0
 }
 
-// Reset removes every fault and zeroes the call counters.
+// Reset removes every fault, IMDS override and lag, and zeroes the call counters.
 func (f *Faults) Reset() {
 	f.mu.Lock()
 	defer f.mu.Unlock()

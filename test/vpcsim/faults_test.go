@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 
 	"github.com/vpcip/vpcip/test/vpcsim"
@@ -157,6 +158,16 @@ func TestAdminHandler(t *testing.T) {
 	if code := post("/faults/imds-lag", `{"lag":"2s"}`); code != 200 || l.Cloud.Faults().IMDSLag() != 2*time.Second {
 		t.Fatalf("imds-lag: HTTP %d, lag %v", code, l.Cloud.Faults().IMDSLag())
 	}
+	if code := post("/faults/describe-lag", `{"lag":"0s"}`); code != 200 {
+		t.Fatalf("describe-lag: HTTP %d", code)
+	}
+	l.Cloud.Faults().SetIMDSLag(0)
+	if code := post("/faults/imds-override", `{"instanceId":"`+inst.ID+`","path":"meta-data/instance-type","value":"t3.nano"}`); code != 200 {
+		t.Fatalf("imds-override: HTTP %d", code)
+	}
+	if got := imdsGet(t, imdsClient(l, inst.ID), "instance-type"); got != "t3.nano" {
+		t.Fatalf("overridden instance-type %q", got)
+	}
 	for _, bad := range []struct{ path, body string }{
 		{"/faults/latency", `{"op":"X","fixed":"soon"}`},
 		{"/faults/error-rate", `{"op":"X","rate":2,"code":"InternalError"}`},
@@ -164,6 +175,7 @@ func TestAdminHandler(t *testing.T) {
 		{"/faults/throttle", `{"perSecond":-1}`},
 		{"/faults/imds-lag", `{"lag":"2s","extra":1}`},
 		{"/faults/latency", `not json`},
+		{"/faults/imds-override", `{"path":"meta-data/mac"}`},
 	} {
 		if code := post(bad.path, bad.body); code != 400 {
 			t.Errorf("%s %s: HTTP %d, want 400", bad.path, bad.body, code)
@@ -194,4 +206,58 @@ func TestAdminHandler(t *testing.T) {
 		t.Fatalf("reset: HTTP %d", code)
 	}
 	assign(t, cli, inst.PrimaryENI.ID, 1)
+}
+
+func TestDescribeLag(t *testing.T) {
+	l := vpcsimtest.Start(t, testConfig())
+	cli := ec2Client(l)
+	inst := launchIn(t, l, "m5.large", subnetBig)
+	l.Cloud.Faults().SetDescribeLag(time.Hour)
+	eni := createENI(t, cli, subnetBig)
+	_, err := cli.DescribeNetworkInterfaces(ctx, &ec2.DescribeNetworkInterfacesInput{NetworkInterfaceIds: []string{eni}})
+	wantAPIError(t, err, "InvalidNetworkInterfaceID.NotFound", 400)
+	assign(t, cli, inst.PrimaryENI.ID, 2)
+	out, err := cli.DescribeNetworkInterfaces(ctx, &ec2.DescribeNetworkInterfacesInput{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out.NetworkInterfaces) != 1 || len(out.NetworkInterfaces[0].PrivateIpAddresses) != 1 {
+		t.Fatalf("lagging describe shows the new state: %+v", out.NetworkInterfaces)
+	}
+	// The model itself is current; only the describe lags.
+	if e := mustENI(t, l.Cloud, inst.PrimaryENI.ID); len(e.SecondaryIPs) != 2 {
+		t.Fatalf("model secondaries %v", e.SecondaryIPs)
+	}
+	l.Cloud.Faults().SetDescribeLag(0)
+	out, err = cli.DescribeNetworkInterfaces(ctx, &ec2.DescribeNetworkInterfacesInput{})
+	if err != nil || len(out.NetworkInterfaces) != 2 {
+		t.Fatalf("describe without lag: %v %v", out, err)
+	}
+}
+
+func TestIMDSOverrides(t *testing.T) {
+	l := vpcsimtest.Start(t, testConfig())
+	cli := ec2Client(l)
+	inst := launchIn(t, l, "m5.large", subnetBig)
+	eni := createENI(t, cli, subnetBig)
+	attach(t, cli, eni, inst.ID, 1)
+	mac := mustENI(t, l.Cloud, eni).MAC
+	md := imdsClient(l, inst.ID)
+	f := l.Cloud.Faults()
+	path := "meta-data/network/interfaces/macs/" + inst.PrimaryENI.MAC + "/local-ipv4s"
+	f.SetIMDSOverride(inst.ID, path, "100.64.0.250")
+	if got := imdsGet(t, md, "network/interfaces/macs/"+inst.PrimaryENI.MAC+"/local-ipv4s"); got != "100.64.0.250" {
+		t.Fatalf("override: %q", got)
+	}
+	f.HideIMDS(inst.ID, "meta-data/network/interfaces/macs/"+mac)
+	if macs := imdsGet(t, md, "network/interfaces/macs/"); strings.Contains(macs, mac) {
+		t.Fatalf("hidden MAC listed: %q", macs)
+	}
+	if _, err := md.GetMetadata(ctx, &imds.GetMetadataInput{Path: "network/interfaces/macs/" + mac + "/interface-id"}); err == nil {
+		t.Fatal("hidden path answered")
+	}
+	f.ClearIMDSOverrides(inst.ID)
+	if got := imdsGet(t, md, "network/interfaces/macs/"+mac+"/interface-id"); got != eni {
+		t.Fatalf("after clearing: %q", got)
+	}
 }

@@ -218,7 +218,9 @@ func (c *Cloud) imdsGet(w http.ResponseWriter, r *http.Request, instanceID strin
 		http.Error(w, "Not Found", http.StatusNotFound)
 		return
 	}
-	body, found := lookupIMDS(view.tree(), path)
+	tree := view.tree()
+	c.faults.applyIMDSEdits(instanceID, tree)
+	body, found := lookupIMDS(tree, path)
 	if !found {
 		http.Error(w, "Not Found", http.StatusNotFound)
 		return

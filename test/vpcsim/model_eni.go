@@ -187,6 +187,7 @@ func (c *Cloud) attachLocked(eniID, instanceID string, device, card int) (*eni, 
 		if e.attachmentID == id && e.attachStatus == "attaching" {
 			e.attachStatus = "attached"
 			c.notifyAttachedLocked(e)
+			c.recordENIsLocked()
 		}
 	})
 	return e, nil
@@ -227,6 +228,7 @@ func (c *Cloud) detachLocked(attachmentID string) *Error {
 		defer c.mu.Unlock()
 		if e.attachmentID == attachmentID && e.attachStatus == "detaching" {
 			c.finishDetachLocked(e)
+			c.recordENIsLocked()
 		}
 	})
 	return nil

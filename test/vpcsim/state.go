@@ -19,6 +19,7 @@ func (c *Cloud) LaunchInstance(instanceType, subnetID string) (InstanceInfo, err
 	if err != nil {
 		return InstanceInfo{}, err
 	}
+	c.recordENIsLocked()
 	return c.instanceInfoLocked(inst), nil
 }
 
@@ -30,6 +31,7 @@ func (c *Cloud) TerminateInstance(id string) error {
 	if _, err := c.terminateLocked(id); err != nil {
 		return err
 	}
+	c.recordENIsLocked()
 	return nil
 }
 

@@ -54,6 +54,9 @@ func (d *Daemon) Assign(ctx context.Context, req api.AssignRequest) (api.Assignm
 			d.Kick()
 			return d.wire(a), nil
 		}
+		if e, final := d.noAddress(d.now()); final {
+			return api.Assignment{}, d.refused(req.Key, e)
+		}
 		if !waiting {
 			waiting = true
 			d.pending.Add(1)
@@ -65,12 +68,17 @@ func (d *Daemon) Assign(ctx context.Context, req api.AssignRequest) (api.Assignm
 		case <-changed:
 		case <-tick.C:
 		case <-ctx.Done():
-			e := d.noAddress(d.now())
-			d.metrics.noAddress.WithLabelValues(string(e.Cause)).Inc()
-			d.log.Info("no address for pod", "key", req.Key.String(), "cause", e.Cause, "msg", e.Message)
-			return api.Assignment{}, e
+			e, _ := d.noAddress(d.now())
+			return api.Assignment{}, d.refused(req.Key, e)
 		}
 	}
+}
+
+// refused counts and logs an ADD answered without an address.
+func (d *Daemon) refused(key api.Key, e *api.Error) *api.Error {
+	d.metrics.noAddress.WithLabelValues(string(e.Cause)).Inc()
+	d.log.Info("no address for pod", "key", key.String(), "cause", e.Cause, "msg", e.Message)
+	return e
 }
 
 // Release gives a key's address back (CNI DEL); it cools down for
@@ -184,7 +192,9 @@ func refusalText(k warmpool.RefusalKind, subnet string) string {
 }
 
 // noAddress builds the CodeNoAddress answer with the most specific cause.
-func (d *Daemon) noAddress(now time.Time) *api.Error {
+// final is true when waiting cannot help (node at its ENI limit with every
+// address assigned, or at its pod limit): the ADD then fails at once (B19).
+func (d *Daemon) noAddress(now time.Time) (e *api.Error, final bool) {
 	st := d.Status()
 	c := d.store.Counts(now)
 	d.mu.Lock()
@@ -198,28 +208,28 @@ func (d *Daemon) noAddress(now time.Time) *api.Error {
 	d.mu.Unlock()
 	atLimit := lim.MaxENIs > 0 && c.ENIs >= lim.MaxENIs && c.Slots >= lim.MaxENIs*lim.SlotsPerENI
 	tail := fmt.Sprintf("%d addresses assigned, %d cooling down, %d ENIs of %d", st.Assigned, st.Cooling, st.ENIs, st.MaxENIs)
-	e := func(cause api.Cause, format string, args ...any) *api.Error {
+	mk := func(cause api.Cause, format string, args ...any) *api.Error {
 		return &api.Error{Code: api.CodeNoAddress, Cause: cause, Message: "no free address: " + fmt.Sprintf(format, args...)}
 	}
 	retry := func(k warmpool.RefusalKind) string { return active[k].UTC().Format(time.RFC3339) }
 	switch _, throttled := active[warmpool.RefusedThrottled]; {
 	case d.cfg.MaxPods > 0 && st.Assigned >= d.cfg.MaxPods:
-		return e(api.CauseMaxPods, "node holds its maximum of %d pods (VPCIP_MAX_PODS)", d.cfg.MaxPods)
+		return mk(api.CauseMaxPods, "node holds its maximum of %d pods (VPCIP_MAX_PODS)", d.cfg.MaxPods), true
 	case atLimit && st.Cooling == 0:
-		return e(api.CauseENILimit, "node at its ENI limit (%d of %d) and all %d addresses assigned", c.ENIs, lim.MaxENIs, st.Assigned)
+		return mk(api.CauseENILimit, "node at its ENI limit (%d of %d) and all %d addresses assigned", c.ENIs, lim.MaxENIs, st.Assigned), true
 	case atLimit:
-		return e(api.CauseCooldown, "node at its ENI limit (%d of %d): %d addresses assigned, %d cooling down for IP_COOLDOWN_PERIOD %s",
-			c.ENIs, lim.MaxENIs, st.Assigned, st.Cooling, d.cfg.Cooldown)
+		return mk(api.CauseCooldown, "node at its ENI limit (%d of %d): %d addresses assigned, %d cooling down for IP_COOLDOWN_PERIOD %s",
+			c.ENIs, lim.MaxENIs, st.Assigned, st.Cooling, d.cfg.Cooldown), false
 	case !active[warmpool.RefusedSubnetFull].IsZero():
-		return e(api.CauseSubnetFull, "subnet %s has no free addresses (EC2 InsufficientFreeAddressesInSubnet), growth retried after %s; %s",
-			subnet, retry(warmpool.RefusedSubnetFull), tail)
+		return mk(api.CauseSubnetFull, "subnet %s has no free addresses (EC2 InsufficientFreeAddressesInSubnet), growth retried after %s; %s",
+			subnet, retry(warmpool.RefusedSubnetFull), tail), false
 	case !active[warmpool.RefusedNoPrefix].IsZero() && d.cfg.PrefixDelegation:
-		return e(api.CauseNoPrefix, "subnet %s has no contiguous free /28 for a prefix (EC2 InsufficientCidrBlocks), retried after %s; %s",
-			subnet, retry(warmpool.RefusedNoPrefix), tail)
+		return mk(api.CauseNoPrefix, "subnet %s has no contiguous free /28 for a prefix (EC2 InsufficientCidrBlocks), retried after %s; %s",
+			subnet, retry(warmpool.RefusedNoPrefix), tail), false
 	case throttled:
-		return e(api.CauseThrottled, "EC2 is throttling this node's calls (RequestLimitExceeded), retried after %s; %s", retry(warmpool.RefusedThrottled), tail)
+		return mk(api.CauseThrottled, "EC2 is throttling this node's calls (RequestLimitExceeded), retried after %s; %s", retry(warmpool.RefusedThrottled), tail), false
 	case !active[warmpool.RefusedENILimit].IsZero():
-		return e(api.CauseENILimit, "EC2 refused another ENI (AttachmentLimitExceeded); %s", tail)
+		return mk(api.CauseENILimit, "EC2 refused another ENI (AttachmentLimitExceeded); %s", tail), false
 	}
-	return e(api.CauseWaitingCloud, "pool refill in flight; %s", tail)
+	return mk(api.CauseWaitingCloud, "pool refill in flight; %s", tail), false
 }

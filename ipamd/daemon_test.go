@@ -86,10 +86,11 @@ func TestB14DELUnknownKeyIsSuccess(t *testing.T) {
 }
 
 // TestNoAddressAtENILimitNamesTheCause: a full node answers CodeNoAddress
-// with cause eni-limit and the numbers, within the ADD wait.
+// with cause eni-limit and the numbers at once, without waiting out
+// VPCIP_ADD_WAIT (B19: fail fast on a capacity limit).
 func TestNoAddressAtENILimitNamesTheCause(t *testing.T) {
 	c := startCloud(t)
-	n := newNode(t, c, itypeSmall, map[string]string{"VPCIP_ADD_WAIT": "300ms"})
+	n := newNode(t, c, itypeSmall, map[string]string{"VPCIP_ADD_WAIT": "10m"})
 	n.start()
 	for _, id := range names("c", 27) {
 		n.mustAdd(id)
@@ -111,6 +112,25 @@ func TestNoAddressAtENILimitNamesTheCause(t *testing.T) {
 		t.Errorf("status %+v", st)
 	}
 	n.checkInvariants()
+}
+
+// TestMaxPodsFailsFast: beyond VPCIP_MAX_PODS an ADD fails at once with
+// cause max-pods, though the ENIs have room.
+func TestMaxPodsFailsFast(t *testing.T) {
+	c := startCloud(t)
+	n := newNode(t, c, itypeSmall, map[string]string{"VPCIP_MAX_PODS": "3", "VPCIP_ADD_WAIT": "10m"})
+	n.start()
+	for _, id := range names("c", 3) {
+		n.mustAdd(id)
+	}
+	_, err := n.add("c3")
+	var e *api.Error
+	if !errors.As(err, &e) || e.Cause != api.CauseMaxPods || !strings.Contains(e.Message, "maximum of 3 pods") {
+		t.Fatalf("ADD beyond max pods: %v", err)
+	}
+	if v := counter(t, n, "vpcip_add_no_address_total", map[string]string{"cause": "max-pods"}); v != 1 {
+		t.Errorf("no-address counter for max-pods = %v, want 1", v)
+	}
 }
 
 // TestSocketModeAndStaleSocket: the socket is 0600 and a stale socket file

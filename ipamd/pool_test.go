@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -145,7 +146,12 @@ func TestB23ReleaseNeverRacesAllocation(t *testing.T) {
 	n := newNode(t, c, itypeSmall, map[string]string{"WARM_IP_TARGET": "1", "IP_COOLDOWN_PERIOD": "0",
 		"VPCIP_RELEASE_INTERVAL": "1ms", "VPCIP_ADD_WAIT": "10s"})
 	n.start()
-	for i := range 12 {
+	// Checked at every unassign the cloud makes: no address it takes away
+	// is held by a pod in the datastore.
+	watch := &unassignWatch{n: n}
+	c.Cloud.SetObserver(watch)
+	defer c.Cloud.SetObserver(nil)
+	for i := range 25 {
 		up := names(fmt.Sprintf("r%d-", i), 10)
 		for _, id := range up {
 			a := n.mustAdd(id)
@@ -165,10 +171,40 @@ func TestB23ReleaseNeverRacesAllocation(t *testing.T) {
 	}
 	n.cycle()
 	n.checkInvariants()
-	if c.Cloud.Faults().Calls("UnassignPrivateIpAddresses") == 0 {
+	watch.mu.Lock()
+	defer watch.mu.Unlock()
+	for _, v := range watch.violations {
+		t.Error(v)
+	}
+	if watch.unassigned == 0 {
 		t.Error("the pool never released surplus: the race was not exercised")
 	}
+	t.Logf("%d addresses unassigned during the churn", watch.unassigned)
 }
+
+// unassignWatch is a vpcsim observer that checks each unassign against the
+// datastore.
+type unassignWatch struct {
+	n          *node
+	mu         sync.Mutex
+	unassigned int
+	violations []string
+}
+
+func (w *unassignWatch) AddressesUnassigned(eni string, ps []netip.Prefix) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, p := range ps {
+		w.unassigned++
+		if h, ok := w.n.d.store.Holder(p.Addr()); ok {
+			w.violations = append(w.violations, fmt.Sprintf("cloud unassigned %s from %s while %s holds it", p, eni, h.Key))
+		}
+	}
+}
+func (w *unassignWatch) ENIAttached(string, vpcsim.ENIInfo)       {}
+func (w *unassignWatch) ENIDetached(string, string)               {}
+func (w *unassignWatch) AddressesAssigned(string, []netip.Prefix) {}
+func (w *unassignWatch) InstanceTerminated(string)                {}
 
 // TestB37GCReclaimsLeakedSetups: attachments whose teardown never reached
 // the daemon are released by GC; live ones never are.

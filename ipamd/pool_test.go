@@ -151,7 +151,7 @@ func TestB23ReleaseNeverRacesAllocation(t *testing.T) {
 	watch := &unassignWatch{n: n}
 	c.Cloud.SetObserver(watch)
 	defer c.Cloud.SetObserver(nil)
-	for i := range 25 {
+	for i := range 15 {
 		up := names(fmt.Sprintf("r%d-", i), 10)
 		for _, id := range up {
 			a := n.mustAdd(id)

@@ -100,16 +100,16 @@ func FuzzEC2Request(f *testing.F) {
 	} {
 		f.Add(seed)
 	}
-	c, err := vpcsim.New(testConfig())
-	if err != nil {
-		f.Fatal(err)
-	}
-	if _, err := c.LaunchInstance("m5.large", ""); err != nil {
-		f.Fatal(err)
-	}
-	h := c.EC2Handler()
 	f.Fuzz(func(t *testing.T, body string) {
-		rec := post(h, "POST", body)
+		// A fresh cloud per input keeps runs deterministic and fast.
+		c, err := vpcsim.New(testConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.LaunchInstance("m5.large", ""); err != nil {
+			t.Fatal(err)
+		}
+		rec := post(c.EC2Handler(), "POST", body)
 		out := rec.Body.String()
 		if rec.Code == http.StatusOK {
 			if !strings.Contains(out, `Response xmlns="http://ec2.amazonaws.com/doc/2016-11-15/"><requestId>`) {

@@ -11,6 +11,17 @@
 // address is ever held twice in the VPC. Instance-type limits come from a
 // table of real EC2 figures embedded in the package.
 //
+// EC2Handler answers DescribeInstances, DescribeInstanceTypes,
+// DescribeSubnets, DescribeSecurityGroups, DescribeNetworkInterfaces (with
+// filters, NetworkInterfaceId.N and MaxResults/NextToken pages),
+// CreateNetworkInterface (ClientToken idempotency, TagSpecification),
+// Attach/Detach/DeleteNetworkInterface, ModifyNetworkInterfaceAttribute,
+// Assign/UnassignPrivateIpAddresses (addresses and /28 prefixes, by count or
+// explicitly), CreateTags, DeleteTags and TerminateInstances, with EC2's
+// error codes and HTTP statuses (400 for client errors, 503 for
+// RequestLimitExceeded, 403 for UnauthorizedOperation). IMDSHandler serves
+// IMDSv2. Faults adds latency, errors, throttling, IMDS and describe lag.
+//
 // The netns fabric mirrors the model through the Observer interface.
 package vpcsim
 

@@ -131,6 +131,12 @@ func (d *Daemon) poolCycle(ctx context.Context) time.Duration {
 		if ctx.Err() != nil {
 			return next
 		}
+		if errors.Is(err, provider.ErrNotFound) || errors.Is(err, provider.ErrAddressLimit) {
+			// Our view of the ENIs is stale: confirm with EC2 now.
+			if rerr := d.resync(ctx); rerr != nil {
+				d.log.Warn("EC2 re-read after a stale-view error failed", "err", rerr)
+			}
+		}
 		if wait, ok := d.refuse(err, plan, now); !ok {
 			d.log.Warn("pool action failed", "action", plan.Action.String(), "eni", plan.ENI, "err", err, "retryIn", wait)
 			return wait

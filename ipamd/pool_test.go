@@ -380,3 +380,49 @@ func TestHostSetupReappliedOnReconcile(t *testing.T) {
 		}
 	}
 }
+
+// TestVanishedENIIsForgottenAtOnce: an ENI deleted behind the daemon's back
+// makes the next growth call fail with not-found; the daemon re-reads EC2 at
+// once instead of retrying on a stale view.
+func TestVanishedENIIsForgottenAtOnce(t *testing.T) {
+	c := startCloud(t)
+	n := newNode(t, c, itypeSmall, map[string]string{"WARM_IP_TARGET": "12"})
+	n.start()
+	var victim string
+	for _, e := range n.d.store.ENIs() {
+		if e.DeviceNumber > 0 {
+			victim = e.ID
+		}
+	}
+	if victim == "" {
+		t.Fatal("no secondary ENI")
+	}
+	raw := c.raw(t, n.inst.ID)
+	ctx := context.Background()
+	out, err := raw.DescribeNetworkInterfaces(ctx, &ec2.DescribeNetworkInterfacesInput{NetworkInterfaceIds: []string{victim}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := raw.DetachNetworkInterface(ctx, &ec2.DetachNetworkInterfaceInput{AttachmentId: out.NetworkInterfaces[0].Attachment.AttachmentId}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "detach", func() bool { e, _ := c.Cloud.NetworkInterface(victim); return e.Status == "available" })
+	if _, err := raw.DeleteNetworkInterface(ctx, &ec2.DeleteNetworkInterfaceInput{NetworkInterfaceId: aws.String(victim)}); err != nil {
+		t.Fatal(err)
+	}
+	// Demand beyond the primary ENI sends growth to the vanished ENI first.
+	for _, id := range names("c", 12) {
+		if _, err := n.add(id); err != nil {
+			t.Fatalf("ADD(%s): %v", id, err)
+		}
+	}
+	for _, e := range n.d.store.ENIs() {
+		if e.ID == victim {
+			t.Errorf("datastore still has the deleted ENI %s", victim)
+		}
+	}
+	if v := counter(t, n, "vpcip_reconcile_repairs_total", map[string]string{"kind": "forgotten_eni"}); v != 1 {
+		t.Errorf("forgotten_eni repairs = %v, want 1", v)
+	}
+	n.checkInvariants()
+}

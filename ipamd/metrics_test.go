@@ -2,6 +2,9 @@ package ipamd
 
 import (
 	"context"
+	"io"
+	"net"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -131,4 +134,51 @@ func TestIntrospectionState(t *testing.T) {
 	if st.Config["WARM_ENI_TARGET"] != "1" || st.Config["VPCIP_HOSTNET"] != "false" {
 		t.Errorf("config %v", st.Config)
 	}
+}
+
+// TestMetricsAndIntrospectionServed: the daemon serves /metrics and the
+// introspection endpoints on their TCP addresses.
+func TestMetricsAndIntrospectionServed(t *testing.T) {
+	c := startCloud(t)
+	metricsAddr, introAddr := freeAddr(t), freeAddr(t)
+	n := newNode(t, c, itypeSmall, map[string]string{"VPCIP_METRICS_ADDR": metricsAddr, "VPCIP_INTROSPECTION_ADDR": introAddr})
+	n.start()
+	n.mustAdd("c1")
+	body := get(t, "http://"+metricsAddr+"/metrics")
+	for _, want := range []string{"vpcip_addresses_assigned 1", "vpcip_enis_max 3", "vpcip_ready 1"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	if body := get(t, "http://"+introAddr+"/healthz"); body == "" {
+		t.Error("empty /healthz")
+	}
+	st, err := introspect.Fetch(context.Background(), introAddr)
+	if err != nil || st.Pool.Assigned != 1 || len(st.Assignments) != 1 || st.Assignments[0].Key != key("c1") {
+		t.Errorf("introspection state %+v, %v", st.Pool, err)
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func get(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return string(b)
 }

@@ -355,3 +355,52 @@ func TestAttachIsAsynchronous(t *testing.T) {
 		t.Fatalf("observer events: %v", rec.events)
 	}
 }
+
+func TestCreateWithExplicitAddressesAndModifyGroups(t *testing.T) {
+	l := vpcsimtest.Start(t, testConfig())
+	cli := ec2Client(l)
+	out, err := cli.CreateNetworkInterface(ctx, &ec2.CreateNetworkInterfaceInput{
+		SubnetId: aws.String(subnetBig),
+		PrivateIpAddresses: []types.PrivateIpAddressSpecification{
+			{PrivateIpAddress: aws.String("100.64.2.10"), Primary: aws.Bool(true)},
+			{PrivateIpAddress: aws.String("100.64.2.11")},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := mustENI(t, l.Cloud, aws.ToString(out.NetworkInterface.NetworkInterfaceId))
+	if e.PrimaryIP.String() != "100.64.2.10" || len(e.SecondaryIPs) != 1 || e.SecondaryIPs[0].String() != "100.64.2.11" {
+		t.Fatalf("explicit addresses: %+v", e)
+	}
+	pf, err := cli.CreateNetworkInterface(ctx, &ec2.CreateNetworkInterfaceInput{
+		SubnetId:     aws.String(subnetBig),
+		Ipv4Prefixes: []types.Ipv4PrefixSpecificationRequest{{Ipv4Prefix: aws.String("100.64.3.32/28")}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := mustENI(t, l.Cloud, aws.ToString(pf.NetworkInterface.NetworkInterfaceId))
+	if len(p.Prefixes) != 1 || p.Prefixes[0].String() != "100.64.3.32/28" {
+		t.Fatalf("explicit prefix: %v", p.Prefixes)
+	}
+	_, err = cli.CreateNetworkInterface(ctx, &ec2.CreateNetworkInterfaceInput{SubnetId: aws.String(subnetBig), PrivateIpAddress: aws.String("100.64.2.11")})
+	wantAPIError(t, err, "InvalidParameterValue", 400)
+	_, err = cli.CreateNetworkInterface(ctx, &ec2.CreateNetworkInterfaceInput{SubnetId: aws.String(subnetBig), SecondaryPrivateIpAddressCount: aws.Int32(1), Ipv4PrefixCount: aws.Int32(1)})
+	wantAPIError(t, err, "InvalidParameterCombination", 400)
+
+	sg := aws.ToString(mustDescribeGroups(t, cli)[0].GroupId)
+	if _, err := cli.ModifyNetworkInterfaceAttribute(ctx, &ec2.ModifyNetworkInterfaceAttributeInput{NetworkInterfaceId: aws.String(e.ID), Groups: []string{sg, sg}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustENI(t, l.Cloud, e.ID).SecurityGroups; !slices.Equal(got, []string{sg}) {
+		t.Fatalf("groups %v", got)
+	}
+	_, err = cli.ModifyNetworkInterfaceAttribute(ctx, &ec2.ModifyNetworkInterfaceAttributeInput{NetworkInterfaceId: aws.String(e.ID), Groups: []string{"sg-0123456789abcdef0"}})
+	wantAPIError(t, err, "InvalidGroup.NotFound", 400)
+	_, err = cli.ModifyNetworkInterfaceAttribute(ctx, &ec2.ModifyNetworkInterfaceAttributeInput{NetworkInterfaceId: aws.String(e.ID),
+		Attachment: &types.NetworkInterfaceAttachmentChanges{AttachmentId: aws.String("eni-attach-0123456789abcdef0"), DeleteOnTermination: aws.Bool(true)}})
+	wantAPIError(t, err, "InvalidAttachmentID.NotFound", 400)
+	_, err = cli.ModifyNetworkInterfaceAttribute(ctx, &ec2.ModifyNetworkInterfaceAttributeInput{NetworkInterfaceId: aws.String(e.ID)})
+	wantAPIError(t, err, "InvalidParameterCombination", 400)
+}

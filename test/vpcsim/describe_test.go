@@ -214,3 +214,89 @@ func TestDescribeSubnetsAndSecurityGroups(t *testing.T) {
 		t.Fatalf("primary ENI groups %v, want the default group", inst.PrimaryENI.SecurityGroups)
 	}
 }
+
+// TestDescribeFiltersOtherResources covers the instance, instance-type,
+// subnet and security-group filters.
+func TestDescribeFiltersOtherResources(t *testing.T) {
+	l := vpcsimtest.Start(t, testConfig())
+	cli := ec2Client(l)
+	a := launchIn(t, l, "m5.large", subnetBig)
+	b := launchIn(t, l, "t3.nano", subnetB)
+	if err := l.Cloud.TerminateInstance(b.ID); err != nil {
+		t.Fatal(err)
+	}
+	f := func(name string, values ...string) []types.Filter {
+		return []types.Filter{{Name: aws.String(name), Values: values}}
+	}
+	instances := func(filters []types.Filter) []string {
+		t.Helper()
+		out, err := cli.DescribeInstances(ctx, &ec2.DescribeInstancesInput{Filters: filters})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, r := range out.Reservations {
+			for _, i := range r.Instances {
+				ids = append(ids, aws.ToString(i.InstanceId))
+			}
+		}
+		slices.Sort(ids)
+		return ids
+	}
+	for _, tt := range []struct {
+		name    string
+		filters []types.Filter
+		want    []string
+	}{
+		{"state running", f("instance-state-name", "running"), []string{a.ID}},
+		{"state terminated", f("instance-state-name", "terminated"), []string{b.ID}},
+		{"type", f("instance-type", "t3.*"), []string{b.ID}},
+		{"zone", f("availability-zone", "us-west-2a"), []string{a.ID}},
+		{"primary address", f("private-ip-address", a.PrimaryENI.PrimaryIP.String()), []string{a.ID}},
+		{"ENI id", f("network-interface.network-interface-id", a.PrimaryENI.ID), []string{a.ID}},
+		{"subnet", f("subnet-id", subnetB), []string{b.ID}},
+		{"vpc", f("vpc-id", l.Cloud.VPCID()), sorted(a.ID, b.ID)},
+	} {
+		if diff := cmp.Diff(tt.want, instances(tt.filters)); diff != "" {
+			t.Errorf("instances %s (-want +got):\n%s", tt.name, diff)
+		}
+	}
+
+	it, err := cli.DescribeInstanceTypes(ctx, &ec2.DescribeInstanceTypesInput{Filters: []types.Filter{
+		{Name: aws.String("hypervisor"), Values: []string{"xen"}},
+		{Name: aws.String("network-info.maximum-network-interfaces"), Values: []string{"8"}},
+		{Name: aws.String("processor-info.supported-architecture"), Values: []string{"x86_64"}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range it.InstanceTypes {
+		if x.Hypervisor != types.InstanceTypeHypervisorXen || aws.ToInt32(x.NetworkInfo.MaximumNetworkInterfaces) != 8 {
+			t.Fatalf("filtered type %s: %s, %d ENIs", x.InstanceType, x.Hypervisor, aws.ToInt32(x.NetworkInfo.MaximumNetworkInterfaces))
+		}
+	}
+	if len(it.InstanceTypes) == 0 {
+		t.Fatal("no Xen type with 8 ENIs")
+	}
+	metal, err := cli.DescribeInstanceTypes(ctx, &ec2.DescribeInstanceTypesInput{Filters: []types.Filter{{Name: aws.String("bare-metal"), Values: []string{"true"}}}, MaxResults: aws.Int32(100)})
+	if err != nil || len(metal.InstanceTypes) == 0 || !aws.ToBool(metal.InstanceTypes[0].BareMetal) {
+		t.Fatalf("bare-metal filter: %v %v", metal, err)
+	}
+	_, err = cli.DescribeInstanceTypes(ctx, &ec2.DescribeInstanceTypesInput{InstanceTypes: []types.InstanceType{"m5.nonesuch"}})
+	wantAPIError(t, err, "InvalidInstanceType", 400)
+
+	sn, err := cli.DescribeSubnets(ctx, &ec2.DescribeSubnetsInput{Filters: []types.Filter{
+		{Name: aws.String("cidr-block"), Values: []string{"100.64.16.*"}},
+		{Name: aws.String("vpc-id"), Values: []string{l.Cloud.VPCID()}},
+	}})
+	if err != nil || len(sn.Subnets) != 2 {
+		t.Fatalf("subnets by cidr-block: %v %v", sn, err)
+	}
+	groups := mustDescribeGroups(t, cli)
+	g, err := cli.DescribeSecurityGroups(ctx, &ec2.DescribeSecurityGroupsInput{GroupIds: []string{aws.ToString(groups[0].GroupId)}})
+	if err != nil || len(g.SecurityGroups) != 1 {
+		t.Fatalf("group by id: %v %v", g, err)
+	}
+	_, err = cli.DescribeSecurityGroups(ctx, &ec2.DescribeSecurityGroupsInput{GroupIds: []string{"sg-0123456789abcdef0"}})
+	wantAPIError(t, err, "InvalidGroup.NotFound", 400)
+}

@@ -138,12 +138,6 @@ func (s *subnet) releasePrefix(p netip.Prefix) {
 	}
 }
 
-// addrFree reports whether a lies in the subnet and may be handed out.
-func (s *subnet) addrFree(a netip.Addr) bool {
-	off := s.offset(a)
-	return off >= 0 && !s.used[off]
-}
-
 func copyTags(m map[string]string) map[string]string {
 	out := make(map[string]string, len(m))
 	for k, v := range m {

@@ -60,8 +60,9 @@ const gzipMinBytes = 1024
 // compressed reply usually reaches the client in one segment: aws-sdk-go-v2
 // closes the request body as soon as the response headers arrive, which can
 // make Go's transport drop the connection while a long reply body is still
-// being read (the SDK's request-body WriteTo answers io.EOF once closed); a
-// reply the client has already buffered survives that.
+// being read (the SDK's request-body WriteTo answers io.EOF once closed; see
+// aws/aws-sdk-go-v2 issues 1825 and 2737); a reply the client has already
+// buffered whole, within its 4 KiB read buffer, survives that.
 func writeBody(w http.ResponseWriter, r *http.Request, status int, body []byte) {
 	h := w.Header()
 	h.Set("Content-Type", "text/xml;charset=UTF-8")

@@ -86,16 +86,17 @@ type Daemon struct {
 	// stopping: shutdown began; no new cloud changes.
 	stopping atomic.Bool
 
-	mu          sync.Mutex // guards the fields below
-	self        provider.Instance
-	limits      warmpool.Limits
-	reason      string // why not ready, or a degradation
-	refusals    []warmpool.Refusal
-	strikes     map[warmpool.RefusalKind]int // consecutive refusals, for backoff
-	lastRelease time.Time
-	links       map[string]string // ENI id → host link name
-	hostErrs    map[string]string // ENI id → last EnsureENI failure
-	noRoute     map[api.Key]int   // consecutive reconciles an assignment had no host route
+	mu           sync.Mutex // guards the fields below
+	self         provider.Instance
+	limits       warmpool.Limits
+	reason       string // why not ready, or a degradation
+	refusals     []warmpool.Refusal
+	strikes      map[warmpool.RefusalKind]int // consecutive refusals, for backoff
+	lastRelease  time.Time
+	links        map[string]string // ENI id → host link name
+	hostErrs     map[string]string // ENI id → last EnsureENI failure
+	noRoute      map[api.Key]int   // consecutive reconciles an assignment had no host route
+	restoredFrom string            // instance id recorded in the loaded checkpoint
 
 	persistMu sync.Mutex // serializes checkpoint writes; guards savedGen
 	savedGen  uint64

@@ -49,11 +49,33 @@ func (d *Daemon) loadCheckpoint() (restoreOutcome, error) {
 	if err := d.store.Restore(st); err != nil {
 		return 0, err
 	}
+	d.mu.Lock()
+	d.restoredFrom = st.InstanceID
+	d.mu.Unlock()
 	d.log.Info("checkpoint loaded", "path", path, "assignments", len(st.Assignments), "cooling", len(st.Cooling), "written", st.Written)
 	if len(dropped) > 0 {
 		return restoredCorrupt, nil
 	}
 	return restoredOK, nil
+}
+
+// dropForeign discards a restored checkpoint written on another instance
+// (a reused disk or image): its assignments mean nothing here. It reports
+// whether it did.
+func (d *Daemon) dropForeign(self string) bool {
+	d.mu.Lock()
+	from := d.restoredFrom
+	d.restoredFrom = ""
+	d.mu.Unlock()
+	if from == "" || from == self {
+		return false
+	}
+	d.store.Reset()
+	to, err := checkpoint.Quarantine(d.cfg.Checkpoint, d.now())
+	d.log.Error("checkpoint was written on another instance: discarded, rebuilding from the cloud and host pod routes",
+		"checkpointInstance", from, "instance", self, "movedTo", to, "moveErr", err)
+	d.metrics.repaired("foreign_checkpoint", 1)
+	return true
 }
 
 // persist writes the checkpoint if the datastore changed since the last

@@ -60,6 +60,9 @@ func (d *Daemon) startOnce(ctx context.Context, restored restoreOutcome) error {
 	d.limits = warmpool.Limits{MaxENIs: maxENIs, SlotsPerENI: lim.PodAddressesPerENI(), MaxPods: d.cfg.MaxPods, PrefixSupported: lim.PrefixDelegation}
 	d.mu.Unlock()
 	d.instance.Store(self.ID)
+	if d.dropForeign(self.ID) {
+		restored = restoredCorrupt
+	}
 	enis, err := d.prov.ENIs(ctx)
 	if err != nil {
 		return fmt.Errorf("ENIs from EC2: %w", err)

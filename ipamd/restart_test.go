@@ -230,3 +230,32 @@ func mustRead(t *testing.T, path string) string {
 	}
 	return string(b)
 }
+
+// TestForeignCheckpointDiscarded: a checkpoint written on another instance
+// (a reused disk or image) is moved aside, not trusted.
+func TestForeignCheckpointDiscarded(t *testing.T) {
+	c := startCloud(t)
+	n := newNode(t, c, itypeSmall, map[string]string{"IP_COOLDOWN_PERIOD": "30"})
+	n.start()
+	a := n.mustAdd("c1")
+	n.shutdown()
+	path := n.d.cfg.Checkpoint
+	st, _, err := checkpoint.Load(path)
+	if err != nil || st.InstanceID != n.inst.ID {
+		t.Fatalf("checkpoint instance %q (%v), want %s", st.InstanceID, err, n.inst.ID)
+	}
+	st.InstanceID = "i-0000000000000000f"
+	if err := checkpoint.Save(path, st); err != nil {
+		t.Fatal(err)
+	}
+	n.start()
+	if _, ok := n.d.store.Get(key("c1")); ok {
+		t.Error("an assignment from another instance's checkpoint was trusted")
+	}
+	if moved, _ := filepath.Glob(path + ".corrupt-*"); len(moved) != 1 {
+		t.Errorf("foreign checkpoint not moved aside: %v", moved)
+	}
+	if b := n.mustAdd("c2"); b.Address == a.Address {
+		t.Errorf("c2 got %s within the cooldown the lost checkpoint implies", a.Address)
+	}
+}

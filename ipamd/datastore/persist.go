@@ -55,6 +55,18 @@ func (s *Store) Restore(st checkpoint.State) error {
 	return nil
 }
 
+// Reset forgets everything: ENIs, addresses, assignments and cooldowns.
+func (s *Store) Reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	clear(s.enis)
+	clear(s.addrs)
+	clear(s.byKey)
+	s.synced = false
+	s.gen++
+	s.notifyLocked()
+}
+
 // CoolFree starts the cooldown at now for every free address. The daemon uses
 // it when the checkpoint was lost: release times are unknown, so every free
 // address is treated as just released.

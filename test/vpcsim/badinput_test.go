@@ -1,7 +1,11 @@
 package vpcsim_test
 
 import (
+	"bytes"
+	"compress/gzip"
 	"encoding/xml"
+	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -131,4 +135,44 @@ func FuzzEC2Request(f *testing.F) {
 			t.Fatalf("after %q: %v", body, err)
 		}
 	})
+}
+
+// TestLargeRepliesAreCompressed: a large reply is gzipped for a client that
+// accepts it (so that it reaches the SDK in one read) and plain otherwise.
+func TestLargeRepliesAreCompressed(t *testing.T) {
+	c, err := vpcsim.New(testConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, gz := range []bool{true, false} {
+		req := httptest.NewRequest("POST", "/", strings.NewReader("Action=DescribeInstanceTypes&Version=2016-11-15"))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		if gz {
+			req.Header.Set("Accept-Encoding", "gzip")
+		}
+		rec := httptest.NewRecorder()
+		c.EC2Handler().ServeHTTP(rec, req)
+		body := rec.Body.Bytes()
+		if got := rec.Header().Get("Content-Encoding") == "gzip"; got != gz {
+			t.Fatalf("Accept-Encoding gzip %v: Content-Encoding %q", gz, rec.Header().Get("Content-Encoding"))
+		}
+		if rec.Header().Get("Content-Length") != fmt.Sprint(len(body)) {
+			t.Fatalf("Content-Length %s for %d bytes", rec.Header().Get("Content-Length"), len(body))
+		}
+		if gz {
+			zr, err := gzip.NewReader(bytes.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if body, err = io.ReadAll(zr); err != nil {
+				t.Fatal(err)
+			}
+			if n := rec.Body.Len(); n > 3500 {
+				t.Errorf("a 100-type page compresses to %d bytes, more than fits the client's first read", n)
+			}
+		}
+		if !bytes.Contains(body, []byte("<instanceType>a1.2xlarge</instanceType>")) {
+			t.Fatalf("reply lacks the first type: %.200s", body)
+		}
+	}
 }

@@ -426,3 +426,33 @@ func TestVanishedENIIsForgottenAtOnce(t *testing.T) {
 	}
 	n.checkInvariants()
 }
+
+// TestPrefixModeServesAddressesOutOfPrefixes: with prefix delegation the
+// pool holds /28 prefixes, pods get addresses out of them, and a full prefix
+// brings the next one.
+func TestPrefixModeServesAddressesOutOfPrefixes(t *testing.T) {
+	c := startCloud(t)
+	n := newNode(t, c, itypeSmall, map[string]string{"ENABLE_PREFIX_DELEGATION": "true", "WARM_PREFIX_TARGET": "1", "VPCIP_ADD_WAIT": "10s"})
+	n.start()
+	st := n.status()
+	if st.Warm != 16 || st.Budget != 3*9*16 {
+		t.Fatalf("prefix-mode warm-up: %+v, want one /28 warm and a budget of 432", st)
+	}
+	for _, id := range names("c", 17) {
+		a := n.mustAdd(id)
+		in := false
+		for _, e := range c.Cloud.NetworkInterfaces() {
+			for _, p := range e.Prefixes {
+				in = in || (e.ID == a.ENIID && e.InstanceID == n.inst.ID && p.Contains(a.Address))
+			}
+		}
+		if !in {
+			t.Errorf("%s got %s, in no /28 prefix of %s", id, a.Address, a.ENIID)
+		}
+	}
+	n.cycle()
+	if st := n.status(); st.Assigned != 17 || st.Warm < 15 {
+		t.Errorf("after 17 pods: %+v, want a second /28 in the pool", st)
+	}
+	n.checkInvariants()
+}

@@ -67,3 +67,17 @@ func (l *Local) Launch(t testing.TB, instanceType string) vpcsim.InstanceInfo {
 	}
 	return inst
 }
+
+// Env returns the environment a process on the instance needs to reach this
+// cloud through the AWS SDK: AWS_ENDPOINT_URL_EC2, AWS_EC2_METADATA_SERVICE_ENDPOINT
+// (the instance's IMDS listener), AWS_REGION and dummy static credentials.
+func (l *Local) Env(instanceID string) []string {
+	return []string{
+		"AWS_ENDPOINT_URL_EC2=" + l.EC2URL,
+		"AWS_EC2_METADATA_SERVICE_ENDPOINT=" + l.IMDSURL(instanceID),
+		"AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE=IPv4",
+		"AWS_REGION=" + l.Cloud.Region(),
+		"AWS_ACCESS_KEY_ID=AKIDVPCSIM",
+		"AWS_SECRET_ACCESS_KEY=vpcsim",
+	}
+}

@@ -2,6 +2,7 @@ package checkpoint
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"io/fs"
 	"net/netip"
@@ -189,4 +190,43 @@ func BenchmarkSave250(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// FuzzLoad: no input panics Load; whatever it accepts survives a Save and
+// Load unchanged, with no duplicate address or key.
+func FuzzLoad(f *testing.F) {
+	good, _ := json.Marshal(sample())
+	f.Add(good)
+	f.Add([]byte(`{"version":1,"assignments":[{"key":{"containerID":"c"},"address":"1.2.3.4"}]}`))
+	f.Add([]byte{0, 0, 0})
+	f.Add([]byte(`{"version":1,"assignments":[1,"x",null]}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		dir := t.TempDir()
+		path := filepath.Join(dir, "ipam.json")
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		st, _, err := Load(path)
+		if err != nil {
+			return
+		}
+		addrs := map[netip.Addr]bool{}
+		keys := map[api.Key]bool{}
+		for _, a := range st.Assignments {
+			if addrs[a.Address] || keys[a.Key] {
+				t.Fatalf("Load accepted a duplicate: %+v", a)
+			}
+			addrs[a.Address], keys[a.Key] = true, true
+		}
+		if err := Save(path, st); err != nil {
+			t.Fatal(err)
+		}
+		again, dropped, err := Load(path)
+		if err != nil || len(dropped) > 0 {
+			t.Fatalf("reload: %v %v", err, dropped)
+		}
+		if d := cmp.Diff(st, again, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); d != "" {
+			t.Fatalf("round trip (-first +second):\n%s", d)
+		}
+	})
 }

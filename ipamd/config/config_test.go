@@ -144,3 +144,19 @@ func TestNamesCoverMap(t *testing.T) {
 		t.Errorf("Names() has %d entries, want %d", len(names), len(Config{}.Map())+2)
 	}
 }
+
+// FuzzParse: no value of any variable panics Parse, and an error always
+// names the variable.
+func FuzzParse(f *testing.F) {
+	for _, v := range []string{"5", "-1", "[::1]:x", ",,10.0.0.0/8,", "30s", "off", "/a/b", "DEBUG"} {
+		f.Add(v)
+	}
+	f.Fuzz(func(t *testing.T, value string) {
+		for _, name := range Names() {
+			_, err := Parse(env(map[string]string{name: value}))
+			if err != nil && !strings.Contains(err.Error(), name+"=") && !strings.Contains(err.Error(), "VPCIP_SOCKET=") {
+				t.Fatalf("%s=%q: error %q does not name the variable", name, value, err)
+			}
+		}
+	})
+}

@@ -173,7 +173,7 @@ func TestModifyAndTerminate(t *testing.T) {
 
 func TestDetachIsAsynchronous(t *testing.T) {
 	cfg := testConfig()
-	cfg.DetachDelay = 30 * time.Millisecond
+	cfg.DetachDelay = 500 * time.Millisecond
 	l := vpcsimtest.Start(t, cfg)
 	cli := ec2Client(l)
 	inst := launchIn(t, l, "m5.large", subnetBig)
@@ -320,7 +320,7 @@ func TestObserverSeesEveryChange(t *testing.T) {
 
 func TestAttachIsAsynchronous(t *testing.T) {
 	cfg := testConfig()
-	cfg.AttachDelay = 30 * time.Millisecond
+	cfg.AttachDelay = 500 * time.Millisecond
 	l := vpcsimtest.Start(t, cfg)
 	rec := &recorder{}
 	l.Cloud.SetObserver(rec)

@@ -56,7 +56,8 @@ func (f *Faults) applyIMDSEdits(instanceID string, tree map[string]string) {
 // SetDescribeLag makes DescribeNetworkInterfaces eventually consistent, as
 // EC2's is: it answers with the ENIs as they were d ago, so a new ENI is
 // briefly InvalidNetworkInterfaceID.NotFound and a change shows late. It
-// applies to changes made after it is set. 0 turns it off.
+// applies to changes made after it is set. 0 turns it off. It takes the
+// cloud's lock, so an Observer must not call it.
 func (f *Faults) SetDescribeLag(d time.Duration) {
 	f.mu.Lock()
 	f.describeLag = max(d, 0)

@@ -107,7 +107,9 @@ type Observer interface {
 	ENIDetached(instanceID string, eniID string)
 	// AddressesAssigned: /32 secondary IPs and /28 prefixes.
 	AddressesAssigned(eniID string, p []netip.Prefix)
+	// AddressesUnassigned: their routes go.
 	AddressesUnassigned(eniID string, p []netip.Prefix)
+	// InstanceTerminated: after ENIDetached for each of its ENIs.
 	InstanceTerminated(instanceID string)
 }
 
@@ -151,7 +153,7 @@ type instance struct {
 	itype                 InstanceType
 	state                 string
 	launched              time.Time
-	enis                  []*eni // attached (or detaching), any order
+	enis                  []*eni // attaching, attached or detaching; by device index
 	tags                  map[string]string
 }
 
@@ -162,7 +164,6 @@ type eni struct {
 	prefixes                       []netip.Prefix
 	groups                         []string
 	tags                           map[string]string
-	created                        time.Time
 	// attachment; inst == nil when unattached
 	inst             *instance
 	attachmentID     string

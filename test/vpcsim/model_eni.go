@@ -44,7 +44,6 @@ func (c *Cloud) createENILocked(req createENIRequest) (*eni, *Error) {
 		description: req.description,
 		groups:      groups,
 		tags:        copyTags(req.tags),
-		created:     time.Now(),
 	}
 	var h holds
 	h.s = s

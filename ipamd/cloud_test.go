@@ -5,6 +5,7 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -250,3 +251,105 @@ func createAvailableENI(t *testing.T, raw *ec2.Client, subnet string, tags map[s
 
 var _ = api.Version
 var _ = warmpool.Nothing
+
+// TestB05StaleIMDSThroughProvider: the same as above with vpcsim's own IMDS
+// serving the stale view, through the provider's metadata path: a swapped
+// address and a hidden ENI never lead to an unassign, detach or reuse.
+func TestB05StaleIMDSThroughProvider(t *testing.T) {
+	c := startCloud(t)
+	host := newMemHost()
+	n := newNode(t, c, itypeSmall, map[string]string{"WARM_IP_TARGET": "3"})
+	n.host = host
+	n.start()
+	var onB []api.Assignment
+	for _, id := range names("c", 11) { // the primary ENI holds 9: two land on eni-B
+		a := n.mustAdd(id)
+		if a.DeviceNumber == 1 {
+			onB = append(onB, a)
+		}
+	}
+	if len(onB) != 2 {
+		t.Fatalf("%d pods on the secondary ENI, want 2", len(onB))
+	}
+	n.cycle()
+	eniB, _ := c.Cloud.NetworkInterface(onB[1].ENIID)
+	f := c.Cloud.Faults()
+	phantom := netip.MustParseAddr("100.64.15.201")
+	ips := []string{eniB.PrimaryIP.String()}
+	for _, a := range eniB.SecondaryIPs {
+		if a == onB[1].Address {
+			a = phantom
+		}
+		ips = append(ips, a.String())
+	}
+	macPath := "meta-data/network/interfaces/macs/" + eniB.MAC
+	f.SetIMDSOverride(n.inst.ID, macPath+"/local-ipv4s", strings.Join(ips, "\n"))
+	for range 3 {
+		n.reconcile()
+	}
+	f.ClearIMDSOverrides(n.inst.ID)
+	f.HideIMDS(n.inst.ID, macPath)
+	n.reconcile()
+	n.reconcile()
+	f.ClearIMDSOverrides(n.inst.ID)
+	n.reconcile()
+	for op, v := range map[string]int{"UnassignPrivateIpAddresses": 0, "DetachNetworkInterface": 0, "DeleteNetworkInterface": 0} {
+		if got := f.Calls(op); got != v {
+			t.Errorf("%d %s calls during stale metadata", got, op)
+		}
+	}
+	for _, a := range onB {
+		if got, ok := n.d.store.Get(a.Key); !ok || got.Address != a.Address || got.ENIID != a.ENIID {
+			t.Errorf("%s after stale metadata: %+v, want %s on %s", a.Key, got, a.Address, a.ENIID)
+		}
+	}
+	if _, ok := n.d.store.Holder(phantom); ok {
+		t.Error("the phantom address is held")
+	}
+	if host.enisSetUp() != 1 {
+		t.Errorf("%d secondary ENIs set up on the host, want 1", host.enisSetUp())
+	}
+	n.checkInvariants()
+}
+
+// TestLaggingDescribeKeepsNewENI: an EC2 Describe that lags behind a just
+// attached ENI does not make the daemon forget the ENI or tear down its host
+// setup under its pods; a second read that still lacks it does.
+func TestLaggingDescribeKeepsNewENI(t *testing.T) {
+	c := startCloud(t)
+	host := newMemHost()
+	n := newNode(t, c, itypeSmall, map[string]string{"WARM_IP_TARGET": "1", "VPCIP_ADD_WAIT": "10s"})
+	n.host = host
+	n.start()
+	c.Cloud.Faults().SetDescribeLag(time.Hour) // every Describe answers the state before now
+	var onB api.Assignment
+	for _, id := range names("c", 10) {
+		if a := n.mustAdd(id); a.DeviceNumber == 1 {
+			onB = a
+		}
+	}
+	if onB.ENIID == "" {
+		t.Fatal("no pod on a secondary ENI")
+	}
+	lagging, err := n.prov.ENIs(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range lagging {
+		if e.ID == onB.ENIID {
+			t.Fatal("EC2 Describe shows the new ENI: the lag is not exercised")
+		}
+	}
+	resync := func(ctx context.Context) { n.d.reconcile(ctx, true) }
+	n.cycle(resync)
+	if got, ok := n.d.store.Get(onB.Key); !ok || got.ENIID != onB.ENIID || host.enisSetUp() != 1 {
+		t.Fatalf("after one lagging Describe: %+v, %d ENIs set up; want %s kept", got, host.enisSetUp(), onB.ENIID)
+	}
+	c.Cloud.Faults().SetDescribeLag(0)
+	n.cycle(resync)
+	n.cycle(resync)
+	if got, ok := n.d.store.Get(onB.Key); !ok || got.ENIID != onB.ENIID {
+		t.Errorf("after Describe caught up: %+v", got)
+	}
+	n.checkInvariants()
+}

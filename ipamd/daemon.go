@@ -96,6 +96,7 @@ type Daemon struct {
 	links        map[string]string // ENI id → host link name
 	hostErrs     map[string]string // ENI id → last EnsureENI failure
 	noRoute      map[api.Key]int   // consecutive reconciles an assignment had no host route
+	missing      map[string]int    // consecutive EC2 reads that lacked an ENI the datastore has
 	restoredFrom string            // instance id recorded in the loaded checkpoint
 
 	persistMu sync.Mutex // serializes checkpoint writes; guards savedGen
@@ -119,6 +120,7 @@ func New(o Options) (*Daemon, error) {
 		links:    map[string]string{},
 		hostErrs: map[string]string{},
 		noRoute:  map[api.Key]int{},
+		missing:  map[string]int{},
 		reason:   "restoring state",
 	}
 	if d.host == nil {

@@ -178,6 +178,7 @@ func (d *Daemon) applyENIs(enis []provider.ENI) {
 	for _, e := range enis {
 		d.setupHost(e)
 	}
+	enis = d.keepOnFirstMiss(enis, before)
 	r := d.store.Sync(enis, d.now())
 	for _, id := range r.ForgottenENIs {
 		e := before[id]
@@ -202,6 +203,47 @@ func (d *Daemon) applyENIs(enis []provider.ENI) {
 		d.log.Warn("reconciliation repaired the datastore from EC2", "adoptedENIs", r.AdoptedENIs, "forgottenENIs", r.ForgottenENIs,
 			"adoptedSlots", r.AdoptedSlots, "forgottenSlots", r.ForgottenSlots, "assignedButGone", r.KeptAssigned)
 	}
+}
+
+// keepOnFirstMiss adds back the ENIs the datastore has and this EC2 answer
+// lacks for the first time: EC2's DescribeNetworkInterfaces is eventually
+// consistent, and a just-attached ENI may be missing from one answer.
+// Forgetting it would tear down its host setup under its pods. An ENI missing
+// from two answers in a row is gone.
+func (d *Daemon) keepOnFirstMiss(enis []provider.ENI, have map[string]datastore.ENI) []provider.ENI {
+	seen := make(map[string]bool, len(enis))
+	for _, e := range enis {
+		seen[e.ID] = true
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for id := range d.missing {
+		if seen[id] || have[id].ID == "" {
+			delete(d.missing, id)
+		}
+	}
+	for id, e := range have {
+		if seen[id] {
+			continue
+		}
+		d.missing[id]++
+		if d.missing[id] >= 2 {
+			delete(d.missing, id)
+			continue
+		}
+		d.log.Warn("EC2 does not list an ENI the datastore has: keeping it until the next read confirms", "eni", id)
+		pe := provider.ENI{ID: e.ID, MAC: e.MAC, DeviceNumber: e.DeviceNumber, SubnetID: e.SubnetID,
+			SubnetCIDR: e.SubnetCIDR, Gateway: e.Gateway, PrimaryIP: e.PrimaryIP, Attached: e.Attached}
+		for _, s := range e.Slots {
+			if s.Bits() == s.Addr().BitLen() {
+				pe.SecondaryIPs = append(pe.SecondaryIPs, s.Addr())
+			} else {
+				pe.Prefixes = append(pe.Prefixes, s)
+			}
+		}
+		enis = append(enis, pe)
+	}
+	return enis
 }
 
 // disagreement describes how instance metadata differs from the datastore

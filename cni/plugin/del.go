@@ -18,8 +18,9 @@ import (
 // netns is given (B01) or still exists (B25), and succeeds when anything is
 // already gone (B14). When vpcipd cannot answer, it removes the host side
 // from what it knows locally (prevResult, the pod interface it just deleted)
-// and returns code 11 so the runtime retries; the daemon's GC and startup
-// reconcile recover the address (B13).
+// and returns the daemon's error (code 11 when it is unreachable or not
+// ready) so the runtime retries; the daemon's GC and startup reconcile
+// recover the address (B13).
 //
 // A config whose network name cannot be read is an error (code 7): without
 // it the attachment key cannot be formed.
@@ -58,8 +59,6 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 		for _, a := range local {
 			errs = append(errs, removeHostSide(in.log, a, in.hostVeth(), false))
 		}
-	case !unreachable(r.err):
-		return daemonError("release", in.key, r.err)
 	default:
 		return in.delWithoutDaemon(args, podAddrs, r.err, errs)
 	}
@@ -81,16 +80,18 @@ func (in *invocation) release() releaseAnswer {
 	return releaseAnswer{resp, err}
 }
 
-// delWithoutDaemon removes the host side from local knowledge and answers
-// code 11 so the runtime retries the DEL (B13): never a rule left pointing at
-// an address the daemon may hand out again.
+// delWithoutDaemon handles a release the daemon did not answer (or refused):
+// it removes the host side from local knowledge and returns the daemon's
+// error, code 11 when unreachable or not ready, so the runtime retries the
+// DEL (B13): never a rule left pointing at an address the daemon may hand
+// out again.
 func (in *invocation) delWithoutDaemon(args *skel.CmdArgs, podAddrs []netip.Addr, relErr error, errs []error) error {
 	local := localAddrs(in, args.IfName, podAddrs)
 	for _, a := range local {
 		errs = append(errs, removeHostSide(in.log, a, in.hostVeth(), false))
 	}
 	cerr := daemonError("release", in.key, relErr)
-	in.log.Error("daemon unreachable; host side removed from local knowledge", "addresses", fmt.Sprint(local), "error", cerr.Msg)
+	in.log.Error("release failed; host side removed from local knowledge", "addresses", fmt.Sprint(local), "error", cerr.Msg)
 	if err := errors.Join(errs...); err != nil {
 		cerr.Details = err.Error()
 	}

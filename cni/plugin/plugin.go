@@ -121,16 +121,6 @@ func daemonError(op string, key api.Key, err error) *types.Error {
 	}
 }
 
-// unreachable reports whether err means the daemon could not answer at all
-// or answered that it cannot serve yet, so local knowledge must do.
-func unreachable(err error) bool {
-	var ae *api.Error
-	if errors.As(err, &ae) {
-		return ae.Code == api.CodeNotReady || ae.Code == api.CodeInternal
-	}
-	return err != nil
-}
-
 func (p *Plugin) print(r types.Result, ver string) error {
 	out, err := r.GetAsVersion(ver)
 	if err != nil {

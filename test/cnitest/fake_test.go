@@ -44,7 +44,22 @@ func TestNotReady(t *testing.T) {
 		t.Errorf("STATUS ready: %v", err)
 	}
 	e.MustAdd(t, p)
+	// A DEL while the daemon restores its state removes the host side and
+	// answers 11; the retried DEL releases.
+	d.SetReady(false)
+	err = e.Del(t, p)
+	if CNICode(err) != types.ErrTryAgainLater || !strings.Contains(err.Error(), "host routes and rules removed") {
+		t.Errorf("DEL not ready: %v (code %d), want code 11 saying the host side is removed", err, CNICode(err))
+	}
+	AssertHostSideGone(t, e, p, p.Address)
+	if _, held := d.Held()[e.key(p)]; !held {
+		t.Errorf("the not-ready daemon released anyway")
+	}
+	d.SetReady(true)
 	mustDel(t, e, p)
+	if _, held := d.Held()[e.key(p)]; held {
+		t.Errorf("retried DEL did not release")
+	}
 	AssertNodeClean(t, e)
 }
 

@@ -82,8 +82,8 @@ func NewFakeDaemon(t testing.TB, pool []FakeAddress, mtu int) *FakeDaemon {
 // Socket implements Daemon.
 func (d *FakeDaemon) Socket() string { return d.socket }
 
-// SetReady sets what /v1/status reports and whether Assign answers
-// not-ready.
+// SetReady sets what /v1/status reports; while not ready, assign and
+// release answer not-ready, as a daemon restoring its checkpoint does.
 func (d *FakeDaemon) SetReady(ready bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -184,8 +184,8 @@ func (d *FakeDaemon) assign(body []byte) (any, *api.Error) {
 	if e := decode(body, &req); e != nil {
 		return nil, e
 	}
-	if !d.ready {
-		return nil, &api.Error{Code: api.CodeNotReady, Message: "vpcipd is restoring its state; try again"}
+	if e := d.notReady(); e != nil {
+		return nil, e
 	}
 	if a, ok := d.held[req.Key]; ok {
 		return a, nil
@@ -218,9 +218,19 @@ func (d *FakeDaemon) releaseLocked(k api.Key) *api.Assignment {
 	return &a
 }
 
+func (d *FakeDaemon) notReady() *api.Error {
+	if d.ready {
+		return nil
+	}
+	return &api.Error{Code: api.CodeNotReady, Message: "vpcipd is restoring its state; try again"}
+}
+
 func (d *FakeDaemon) release(body []byte) (any, *api.Error) {
 	var req api.ReleaseRequest
 	if e := decode(body, &req); e != nil {
+		return nil, e
+	}
+	if e := d.notReady(); e != nil {
 		return nil, e
 	}
 	a := d.releaseLocked(req.Key)

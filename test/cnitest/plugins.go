@@ -12,10 +12,14 @@
 package cnitest
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -48,14 +52,19 @@ var (
 	buildErr  error
 )
 
-// BuildPlugin builds cmd/vpcip-cni once per test binary and returns the
-// directory holding it (the CNI bin dir also gets the reference plugins
-// linked in; see BinDir).
+// buildDirPrefix names the per-process build dirs; dirs of processes that
+// are gone are removed by the next BuildPlugin.
+const buildDirPrefix = "/tmp/vct-bin-"
+
+// BuildPlugin builds cmd/vpcip-cni once per test process into
+// /tmp/vct-bin-<pid> and returns the binary's path. RemoveBuild (or the next
+// process's BuildPlugin) removes it.
 func BuildPlugin(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
-		buildDir, buildErr = os.MkdirTemp("", "vct-bin-")
-		if buildErr != nil {
+		removeStaleBuilds()
+		buildDir = buildDirPrefix + strconv.Itoa(os.Getpid())
+		if buildErr = os.MkdirAll(buildDir, 0o755); buildErr != nil {
 			return
 		}
 		out, err := exec.Command("go", "build", "-o", filepath.Join(buildDir, "vpcip-cni"),
@@ -68,6 +77,26 @@ func BuildPlugin(t testing.TB) string {
 		t.Fatal(buildErr)
 	}
 	return filepath.Join(buildDir, "vpcip-cni")
+}
+
+// RemoveBuild removes this process's build dir (call it from TestMain).
+func RemoveBuild() {
+	if buildDir != "" {
+		_ = os.RemoveAll(buildDir)
+	}
+}
+
+func removeStaleBuilds() {
+	dirs, _ := filepath.Glob(buildDirPrefix + "*")
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(strings.TrimPrefix(d, buildDirPrefix))
+		if err != nil {
+			continue
+		}
+		if _, err := os.Stat("/proc/" + strconv.Itoa(pid)); errors.Is(err, fs.ErrNotExist) {
+			_ = os.RemoveAll(d)
+		}
+	}
 }
 
 // ReferencePlugins installs portmap, bandwidth, tuning, ptp and host-local

@@ -37,6 +37,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
@@ -59,7 +60,9 @@ func run(args []string) int {
 	fs := flag.NewFlagSet("vpcipd", flag.ContinueOnError)
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: vpcipd [-version] [install-cni]\nSettings come from the environment; see package ipamd/config.")
+		fmt.Fprintf(fs.Output(), "usage: vpcipd [-version] [install-cni]\n\nSettings come from the environment (package ipamd/config):\n  %s\n"+
+			"and the AWS SDK's own (AWS_REGION, AWS_ENDPOINT_URL_EC2, AWS_EC2_METADATA_SERVICE_ENDPOINT, credentials).\n",
+			strings.Join(config.Names(), "\n  "))
 	}
 	if err := fs.Parse(args); err != nil {
 		return 2

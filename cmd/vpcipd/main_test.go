@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -20,18 +22,59 @@ import (
 	"github.com/vpcip/vpcip/test/vpcsim/vpcsimtest"
 )
 
+var build struct {
+	once sync.Once
+	dir  string
+	bin  string
+	err  error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if build.dir != "" {
+		os.RemoveAll(build.dir)
+	}
+	os.Exit(code)
+}
+
 // buildDaemon builds cmd/vpcipd once per test binary run.
 func buildDaemon(t testing.TB) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds and runs the vpcipd binary")
 	}
-	bin := filepath.Join(t.TempDir(), "vpcipd")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	build.once.Do(func() {
+		if build.dir, build.err = os.MkdirTemp("", "vpcipd-bin"); build.err != nil {
+			return
+		}
+		build.bin = filepath.Join(build.dir, "vpcipd")
+		out, err := exec.Command("go", "build", "-o", build.bin, ".").CombinedOutput()
+		if err != nil {
+			build.err = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if build.err != nil {
+		t.Fatal(build.err)
 	}
-	return bin
+	return build.bin
+}
+
+// TestBadConfigStopsWithTheVariable: a malformed value stops vpcipd before
+// it does anything, naming each bad variable and the accepted form.
+func TestBadConfigStopsWithTheVariable(t *testing.T) {
+	bin := buildDaemon(t)
+	cmd := exec.Command(bin)
+	cmd.Env = []string{"WARM_IP_TARGET=many", "AWS_VPC_ENI_MTU=90000", "VPCIP_SOCKET=" + filepath.Join(shortDir(t), "s.sock")}
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 2 {
+		t.Fatalf("vpcipd with a bad config: %v, want exit 2\n%s", err, out)
+	}
+	for _, want := range []string{`WARM_IP_TARGET="many": want a whole number`, `AWS_VPC_ENI_MTU="90000": want a whole number from 576 to 9001`} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
 }
 
 // daemonEnv runs vpcipd against a vpcsim instance without host networking.

@@ -65,6 +65,9 @@ func run(args []string) int {
 			strings.Join(config.Names(), "\n  "))
 	}
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
 		return 2
 	}
 	if *showVersion {

@@ -78,10 +78,10 @@ type Daemon struct {
 	started  time.Time
 	store    *datastore.Store
 
-	kick    chan struct{} // capacity 1: a pool cycle is wanted
-	calls   chan workerCall
-	pending atomic.Int64  // ADDs waiting for an address
-	ready   chan struct{} // closed once state is restored and first reconciled
+	kick    chan struct{}   // capacity 1: a pool cycle is wanted
+	calls   chan workerCall // functions to run on the worker (tests, tooling)
+	pending atomic.Int64    // ADDs waiting for an address
+	ready   chan struct{}   // closed once state is restored and first reconciled
 	readyOK atomic.Bool
 	// stopping: shutdown began; no new cloud changes.
 	stopping atomic.Bool

@@ -85,10 +85,10 @@ func TestB14DELUnknownKeyIsSuccess(t *testing.T) {
 	}
 }
 
-// TestNoAddressAtENILimitNamesTheCause: a full node answers CodeNoAddress
+// TestB19ENILimitFailsFastWithCause: a full node answers CodeNoAddress
 // with cause eni-limit and the numbers at once, without waiting out
 // VPCIP_ADD_WAIT (B19: fail fast on a capacity limit).
-func TestNoAddressAtENILimitNamesTheCause(t *testing.T) {
+func TestB19ENILimitFailsFastWithCause(t *testing.T) {
 	c := startCloud(t)
 	n := newNode(t, c, itypeSmall, map[string]string{"VPCIP_ADD_WAIT": "10m"})
 	n.start()
@@ -114,9 +114,9 @@ func TestNoAddressAtENILimitNamesTheCause(t *testing.T) {
 	n.checkInvariants()
 }
 
-// TestMaxPodsFailsFast: beyond VPCIP_MAX_PODS an ADD fails at once with
+// TestB19MaxPodsFailsFast: beyond VPCIP_MAX_PODS an ADD fails at once with
 // cause max-pods, though the ENIs have room.
-func TestMaxPodsFailsFast(t *testing.T) {
+func TestB19MaxPodsFailsFast(t *testing.T) {
 	c := startCloud(t)
 	n := newNode(t, c, itypeSmall, map[string]string{"VPCIP_MAX_PODS": "3", "VPCIP_ADD_WAIT": "10m"})
 	n.start()

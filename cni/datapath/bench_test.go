@@ -1,0 +1,63 @@
+package datapath
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+)
+
+// BenchmarkSetupTeardown measures the in-process datapath work of one ADD
+// (CreatePair, Configure) and one DEL (pod interface removal and host
+// cleanup), with per-step metrics in ms, in throwaway netns.
+func BenchmarkSetupTeardown(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("needs root")
+	}
+	open := func(name string) ns.NetNS {
+		_ = exec.Command("ip", "netns", "del", name).Run()
+		if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
+			b.Fatalf("%v %s", err, out)
+		}
+		h, err := ns.GetNS(filepath.Join("/var/run/netns", name))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { h.Close(); _ = exec.Command("ip", "netns", "del", name).Run() })
+		return h
+	}
+	node, pod := open("vct-dpb-node"), open("vct-dpb-pod")
+	a := attachment(2)
+	var pair, conf, del float64
+	err := node.Do(func(ns.NetNS) error {
+		b.ResetTimer()
+		for range b.N {
+			t0 := nowMs()
+			if _, err := CreatePair(node, pod, a.HostVeth, a.IfName, a.MTU); err != nil {
+				return err
+			}
+			t1 := nowMs()
+			if _, err := Configure(pod, a); err != nil {
+				return err
+			}
+			t2 := nowMs()
+			if err := Teardown(pod.Path(), a); err != nil {
+				return err
+			}
+			pair, conf, del = pair+t1-t0, conf+t2-t1, del+nowMs()-t2
+		}
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	n := float64(b.N)
+	b.ReportMetric(pair/n, "pair-ms")
+	b.ReportMetric(conf/n, "configure-ms")
+	b.ReportMetric(del/n, "teardown-ms")
+}
+
+func nowMs() float64 { return float64(time.Now().UnixNano()) / 1e6 }

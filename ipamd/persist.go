@@ -84,6 +84,9 @@ func (d *Daemon) dropForeign(self string) bool {
 func (d *Daemon) persist() error {
 	d.persistMu.Lock()
 	defer d.persistMu.Unlock()
+	if g := d.store.Generation(); g == d.savedGen && g != 0 {
+		return nil
+	}
 	st, gen := d.store.Checkpoint(d.now())
 	if gen == d.savedGen && gen != 0 {
 		return nil

@@ -134,36 +134,6 @@ func HostRouteLink(addr netip.Addr) (string, error) {
 	return link.Attrs().Name, nil
 }
 
-// RoutedAddrs lists the addresses with a main-table /32 route through the
-// named link (what a host veth carries), or nil when the link is gone.
-func RoutedAddrs(hostVeth string) ([]netip.Addr, error) {
-	link, err := netlinksafe.LinkByName(hostVeth)
-	if err != nil {
-		var nf netlink.LinkNotFoundError
-		if errors.As(err, &nf) {
-			return nil, nil
-		}
-		return nil, err
-	}
-	routes, err := netlinksafe.RouteList(link, netlink.FAMILY_V4)
-	if err != nil {
-		return nil, fmt.Errorf("list routes of %s: %w", hostVeth, err)
-	}
-	var out []netip.Addr
-	for _, r := range routes {
-		if r.Dst == nil {
-			continue
-		}
-		if ones, _ := r.Dst.Mask.Size(); ones != 32 {
-			continue
-		}
-		if a, ok := addrOf(r.Dst.IP); ok {
-			out = append(out, a)
-		}
-	}
-	return out, nil
-}
-
 // RemoveHostRoute deletes the main-table route to addr/32 when it goes
 // through hostVeth, or through any link when hostVeth is "". A missing route
 // is success.

@@ -6,7 +6,6 @@ import (
 	"net/netip"
 	"os/exec"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 )
@@ -131,13 +130,4 @@ func HostRoute(t testing.TB, node string, addr netip.Addr) (ipRoute, bool) {
 		return ipRoute{}, false
 	}
 	return rs[0], true
-}
-
-// tableNumber renders a route table as ip prints it.
-func tableNumber(s string) int {
-	if s == "main" {
-		return 254
-	}
-	n, _ := strconv.Atoi(s)
-	return n
 }

@@ -332,3 +332,39 @@ func compactJSON(t *testing.T, path string) string {
 	out, _ := json.Marshal(v)
 	return string(out)
 }
+
+// TestB11CooldownSurvivesKill9: an address released just before a kill -9
+// is not handed out again by the restarted daemon within IP_COOLDOWN_PERIOD.
+func TestB11CooldownSurvivesKill9(t *testing.T) {
+	bin := buildDaemon(t)
+	l := vpcsimtest.Start(t, vpcsim.Config{Seed: 12})
+	inst := l.Launch(t, "m5.large")
+	dir := shortDir(t)
+	env := append(daemonEnv(l, inst.ID, dir), "MAX_ENI=1", "WARM_IP_TARGET=9", "IP_COOLDOWN_PERIOD=300", "VPCIP_ADD_WAIT=3s")
+	p := startDaemon(t, bin, env, dir)
+	ctx := context.Background()
+	var released netip.Addr
+	for i := range 9 { // the primary ENI's 9 secondary addresses
+		a, err := p.client.Assign(ctx, api.AssignRequest{Key: key(fmt.Sprint("c", i)), Pod: api.Pod{Name: "p"}})
+		if err != nil {
+			t.Fatalf("ADD c%d: %v", i, err)
+		}
+		if i == 1 {
+			released = a.Address
+		}
+	}
+	if _, err := p.client.Release(ctx, api.ReleaseRequest{Key: key("c1")}); err != nil {
+		t.Fatal(err)
+	}
+	p.cmd.Process.Signal(syscall.SIGKILL)
+	p.cmd.Wait()
+	p = startDaemon(t, bin, env, dir)
+	a, err := p.client.Assign(ctx, api.AssignRequest{Key: key("c9"), Pod: api.Pod{Name: "p"}})
+	var e *api.Error
+	switch {
+	case err == nil && a.Address == released:
+		t.Fatalf("c9 got %s, released before the kill and still cooling down", released)
+	case err != nil && !(errors.As(err, &e) && e.Cause == api.CauseCooldown):
+		t.Fatalf("ADD c9 after restart: %v, want a cooldown refusal", err)
+	}
+}

@@ -192,7 +192,16 @@ func (d *Daemon) applyENIs(enis []provider.ENI) {
 		d.mu.Unlock()
 	}
 	if len(before) == 0 {
-		return // the first sync adopts everything; that is no repair
+		// The first sync adopts everything, which is no repair; but a
+		// checkpointed assignment the cloud does not show is worth a word.
+		for _, a := range d.store.Assignments() {
+			if a.ENIID == "" {
+				d.metrics.repaired("kept_assigned_address", 1)
+				d.log.Warn("checkpointed assignment is on no ENI of this node: kept for its pod, never reused",
+					"key", a.Key.String(), "address", a.Address)
+			}
+		}
+		return
 	}
 	d.metrics.repaired("adopted_eni", len(r.AdoptedENIs))
 	d.metrics.repaired("forgotten_eni", len(r.ForgottenENIs))

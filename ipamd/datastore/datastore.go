@@ -100,9 +100,6 @@ func New(cooldown time.Duration) *Store {
 	}
 }
 
-// Cooldown is the configured cooldown.
-func (s *Store) Cooldown() time.Duration { return s.cooldown }
-
 // Changed returns a channel closed at the next change that may free or add an
 // address (a release, new slots, a cancelled release). ADDs waiting for the
 // pool select on it.

@@ -15,7 +15,7 @@ build:
 	$(GO) build -o $(BIN)/ $(addprefix ./cmd/,$(BINARIES))
 
 deps:
-	@bash scripts/deps.sh
+	@bash scripts/deps.sh promtool
 
 ## demo: two m5.large nodes on vpcsim, 40 pods through the real plugin path, then tear down.
 demo: deps build

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -217,3 +218,9 @@ func (n *Node) DaemonPID() int {
 
 // LogTail returns the last lines of the node's daemon log.
 func (n *Node) LogTail(lines int) string { return tail(n.LogFile(), lines) }
+
+// HTTPClient makes its connections from inside the node's netns, where the
+// daemon's metrics and introspection endpoints listen.
+func (n *Node) HTTPClient() *http.Client {
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: fabric.DialContext(n.Netns)}}
+}

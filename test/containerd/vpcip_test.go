@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -64,7 +65,43 @@ func binaries(t testing.TB) string {
 // containerd running in its netns on the CNI dirs install-cni writes to.
 type vpcipNode struct {
 	*cluster.Node
-	cri *crinode.Node
+	cri   *crinode.Node
+	spawn keptThread // every vpcipd of the node is started from it
+}
+
+// StartDaemon (re)starts the node's vpcipd from the kept thread.
+func (n *vpcipNode) StartDaemon(ctx context.Context) error {
+	return n.spawn.do(func() error { return n.Node.StartDaemon(ctx) })
+}
+
+// keptThread runs functions on one OS thread that no other goroutine uses
+// and that lives until the test ends. cluster.Node.StartDaemon sets
+// Pdeathsig, which the kernel sends when the thread that forked the daemon
+// exits, and Go ends a thread whenever a goroutine locked to it returns
+// without unlocking (the fabric does that after creating an instance
+// netns): a daemon forked from an ordinary thread can be killed at random.
+type keptThread chan func()
+
+// newKeptThread starts the thread; it exits (and the daemons started from it
+// get SIGKILL) when the test's cleanups reach it, after those registered
+// later, such as the cluster's graceful Close.
+func newKeptThread(t testing.TB) keptThread {
+	k := make(keptThread)
+	go func() {
+		runtime.LockOSThread()
+		for fn := range k {
+			fn()
+		}
+	}()
+	t.Cleanup(func() { close(k) })
+	return k
+}
+
+// do runs fn on the kept thread and returns its error.
+func (k keptThread) do(fn func() error) error {
+	errc := make(chan error, 1)
+	k <- func() { errc <- fn() }
+	return <-errc
 }
 
 // startVPCIPCluster starts a vpcsim cluster of nodes instances of the EC2
@@ -86,16 +123,21 @@ func startVPCIPCluster(t testing.TB, tools crinode.Tools, nodes int, instanceTyp
 	t.Cleanup(func() { os.RemoveAll(work) })
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cl, err := cluster.Start(ctx, cluster.Options{
-		// Fabric names are [a-z0-9], so "vcr" without the dash.
-		Prefix:       fmt.Sprintf("vcr%d%d", os.Getpid()%100, clusterN.Add(1)),
-		Nodes:        nodes,
-		InstanceType: instanceType,
-		BinDir:       binaries(t),
-		PluginDir:    tools.PluginDir,
-		WorkDir:      work,
-		DaemonEnv:    append([]string{"VPCIP_CNI_VERSION=" + crinode.MaxCNIVersion(major)}, daemonEnv...),
-		Logf:         t.Logf,
+	spawn := newKeptThread(t)
+	var cl *cluster.Cluster
+	err = spawn.do(func() (err error) {
+		cl, err = cluster.Start(ctx, cluster.Options{
+			// Fabric names are [a-z0-9], so "vcr" without the dash.
+			Prefix:       fmt.Sprintf("vcr%d%d", os.Getpid()%100, clusterN.Add(1)),
+			Nodes:        nodes,
+			InstanceType: instanceType,
+			BinDir:       binaries(t),
+			PluginDir:    tools.PluginDir,
+			WorkDir:      work,
+			DaemonEnv:    append([]string{"VPCIP_CNI_VERSION=" + crinode.MaxCNIVersion(major)}, daemonEnv...),
+			Logf:         t.Logf,
+		})
+		return err
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -135,7 +177,7 @@ func startVPCIPCluster(t testing.TB, tools crinode.Tools, nodes int, instanceTyp
 			}
 			os.RemoveAll(dir)
 		})
-		out = append(out, &vpcipNode{Node: n, cri: cn})
+		out = append(out, &vpcipNode{Node: n, cri: cn, spawn: spawn})
 	}
 	return out
 }

@@ -259,3 +259,39 @@ func TestForeignCheckpointDiscarded(t *testing.T) {
 		t.Errorf("c2 got %s within the cooldown the lost checkpoint implies", a.Address)
 	}
 }
+
+// TestB29FailedCheckpointWriteHoldsNothing: an ADD whose assignment cannot
+// be written to the checkpoint fails and holds no address; once writes work
+// again the next ADD succeeds.
+func TestB29FailedCheckpointWriteHoldsNothing(t *testing.T) {
+	c := startCloud(t)
+	n := newNode(t, c, itypeSmall, nil)
+	n.start()
+	dir := filepath.Dir(n.d.cfg.Checkpoint)
+	moved := dir + ".moved"
+	if err := os.Rename(dir, moved); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dir, []byte("not a directory"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range names("s", 50) {
+		_, err := n.add(id)
+		var e *api.Error
+		if !errors.As(err, &e) || e.Code != api.CodeInternal || !strings.Contains(e.Message, "checkpoint") {
+			t.Fatalf("ADD(%s) with checkpoint writes failing: %v", id, err)
+		}
+	}
+	if got := len(n.d.store.Assignments()); got != 0 {
+		t.Fatalf("%d addresses held after 50 failed ADDs", got)
+	}
+	os.Remove(dir)
+	if err := os.Rename(moved, dir); err != nil {
+		t.Fatal(err)
+	}
+	a := n.mustAdd("s0")
+	st, _, err := checkpoint.Load(n.d.cfg.Checkpoint)
+	if err != nil || len(st.Assignments) != 1 || st.Assignments[0].Address != a.Address {
+		t.Errorf("checkpoint after writes recovered: %+v, %v", st.Assignments, err)
+	}
+}

@@ -210,6 +210,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return nil
 	})
 	err = g.Wait()
+	// The worker may have recorded a last change after the servers stopped.
+	if perr := d.persist(); perr != nil {
+		d.log.Error("final checkpoint write failed", "err", perr)
+	}
 	os.Remove(d.cfg.Socket)
 	return err
 }
@@ -227,9 +231,9 @@ func (d *Daemon) shutdown(servers []*http.Server) {
 		}
 	}
 	if err := d.persist(); err != nil {
-		d.log.Error("shutdown: final checkpoint write failed", "err", err)
+		d.log.Error("shutdown: checkpoint write failed", "err", err)
 	}
-	d.log.Info("vpcipd stopped")
+	d.log.Info("vpcipd stopped serving")
 }
 
 type sideServer struct {

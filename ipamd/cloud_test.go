@@ -117,14 +117,15 @@ func TestB08IdleNodeMakesNoEC2Calls(t *testing.T) {
 	}
 }
 
-// TestB08FleetStartUnderThrottling: ten daemons start at once against an
-// account-wide token bucket; every one ends with a usable pool.
+// TestB08FleetStartUnderThrottling: fifty daemons start at once against an
+// account-wide token bucket (20 calls/s, burst 50, as field-failures.md
+// B08); every one ends with a usable pool after one batched Describe.
 func TestB08FleetStartUnderThrottling(t *testing.T) {
 	c := startCloud(t)
 	f := c.Cloud.Faults()
-	f.SetThrottle(false, 10, 10)
-	f.SetThrottle(true, 10, 10)
-	nodes := make([]*node, 10)
+	f.SetThrottle(false, 20, 50)
+	f.SetThrottle(true, 20, 50)
+	nodes := make([]*node, 50)
 	for i := range nodes {
 		nodes[i] = newNode(t, c, itypeSmall, map[string]string{"WARM_IP_TARGET": "3", "VPCIP_ADD_WAIT": "10s"})
 	}

@@ -365,3 +365,25 @@ func TestLaggingDescribeKeepsNewENI(t *testing.T) {
 	}
 	n.checkInvariants()
 }
+
+// TestB08IdleLoopWithRealTimers: the worker's own timers (reconciliation
+// every 50 ms here) on an idle node read instance metadata and call no EC2
+// action.
+func TestB08IdleLoopWithRealTimers(t *testing.T) {
+	c := startCloud(t)
+	n := newNode(t, c, itypeSmall, map[string]string{"VPCIP_RECONCILE_INTERVAL": "50ms", "VPCIP_POOL_INTERVAL": "50ms"})
+	n.start()
+	n.mustAdd("c1")
+	n.cycle()
+	before := c.Cloud.Faults().CallCounts()
+	time.Sleep(time.Second) // about 20 reconciliations and pool cycles
+	after := c.Cloud.Faults().CallCounts()
+	for op, v := range after {
+		if op != "imds" && v != before[op] {
+			t.Errorf("idle node called %s %d times in a second", op, v-before[op])
+		}
+	}
+	if after["imds"]-before["imds"] < 5 {
+		t.Errorf("only %d metadata reads: the reconciliation timer did not run", after["imds"]-before["imds"])
+	}
+}

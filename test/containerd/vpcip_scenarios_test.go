@@ -43,10 +43,16 @@ func TestVPCIPConflist(t *testing.T) {
 			return
 		}
 		t.Run("TrafficAcrossNodes", func(t *testing.T) {
-			last := sandboxesPerNode - 1
-			exchange(t, sbs[0][0], sbs[1][0])
-			exchange(t, sbs[1][last], sbs[0][last])
-			exchange(t, sbs[0][1], sbs[0][2])
+			// Pods on the primary ENI and on secondary ENIs, each way, so
+			// both the main table and the per-ENI tables carry traffic past
+			// the fabric's source/destination check; then two pods on one node.
+			a0, a1 := nets[0].sandboxOn(t, sbs[0], false), nets[0].sandboxOn(t, sbs[0], true)
+			b0, b1 := nets[1].sandboxOn(t, sbs[1], false), nets[1].sandboxOn(t, sbs[1], true)
+			exchange(t, a0, b1)
+			exchange(t, b1, a0)
+			exchange(t, a1, b0)
+			exchange(t, b0, a1)
+			exchange(t, a0, a1)
 		})
 		t.Run("RestartContainerd", func(t *testing.T) {
 			checkRestartKeepsSandboxes(t, nodes[0].cri, sbs[0])

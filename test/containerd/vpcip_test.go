@@ -20,6 +20,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/vpcip/vpcip/ipamd/introspect"
 	"github.com/vpcip/vpcip/test/containerd/crinode"
@@ -272,6 +273,41 @@ func (v vpcipNetwork) CheckAttached(t *testing.T, n *crinode.Node, sb crinode.Sa
 	if routes := hostRoutesTo(t, v.node.Netns, sb.IP); len(routes) == 0 {
 		t.Errorf("%s: the node has no route to %s", sb.Pod.Name, sb.IP)
 	}
+	// design.md §4: "to <pod>/32 lookup main" for every pod; "from <pod>/32
+	// lookup <d+1>" for an address on a secondary ENI of device number d.
+	rules := hostRulesFor(t, v.node.Netns, sb.IP)
+	if !slices.ContainsFunc(rules, func(r netlink.Rule) bool { return r.Dst != nil && r.Table == unix.RT_TABLE_MAIN }) {
+		t.Errorf("%s: no rule \"to %s lookup main\" on the node: %v", sb.Pod.Name, sb.IP, rules)
+	}
+	if d, ok := deviceOf(st, sb.IP); ok && d > 0 {
+		if !slices.ContainsFunc(rules, func(r netlink.Rule) bool { return r.Src != nil && r.Table == d+1 }) {
+			t.Errorf("%s: %s is on device %d, but the node has no rule \"from %s lookup %d\": %v", sb.Pod.Name, sb.IP, d, sb.IP, d+1, rules)
+		}
+	}
+}
+
+// deviceOf returns the device number of the node's ENI holding a.
+func deviceOf(st introspect.State, a netip.Addr) (int, bool) {
+	for _, e := range st.ENIs {
+		if slices.Contains(e.Addresses, a) {
+			return e.DeviceNumber, true
+		}
+	}
+	return 0, false
+}
+
+// sandboxOn returns a sandbox whose address is on the primary ENI
+// (secondary false) or on a secondary ENI (secondary true).
+func (v vpcipNetwork) sandboxOn(t testing.TB, sbs []crinode.Sandbox, secondary bool) crinode.Sandbox {
+	t.Helper()
+	st := v.state(t)
+	for _, sb := range sbs {
+		if d, ok := deviceOf(st, sb.IP); ok && (d > 0) == secondary {
+			return sb
+		}
+	}
+	t.Fatalf("%s: no sandbox on a secondary ENI = %v among %d", v.node.Name, secondary, len(sbs))
+	return crinode.Sandbox{}
 }
 
 func (v vpcipNetwork) CheckReleased(t *testing.T, n *crinode.Node, gone []crinode.Sandbox) {
@@ -343,7 +379,7 @@ func hostRoutesTo(t testing.TB, netnsName string, a netip.Addr) []string {
 }
 
 // hostRulesFor lists the policy rules from or to a/32.
-func hostRulesFor(t testing.TB, netnsName string, a netip.Addr) []string {
+func hostRulesFor(t testing.TB, netnsName string, a netip.Addr) []netlink.Rule {
 	t.Helper()
 	nl := nodeHandle(t, netnsName)
 	defer nl.Close()
@@ -351,10 +387,10 @@ func hostRulesFor(t testing.TB, netnsName string, a netip.Addr) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []string
+	var out []netlink.Rule
 	for _, r := range rules {
 		if (r.Src != nil && r.Src.IP.Equal(a.AsSlice())) || (r.Dst != nil && r.Dst.IP.Equal(a.AsSlice())) {
-			out = append(out, r.String())
+			out = append(out, r)
 		}
 	}
 	return out

@@ -38,9 +38,7 @@ func TestWarmUpFromEmptyInOneRound(t *testing.T) {
 	if got := f.Calls("DescribeNetworkInterfaces") - f.Calls("CreateNetworkInterface"); got != 1 {
 		t.Errorf("%d DescribeNetworkInterfaces at start besides CreateENI's, want 1 (B08)", got)
 	}
-	if len(n.cloudAddrs()) != st.Warm {
-		t.Errorf("cloud shows %d addresses, daemon %d warm", len(n.cloudAddrs()), st.Warm)
-	}
+	n.checkMirror()
 }
 
 // TestB30IdempotentADD: ADD twice for one key gives one address.

@@ -334,3 +334,35 @@ func names(prefix string, n int) []string {
 	}
 	return out
 }
+
+// checkMirror compares, on the worker (so no cloud change is in flight), the
+// addresses the datastore has on the node's ENIs with those the cloud shows:
+// they must be equal.
+func (n *node) checkMirror() {
+	n.t.Helper()
+	var diffs []string
+	n.cycle(func(context.Context) {
+		have := map[netip.Addr]string{}
+		for _, e := range n.d.store.ENIs() {
+			for _, s := range e.Slots {
+				for a := s.Addr(); s.Contains(a); a = a.Next() {
+					have[a] = e.ID
+				}
+			}
+		}
+		cloud := n.cloudAddrs()
+		for a, eni := range cloud {
+			if have[a] != eni {
+				diffs = append(diffs, fmt.Sprintf("%s on %s in the cloud, on %q in the datastore", a, eni, have[a]))
+			}
+		}
+		for a, eni := range have {
+			if _, ok := cloud[a]; !ok {
+				diffs = append(diffs, fmt.Sprintf("%s on %s in the datastore only", a, eni))
+			}
+		}
+	})
+	for _, d := range diffs {
+		n.t.Error(d)
+	}
+}

@@ -46,6 +46,7 @@ func TestB09PoolShrinksAfterBurst(t *testing.T) {
 		n.del(id)
 	}
 	n.trim(6) // documented bound: one release or ENI deletion per interval
+	n.checkMirror()
 	st := n.status()
 	if st.Warm != 2 || st.Cooling != 0 || st.ENIs != 1 || st.Assigned != 1 {
 		t.Errorf("after trimming: %+v, want 1 assigned, 2 warm on the primary ENI only", st)
@@ -171,6 +172,7 @@ func TestB23ReleaseNeverRacesAllocation(t *testing.T) {
 	}
 	n.cycle()
 	n.checkInvariants()
+	n.checkMirror()
 	watch.mu.Lock()
 	defer watch.mu.Unlock()
 	for _, v := range watch.violations {
@@ -329,6 +331,7 @@ func TestB41SubnetExhaustionDoesNotWedge(t *testing.T) {
 		}
 	}
 	n.checkInvariants()
+	n.checkMirror()
 }
 
 // TestShutdownStopsCloudChanges: once shutdown began (SIGTERM, or a node

@@ -23,6 +23,12 @@
 // makes at most 2 EC2 calls per 5 minutes. Start-up makes one batched Describe.
 // Cloud refusals back off exponentially with jitter, per kind.
 //
+// Shrinking (B09): surplus is given back at most once per
+// VPCIP_RELEASE_INTERVAL (30 s), one release of free addresses or one ENI
+// deletion at a time, only under WARM_IP_TARGET/MINIMUM_IP_TARGET or surplus
+// whole ENIs; after a burst that left k surplus ENIs the pool is at target
+// within k+1 intervals once the released addresses are out of cooldown.
+//
 // New wires and does no I/O; Run works until its context ends, then stops
 // making cloud changes, finishes in-flight requests and writes the checkpoint.
 package ipamd

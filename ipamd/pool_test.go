@@ -45,7 +45,7 @@ func TestB09PoolShrinksAfterBurst(t *testing.T) {
 	for _, id := range pods[1:] {
 		n.del(id)
 	}
-	n.trim(6) // documented bound: one release or ENI deletion per interval
+	n.trim(3) // documented bound: k+1 intervals for k surplus ENIs
 	n.checkMirror()
 	st := n.status()
 	if st.Warm != 2 || st.Cooling != 0 || st.ENIs != 1 || st.Assigned != 1 {

@@ -327,26 +327,38 @@ func (d *Daemon) checkHost(first bool) {
 func (d *Daemon) releaseRouteless(byAddr map[netip.Addr]string, now time.Time) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	assigned := d.store.Assignments()
 	seen := map[api.Key]bool{}
-	for _, a := range d.store.Assignments() {
+	var gone []datastore.Assignment
+	for _, a := range assigned {
 		seen[a.Key] = true
 		if _, ok := byAddr[a.Address]; ok || now.Sub(a.AssignedAt) < d.cfg.GCGrace {
 			delete(d.noRoute, a.Key)
 			continue
 		}
 		d.noRoute[a.Key]++
-		if d.noRoute[a.Key] < 2 {
-			continue
-		}
-		delete(d.noRoute, a.Key)
-		if _, ok := d.store.Release(a.Key, now); ok {
-			d.metrics.repaired("released_no_route", 1)
-			d.log.Warn("released an address whose pod route is gone", "key", a.Key.String(), "address", a.Address)
+		if d.noRoute[a.Key] >= 2 {
+			gone = append(gone, a)
 		}
 	}
 	for k := range d.noRoute {
 		if !seen[k] {
 			delete(d.noRoute, k)
+		}
+	}
+	// Pods leave through DEL; many routes vanishing at once more likely
+	// means a broken host view than dead pods. Freeing their addresses
+	// would hand live pods' addresses out again, so do not trust it.
+	if limit := max(2, len(assigned)/2); len(gone) > limit {
+		d.log.Error("host shows no route for too many pods at once: not releasing on its word",
+			"podsWithoutRoute", len(gone), "assigned", len(assigned))
+		return
+	}
+	for _, a := range gone {
+		delete(d.noRoute, a.Key)
+		if _, ok := d.store.Release(a.Key, now); ok {
+			d.metrics.repaired("released_no_route", 1)
+			d.log.Warn("released an address whose pod route is gone", "key", a.Key.String(), "address", a.Address)
 		}
 	}
 }

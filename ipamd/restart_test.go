@@ -295,3 +295,39 @@ func TestB29FailedCheckpointWriteHoldsNothing(t *testing.T) {
 		t.Errorf("checkpoint after writes recovered: %+v, %v", st.Assignments, err)
 	}
 }
+
+// TestHostViewLosingAllRoutesFreesNothing: when the host suddenly shows no
+// route for most pods (a broken view, not dead pods), nothing is released.
+func TestHostViewLosingAllRoutesFreesNothing(t *testing.T) {
+	c := startCloud(t)
+	host := newMemHost()
+	n := newNode(t, c, itypeSmall, map[string]string{"VPCIP_GC_GRACE": "0s"})
+	n.host = host
+	n.start()
+	var addrs []netip.Addr
+	for _, id := range names("c", 6) {
+		a := n.mustAdd(id)
+		host.wire(a.Address, "eni"+id)
+		addrs = append(addrs, a.Address)
+	}
+	for _, a := range addrs {
+		host.unwire(a)
+	}
+	for range 3 {
+		n.reconcile()
+	}
+	if st := n.status(); st.Assigned != 6 {
+		t.Errorf("%d of 6 assignments left after the host view emptied", st.Assigned)
+	}
+	for _, a := range addrs[1:] { // the view heals; only c0's route stays gone
+		host.wire(a, "eni"+a.String())
+	}
+	n.reconcile()
+	n.reconcile()
+	if _, ok := n.d.store.Get(key("c0")); ok {
+		t.Error("c0, whose route alone is gone, still holds its address")
+	}
+	if st := n.status(); st.Assigned != 5 {
+		t.Errorf("%d assignments, want 5", st.Assigned)
+	}
+}

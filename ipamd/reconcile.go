@@ -296,8 +296,10 @@ func metaSlots(e provider.ENI) []netip.Prefix {
 // checkHost compares assignments with the host's pod routes: a free address
 // the host routes to a pod gets a recovered owner (the checkpoint lost it);
 // an assignment older than VPCIP_GC_GRACE whose address has had no host route
-// on two reconciliations in a row is released (its pod is gone). At start
-// (first true) only recovery runs. Without a host view nothing happens.
+// on two reconciliations in a row is released (its pod is gone), unless more
+// than half the pods lost their routes at once (a broken view is likelier).
+// At start (first true) only recovery runs. Without a host view nothing
+// happens.
 func (d *Daemon) checkHost(first bool) {
 	routes, err := d.host.PodRoutes()
 	if errors.Is(err, ErrNoHostView) {

@@ -459,3 +459,25 @@ func TestPrefixModeServesAddressesOutOfPrefixes(t *testing.T) {
 	}
 	n.checkInvariants()
 }
+
+// TestADDNeverWaitsOnCloudWithWarmAddresses: while the pool loop is inside a
+// slow EC2 call, ADDs are served from the warm pool without waiting for it
+// (no datastore lock is held across a cloud call).
+func TestADDNeverWaitsOnCloudWithWarmAddresses(t *testing.T) {
+	c := startCloud(t)
+	n := newNode(t, c, itypeSmall, map[string]string{"WARM_IP_TARGET": "5"})
+	n.start()
+	f := c.Cloud.Faults()
+	f.SetLatency("AssignPrivateIpAddresses", 3*time.Second, 0)
+	before := f.Calls("AssignPrivateIpAddresses")
+	slots := n.d.store.Counts(n.clock.Now()).Slots
+	n.mustAdd("c0") // below target: the worker starts a slow refill
+	eventually(t, "the refill call", func() bool { return f.Calls("AssignPrivateIpAddresses") > before })
+	for _, id := range names("c", 5)[1:] {
+		n.mustAdd(id)
+	}
+	if got := n.d.store.Counts(n.clock.Now()).Slots; got != slots {
+		t.Fatalf("slots went from %d to %d: the refill finished before the ADDs, the test proves nothing", slots, got)
+	}
+	f.SetLatency("AssignPrivateIpAddresses", 0, 0)
+}

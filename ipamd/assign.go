@@ -28,6 +28,8 @@ func (d *Daemon) Assign(ctx context.Context, req api.AssignRequest) (api.Assignm
 	defer cancel()
 	select {
 	case <-d.ready:
+	case <-d.closing:
+		return api.Assignment{}, &api.Error{Code: api.CodeNotReady, Message: "vpcipd is shutting down"}
 	case <-ctx.Done():
 		d.metrics.noAddress.WithLabelValues("not-ready").Inc()
 		return api.Assignment{}, &api.Error{Code: api.CodeNotReady, Message: "vpcipd is not ready: " + d.Status().Reason}
@@ -67,6 +69,9 @@ func (d *Daemon) Assign(ctx context.Context, req api.AssignRequest) (api.Assignm
 		select {
 		case <-changed:
 		case <-tick.C:
+		case <-d.closing:
+			return api.Assignment{}, d.refused(req.Key, &api.Error{Code: api.CodeNotReady, Cause: api.CauseWaitingCloud,
+				Message: "vpcipd is shutting down: no address now, try again"})
 		case <-ctx.Done():
 			e, _ := d.noAddress(d.now())
 			return api.Assignment{}, d.refused(req.Key, e)

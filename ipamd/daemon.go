@@ -91,6 +91,7 @@ type Daemon struct {
 	readyOK atomic.Bool
 	// stopping: shutdown began; no new cloud changes.
 	stopping atomic.Bool
+	closing  chan struct{} // closed when shutdown begins: waiting ADDs answer at once
 
 	mu           sync.Mutex // guards the fields below
 	self         provider.Instance
@@ -122,6 +123,7 @@ func New(o Options) (*Daemon, error) {
 		kick:     make(chan struct{}, 1),
 		calls:    make(chan workerCall),
 		ready:    make(chan struct{}),
+		closing:  make(chan struct{}),
 		strikes:  map[warmpool.RefusalKind]int{},
 		links:    map[string]string{},
 		hostErrs: map[string]string{},
@@ -228,6 +230,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 // and writes the checkpoint one last time.
 func (d *Daemon) shutdown(servers []*http.Server) {
 	d.stopping.Store(true)
+	close(d.closing)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, s := range servers {

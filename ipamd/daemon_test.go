@@ -9,8 +9,10 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vpcip/vpcip/ipamd/api"
+	"github.com/vpcip/vpcip/ipamd/checkpoint"
 	"github.com/vpcip/vpcip/warmpool"
 )
 
@@ -207,4 +209,32 @@ func rawPost(t *testing.T, socket, path, body string) (int, api.Error) {
 	var e api.Error
 	json.NewDecoder(resp.Body).Decode(&e)
 	return resp.StatusCode, e
+}
+
+// TestShutdownAnswersWaitingADD: an ADD waiting for a refill when the daemon
+// is told to stop gets a retryable answer, not a broken connection, and the
+// checkpoint holds every answered assignment.
+func TestShutdownAnswersWaitingADD(t *testing.T) {
+	c := startCloud(t)
+	n := newNode(t, c, itypeSmall, map[string]string{"WARM_IP_TARGET": "1", "VPCIP_ADD_WAIT": "1m"})
+	n.start()
+	a := n.mustAdd("c1")
+	n.cycle() // the refill after c1 is done
+	f := c.Cloud.Faults()
+	f.SetLatency("AssignPrivateIpAddresses", time.Minute, 0)
+	f.SetLatency("CreateNetworkInterface", time.Minute, 0)
+	n.mustAdd("c2") // takes the warm address; the refill hangs
+	errc := make(chan error, 1)
+	go func() { _, err := n.add("c3"); errc <- err }()
+	eventually(t, "c3 waiting", func() bool { return n.d.pending.Load() == 1 })
+	n.shutdown()
+	err := <-errc
+	var e *api.Error
+	if !errors.As(err, &e) || !e.Retryable() {
+		t.Fatalf("waiting ADD at shutdown: %v, want a retryable answer", err)
+	}
+	st, _, err := checkpoint.Load(n.d.cfg.Checkpoint)
+	if err != nil || len(st.Assignments) != 2 || st.Assignments[0].Address != a.Address && st.Assignments[1].Address != a.Address {
+		t.Errorf("checkpoint after shutdown: %+v %v", st.Assignments, err)
+	}
 }

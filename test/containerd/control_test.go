@@ -1,6 +1,7 @@
 package containerd_test
 
 import (
+	"context"
 	"encoding/json"
 	"net/netip"
 	"os"
@@ -8,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -125,3 +127,45 @@ func TestControlBridge(t *testing.T) {
 }
 
 var _ podNetwork = (*bridgeNetwork)(nil)
+
+// TestCloseAfterCrash checks the harness's own cleanup: after containerd is
+// killed with sandboxes running, their shims and mounts are still there, and
+// Node.Close leaves no shim process and no mount under the node's directory.
+func TestCloseAfterCrash(t *testing.T) {
+	forEachRuntime(t, func(t *testing.T, tools crinode.Tools) {
+		n := startNode(t, tools, newNetns(t), "bridge", "host-local")
+		pn := newBridgeNetwork(n, netip.MustParsePrefix("100.127.2.0/24"))
+		pn.Install(t, n)
+		if _, err := n.WaitNetworkReady(context.Background(), 15*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		sbs := runSandboxes(t, n, "crash", 3)
+		if err := n.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		shims, err := n.Shims()
+		if err != nil || len(shims) == 0 {
+			t.Fatalf("after the crash: shims %v, %v; want the sandboxes' shims still running", shims, err)
+		}
+		if mounts, err := n.Mounts(); err != nil || !slices.Contains(mounts, sbs[0].NetnsPath) {
+			t.Fatalf("after the crash: mounts %v, %v; want %s among them", mounts, err, sbs[0].NetnsPath)
+		}
+		if err := n.Close(); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			shims, err = n.Shims()
+			if err == nil && len(shims) == 0 || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if len(shims) != 0 || err != nil {
+			t.Errorf("after Close: shims %v still running (%v)", shims, err)
+		}
+		if mounts, err := n.Mounts(); len(mounts) != 0 || err != nil {
+			t.Errorf("after Close: mounts left under %s: %v (%v)", n.Dir, mounts, err)
+		}
+	})
+}

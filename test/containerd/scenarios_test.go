@@ -105,11 +105,17 @@ func runSandboxes(t *testing.T, n *crinode.Node, prefix string, count int) []cri
 	return out
 }
 
-// checkRestartKeepsSandboxes restarts containerd with the sandboxes running:
-// afterwards CRI reports each with the same address (from containerd's
-// record of the CNI result; no new ADD) and still ready.
-func checkRestartKeepsSandboxes(t *testing.T, n *crinode.Node, sbs []crinode.Sandbox) {
+// checkRestartKeepsSandboxes restarts containerd with the sandboxes running,
+// after a clean stop or, with crash, after SIGKILL: afterwards CRI reports
+// each with the same address (from containerd's record of the CNI result; no
+// new ADD) and still ready.
+func checkRestartKeepsSandboxes(t *testing.T, n *crinode.Node, sbs []crinode.Sandbox, crash bool) {
 	ctx := context.Background()
+	if crash {
+		if err := n.Kill(); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if err := n.Restart(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -183,6 +189,7 @@ func runLifecycle(t *testing.T, n *crinode.Node, pn podNetwork) {
 		exchange(t, sbs[0], sbs[len(sbs)-1])
 		exchange(t, sbs[len(sbs)-1], sbs[0])
 	})
-	t.Run("RestartContainerd", func(t *testing.T) { checkRestartKeepsSandboxes(t, n, sbs) })
+	t.Run("RestartContainerd", func(t *testing.T) { checkRestartKeepsSandboxes(t, n, sbs, false) })
+	t.Run("CrashContainerd", func(t *testing.T) { checkRestartKeepsSandboxes(t, n, sbs, true) })
 	t.Run("RemoveSandboxes", func(t *testing.T) { removeSandboxes(t, n, pn, sbs) })
 }

@@ -14,7 +14,8 @@ import (
 // conflist `vpcipd install-cni` writes, on two vpcsim instances: readiness
 // only after install-cni, sandboxesPerNode sandboxes per node with addresses
 // from the node's pool as the daemon recorded them, traffic across nodes
-// through the fabric, a containerd restart, a removal while vpcipd is down,
+// through the fabric, a containerd restart and a crash (SIGKILL) with the
+// sandboxes running, a removal while vpcipd is down,
 // and removal of everything with nothing left behind. On Debian's containerd
 // the conflist says cniVersion 1.0.0, on containerd 2 1.1.0.
 func TestVPCIPConflist(t *testing.T) {
@@ -54,12 +55,14 @@ func TestVPCIPConflist(t *testing.T) {
 			exchange(t, b0, a1)
 			exchange(t, a0, a1)
 		})
-		t.Run("RestartContainerd", func(t *testing.T) {
-			checkRestartKeepsSandboxes(t, nodes[0].cri, sbs[0])
-			for _, sb := range sbs[0] {
-				nets[0].CheckAttached(t, nodes[0].cri, sb)
-			}
-		})
+		for _, crash := range []bool{false, true} {
+			t.Run(map[bool]string{false: "RestartContainerd", true: "CrashContainerd"}[crash], func(t *testing.T) {
+				checkRestartKeepsSandboxes(t, nodes[0].cri, sbs[0], crash)
+				for _, sb := range sbs[0] {
+					nets[0].CheckAttached(t, nodes[0].cri, sb)
+				}
+			})
+		}
 		t.Run("DaemonDownDuringRemoval", func(t *testing.T) {
 			checkDaemonDownDuringRemoval(t, nodes[0], nets[0], sbs[0][0])
 			sbs[0] = sbs[0][1:]

@@ -229,6 +229,19 @@ func (n *Node) stop() error {
 	}
 }
 
+// Kill ends containerd with SIGKILL, as a crash would: nothing is flushed and
+// the shims keep running their sandboxes. Restart brings it back.
+func (n *Node) Kill() error {
+	if !n.Running() {
+		return nil
+	}
+	if err := n.cmd.Process.Kill(); err != nil {
+		return fmt.Errorf("crinode: kill containerd: %w", err)
+	}
+	<-n.exited
+	return nil
+}
+
 // Restart stops containerd and starts it again on the same root and state:
 // it recovers the running sandboxes and their cached CNI results.
 func (n *Node) Restart(ctx context.Context) error {
@@ -241,7 +254,7 @@ func (n *Node) Restart(ctx context.Context) error {
 // Close removes every pod sandbox through CRI (best effort), stops
 // containerd, kills any shim of this node still running, and unmounts what
 // is left under Dir. The returned error joins what failed; the caller
-// removes Dir.
+// removes Dir. Closing again only repeats the shim and mount sweep.
 func (n *Node) Close() error {
 	var errs []error
 	if n.Running() {
@@ -257,17 +270,19 @@ func (n *Node) Close() error {
 	errs = append(errs, n.killShims(), n.unmountAll())
 	if n.conn != nil {
 		errs = append(errs, n.conn.Close())
+		n.conn = nil
 	}
 	return errors.Join(errs...)
 }
 
-// killShims kills the containerd-shim processes serving this node's socket,
-// found by their exact "-address <socket>" arguments.
-func (n *Node) killShims() error {
+// Shims returns the PIDs of the containerd-shim processes serving this
+// node's socket, found by their exact "-address <socket>" arguments.
+func (n *Node) Shims() ([]int, error) {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
-		return err
+		return nil, err
 	}
+	var pids []int
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
@@ -283,19 +298,28 @@ func (n *Node) killShims() error {
 		}
 		for i := 0; i+1 < len(args); i++ {
 			if args[i] == "-address" && args[i+1] == n.Socket {
-				syscall.Kill(pid, syscall.SIGKILL)
+				pids = append(pids, pid)
 			}
 		}
 	}
-	return nil
+	return pids, nil
 }
 
-// unmountAll lazily unmounts every mount point under Dir, deepest first
-// (sandbox root filesystems and pod netns bind mounts of killed shims).
-func (n *Node) unmountAll() error {
+// killShims kills the shims of this node that are still running.
+func (n *Node) killShims() error {
+	pids, err := n.Shims()
+	for _, pid := range pids {
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+	return err
+}
+
+// Mounts lists the mount points under Dir (sandbox root filesystems, pod
+// netns bind mounts), deepest first.
+func (n *Node) Mounts() ([]string, error) {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer f.Close()
 	var points []string
@@ -307,6 +331,16 @@ func (n *Node) unmountAll() error {
 		}
 	}
 	sort.Sort(sort.Reverse(sort.StringSlice(points)))
+	return points, sc.Err()
+}
+
+// unmountAll lazily unmounts every mount point under Dir, deepest first
+// (sandbox root filesystems and pod netns bind mounts of killed shims).
+func (n *Node) unmountAll() error {
+	points, err := n.Mounts()
+	if err != nil {
+		return err
+	}
 	var errs []error
 	for _, p := range points {
 		if err := syscall.Unmount(p, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) {

@@ -94,7 +94,9 @@ func (n *Node) StartDaemon(ctx context.Context, extraEnv ...string) error {
 	cmd := exec.Command("ip", "netns", "exec", n.Netns, filepath.Join(n.cluster.BinDir, "vpcipd"))
 	cmd.Env = append(n.Env(), extraEnv...)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// No Pdeathsig: the kernel sends it when the forking *thread* exits, and
+	// Go ends threads that netns code locked, which would kill the daemon at
+	// random. Close stops daemons; fabric.Cleanup kills what a crash left.
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		return fmt.Errorf("start vpcipd on %s: %w", n.Name, err)

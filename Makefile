@@ -6,7 +6,7 @@ export GOFLAGS ?= -buildvcs=false
 
 BINARIES := vpcipd vpcip-cni vpcipctl vpcsim
 
-.PHONY: all build deps demo test lint bench clean
+.PHONY: all build deps containerd-setup demo demo-containerd test lint bench clean
 
 all: build
 
@@ -17,9 +17,17 @@ build:
 deps:
 	@bash scripts/deps.sh promtool
 
+## containerd-setup: containerd + runc (Debian), containerd 2 (module proxy), reference plugins, pause image.
+containerd-setup:
+	@bash scripts/containerd-setup.sh --containerd2
+
 ## demo: two m5.large nodes on vpcsim, 40 pods through the real plugin path, then tear down.
 demo: deps build
 	$(GO) run ./test/e2e/demo --bin $(BIN)
+
+## demo-containerd: the same product path driven by a real containerd CRI per node.
+demo-containerd: deps build containerd-setup
+	$(GO) run ./test/containerd/demo --bin $(BIN)
 
 ## lint: formatting, vet and the dependency rules of design.md §3.
 lint:
@@ -28,12 +36,13 @@ lint:
 	$(GO) test -count=1 ./test/deps
 
 ## test: lint, then every package's tests (netns, iptables and e2e tests need root).
-test: deps lint
-	$(GO) test -count=1 -timeout 18m ./...
+test: deps containerd-setup lint
+	VPCIP_REQUIRE_CONTAINERD=1 VPCIP_REQUIRE_CONTAINERD2=1 $(GO) test -count=1 -timeout 18m ./...
 
 ## bench: plugin latency vs the reference chain, burst latency, daemon RSS, EC2 calls per 100 pods.
-bench: deps build
+bench: deps build containerd-setup
 	$(GO) run ./test/bench --bin $(BIN) --out $(CURDIR)/results
+	$(GO) test -run '^$$' -bench RunPodSandbox -benchtime 3x ./test/containerd/
 
 clean:
 	rm -rf $(BIN)

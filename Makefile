@@ -29,7 +29,7 @@ demo: deps build
 demo-containerd: deps build containerd-setup
 	$(GO) run ./test/containerd/demo --bin $(BIN)
 
-## lint: formatting, vet and the dependency rules of design.md §3.
+## lint: formatting, vet and the dependency rules of docs/design.md §3.
 lint:
 	@fmt=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$fmt" ]; then echo "gofmt needed:"; echo "$$fmt"; exit 1; fi
 	$(GO) vet ./...

@@ -118,7 +118,7 @@ func TestB08IdleNodeMakesNoEC2Calls(t *testing.T) {
 }
 
 // TestB08FleetStartUnderThrottling: fifty daemons start at once against an
-// account-wide token bucket (20 calls/s, burst 50, as field-failures.md
+// account-wide token bucket (20 calls/s, burst 50, as docs/field-failures.md
 // B08); every one ends with a usable pool after one batched Describe.
 func TestB08FleetStartUnderThrottling(t *testing.T) {
 	c := startCloud(t)

@@ -24,7 +24,7 @@ import (
 	"github.com/vpcip/vpcip/test/vpcsim/vpcsimtest"
 )
 
-// itypeSmall is field-failures.md's itype-small: 3 ENIs × 10 IPv4 addresses.
+// itypeSmall is docs/field-failures.md's itype-small: 3 ENIs × 10 IPv4 addresses.
 const itypeSmall = "m5.large"
 
 const testCluster = "vpcip-test"

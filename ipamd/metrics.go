@@ -8,7 +8,7 @@ import (
 	"github.com/vpcip/vpcip/provider"
 )
 
-// Metrics are vpcipd's Prometheus metrics (design.md §8): prefix vpcip_, base
+// Metrics are vpcipd's Prometheus metrics (docs/design.md §8): prefix vpcip_, base
 // units, counters ending in _total, small fixed label sets. Create them with
 // NewMetrics before the provider, so the provider's CallObserver can be
 // ObserveCall; the pool gauges are added by New.

@@ -69,7 +69,7 @@ func (h *memHost) unwire(a netip.Addr) {
 }
 
 // stagedMetadata is the real provider with instance metadata replaced by
-// what the test stages (field-failures.md "fake metadata"); every other call,
+// what the test stages (docs/field-failures.md "fake metadata"); every other call,
 // EC2 included, goes to vpcsim.
 type stagedMetadata struct {
 	provider.Provider

@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// TestDependencies pins design.md §3 for the binary the runtime executes on
+// TestDependencies pins docs/design.md §3 for the binary the runtime executes on
 // every pod start: no AWS SDK, Kubernetes client, Prometheus, gRPC or daemon
 // internals (only the wire protocol, ipamd/api), so it stays small and starts
 // fast.

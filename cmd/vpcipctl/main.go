@@ -1,6 +1,6 @@
 // Command vpcipctl shows an operator what a node's vpcipd holds: pool
 // counts, ENIs, pod assignments and capacity, read from the daemon's
-// introspection endpoint (default 127.0.0.1:61679, design.md §5).
+// introspection endpoint (default 127.0.0.1:61679, docs/design.md §5).
 //
 //	vpcipctl [--addr host:port] [--timeout 5s] status|pool|enis|pods|capacity [-o table|json]
 //

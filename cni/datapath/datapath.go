@@ -1,4 +1,4 @@
-// Package datapath wires and unwires the routed-veth datapath of design.md §4
+// Package datapath wires and unwires the routed-veth datapath of docs/design.md §4
 // with netlink: a veth pair created inside the pod netns with its host end
 // placed directly in the node netns, a /32 on the pod side behind the
 // link-local gateway 169.254.1.1, a host /32 route to the veth, and policy
@@ -25,7 +25,7 @@ import (
 // address on the host.
 var Gateway = netip.MustParseAddr("169.254.1.1")
 
-// Policy rule priorities (design.md §4). 512 sends traffic to a pod through
+// Policy rule priorities (docs/design.md §4). 512 sends traffic to a pod through
 // the main table before the ENI rules; 1536 sends a secondary-ENI pod's
 // traffic to its ENI's route table. SNAT's fwmark rule sits between at 1024.
 const (

@@ -15,7 +15,7 @@ import (
 )
 
 // Check is CNI CHECK: the daemon must still hold the key's assignment, and
-// every piece of design.md §4 wiring must be present; a prevResult, when
+// every piece of docs/design.md §4 wiring must be present; a prevResult, when
 // given, must agree with both. It changes nothing. Failures name each
 // missing item; a daemon that cannot answer gives code 11, not a failure.
 func (p *Plugin) Check(args *skel.CmdArgs) error {

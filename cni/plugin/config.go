@@ -24,7 +24,7 @@ import (
 	"github.com/vpcip/vpcip/ipamd/api"
 )
 
-// Defaults for the plugin's own config keys (design.md §4, §5).
+// Defaults for the plugin's own config keys (docs/design.md §4, §5).
 const (
 	DefaultMTU        = 9001 // bytes, the ENI MTU (AWS_VPC_ENI_MTU default)
 	DefaultVethPrefix = "eni"

@@ -1,4 +1,4 @@
-// Package hostnet sets up the node side of the vpcip datapath (design.md §4):
+// Package hostnet sets up the node side of the vpcip datapath (docs/design.md §4):
 // the link, route table, address and policy rule of each secondary ENI, the
 // SNAT and connection-mark rules that send pod traffic leaving the VPC out of
 // the primary ENI, and a read of the host routes to pod veths for
@@ -52,7 +52,7 @@ const (
 )
 
 // TableForDevice is the route table of the ENI at device number d: d+1
-// (design.md §4). Device number 0, the primary ENI, uses the main table.
+// (docs/design.md §4). Device number 0, the primary ENI, uses the main table.
 func TableForDevice(deviceNumber int) int { return deviceNumber + 1 }
 
 // ipNet converts a prefix to the net.IPNet netlink expects; the one place

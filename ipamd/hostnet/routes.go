@@ -10,7 +10,7 @@ import (
 )
 
 // PodRoute is one host route to a pod as the node shows it: the plugin's
-// "<pod>/32 dev <host veth> scope link" in the main table (design.md §4).
+// "<pod>/32 dev <host veth> scope link" in the main table (docs/design.md §4).
 type PodRoute struct {
 	Address  netip.Addr // the pod's IPv4 address
 	HostVeth string     // name of the host end of the pod's veth pair

@@ -40,7 +40,7 @@ const DefaultMark uint32 = 0x80
 // (B28). iptables' own lock only covers one command.
 var iptMu sync.Mutex
 
-// SNATConfig is the node's SNAT and connection-mark spec (design.md §4).
+// SNATConfig is the node's SNAT and connection-mark spec (docs/design.md §4).
 type SNATConfig struct {
 	VPCCIDRs     []netip.Prefix // IPv4 CIDRs of the VPC (IMDS vpc-ipv4-cidr-blocks); traffic to them keeps the pod source
 	ExcludeCIDRs []netip.Prefix // more destinations that keep the pod source (AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS)

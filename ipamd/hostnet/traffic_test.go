@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// A small VPC in namespaces, wired as design.md §4 describes:
+// A small VPC in namespaces, wired as docs/design.md §4 describes:
 //
 //	pod A (10.0.0.50, primary ENI) ─┐            ┌─ r0 10.0.0.1/24 ─┐
 //	                                ├─ node ─ eth0 10.0.0.10 ─┘       ├─ router: 192.0.2.10 (outside the VPC)
@@ -61,7 +61,7 @@ func newVPC(t *testing.T) *vpc {
 	return v
 }
 
-// addPod wires a pod netns the way the plugin does (design.md §4).
+// addPod wires a pod netns the way the plugin does (docs/design.md §4).
 func (v *vpc) addPod(t *testing.T, pod *testNS, hostVeth, ip string, device int) {
 	n := v.node
 	n.run(t, "ip", "link", "add", hostVeth, "type", "veth", "peer", "name", "eth0", "netns", pod.name)

@@ -2,7 +2,7 @@
 // shapes of the daemon's state (node, pool counts, ENIs, assignments,
 // addresses in cooldown, effective config, readiness), an HTTP handler that
 // serves them and a client that reads them. The daemon serves it on
-// INTROSPECTION_BIND_ADDRESS (default 127.0.0.1:61679, design.md §5);
+// INTROSPECTION_BIND_ADDRESS (default 127.0.0.1:61679, docs/design.md §5);
 // vpcipctl is its client.
 //
 // Endpoints (GET only, JSON bodies):
@@ -25,7 +25,7 @@ import (
 	"github.com/vpcip/vpcip/ipamd/api"
 )
 
-// DefaultAddr is the introspection listen address (design.md §5).
+// DefaultAddr is the introspection listen address (docs/design.md §5).
 const DefaultAddr = "127.0.0.1:61679"
 
 // State is everything the daemon shows about itself at one moment.

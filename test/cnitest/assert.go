@@ -13,7 +13,7 @@ import (
 
 const gateway = "169.254.1.1"
 
-// AssertPodWired checks design.md §4 for p as the kernel shows it: the pod
+// AssertPodWired checks docs/design.md §4 for p as the kernel shows it: the pod
 // interface (up, MTU, /32), its gateway and default routes and permanent
 // neighbour holding the host veth's MAC; the host veth (up, MTU), the host
 // /32 route and the rules for routeTable (0: primary ENI, no 1536 rule).

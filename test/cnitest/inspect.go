@@ -112,7 +112,7 @@ func PodRules(t testing.TB, node string, addr netip.Addr) []string {
 	return out
 }
 
-// WantRules is what design.md §4 asks for an address in routeTable (0: main).
+// WantRules is what docs/design.md §4 asks for an address in routeTable (0: main).
 func WantRules(addr netip.Addr, routeTable int) []string {
 	out := []string{fmt.Sprintf("512 to %s/32 main", addr)}
 	if routeTable != 0 {

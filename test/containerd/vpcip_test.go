@@ -273,7 +273,7 @@ func (v vpcipNetwork) CheckAttached(t *testing.T, n *crinode.Node, sb crinode.Sa
 	if routes := hostRoutesTo(t, v.node.Netns, sb.IP); len(routes) == 0 {
 		t.Errorf("%s: the node has no route to %s", sb.Pod.Name, sb.IP)
 	}
-	// design.md §4: "to <pod>/32 lookup main" for every pod; "from <pod>/32
+	// docs/design.md §4: "to <pod>/32 lookup main" for every pod; "from <pod>/32
 	// lookup <d+1>" for an address on a secondary ENI of device number d.
 	rules := hostRulesFor(t, v.node.Netns, sb.IP)
 	if !slices.ContainsFunc(rules, func(r netlink.Rule) bool { return r.Dst != nil && r.Table == unix.RT_TABLE_MAIN }) {
@@ -335,7 +335,7 @@ func (v vpcipNetwork) CheckReleased(t *testing.T, n *crinode.Node, gone []crinod
 	}
 }
 
-// hostVethName is the host end of a pod's veth (design.md §4): "eni" and the
+// hostVethName is the host end of a pod's veth (docs/design.md §4): "eni" and the
 // first 11 hex digits of sha1("<namespace>.<pod>").
 func hostVethName(p crinode.Pod) string {
 	sum := sha1.Sum([]byte(p.Namespace + "." + p.Name))

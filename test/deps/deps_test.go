@@ -1,4 +1,4 @@
-// Package deps pins the dependency rules of design.md §3: which packages may
+// Package deps pins the dependency rules of docs/design.md §3: which packages may
 // import what. It runs `go list -deps` and fails on a forbidden import.
 package deps
 
@@ -55,7 +55,7 @@ func TestPluginStaysLight(t *testing.T) {
 		}
 		for _, f := range forbidden {
 			if strings.HasPrefix(dep, f) {
-				t.Errorf("the plugin links %s: it must not import %s (conventions habit 12)", dep, f)
+				t.Errorf("the plugin links %s: it must not import %s (docs/conventions.md habit 12)", dep, f)
 			}
 		}
 	}

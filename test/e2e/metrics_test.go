@@ -14,7 +14,7 @@ import (
 )
 
 // The running daemon's /metrics passes `promtool check metrics` and answers
-// the capacity questions of design.md §8 with the node's real numbers.
+// the capacity questions of docs/design.md §8 with the node's real numbers.
 func TestMetricsOfTheRunningDaemon(t *testing.T) {
 	promtool, err := exec.LookPath("promtool")
 	if err != nil {

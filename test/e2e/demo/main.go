@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -37,18 +38,30 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *bin, *nodes, *pods, *itype, *prefix); err != nil {
+	start := time.Now()
+	err := run(ctx, *bin, *nodes, *pods, *itype, *prefix)
+	switch {
+	case ctx.Err() != nil:
+		fmt.Println("interrupted")
+		os.Exit(130)
+	case err != nil:
 		fmt.Fprintln(os.Stderr, "demo failed:", err)
 		os.Exit(1)
 	}
+	step("done in %s", time.Since(start).Round(100*time.Millisecond))
 }
+
+// demoEnv keeps the warm pool small and the timers short, so the pool is
+// seen settling within the demo: production defaults are WARM_ENI_TARGET=1,
+// IP_COOLDOWN_PERIOD=30, a 30 s release interval and a 1 minute ENI minimum age.
+var demoEnv = []string{"WARM_IP_TARGET=3", "MINIMUM_IP_TARGET=6", "IP_COOLDOWN_PERIOD=5",
+	"VPCIP_RELEASE_INTERVAL=2s", "VPCIP_ENI_MIN_AGE=5s", "VPCIP_POOL_INTERVAL=1s"}
 
 func step(format string, args ...any) {
 	fmt.Printf("==> "+format+"\n", args...)
 }
 
 func run(ctx context.Context, bin string, nodes, npods int, itype, prefix string) error {
-	start := time.Now()
 	binAbs, err := filepath.Abs(bin)
 	if err != nil {
 		return err
@@ -59,10 +72,10 @@ func run(ctx context.Context, bin string, nodes, npods int, itype, prefix string
 	}
 	defer os.RemoveAll(work)
 	step("starting vpcsim: %d × %s, EC2 API and IMDS inside the fabric", nodes, itype)
+	fmt.Printf("    vpcipd settings for the demo: %s\n", strings.Join(demoEnv, " "))
 	c, err := cluster.Start(ctx, cluster.Options{
 		Prefix: prefix, Nodes: nodes, InstanceType: itype, BinDir: binAbs, WorkDir: work, Outside: true,
-		// Keep a small warm pool so the demo shows the pool settling after scale-down.
-		DaemonEnv: []string{"WARM_IP_TARGET=3", "MINIMUM_IP_TARGET=6", "IP_COOLDOWN_PERIOD=5", "VPCIP_RELEASE_INTERVAL=2s", "VPCIP_ENI_MIN_AGE=5s", "VPCIP_POOL_INTERVAL=1s"},
+		DaemonEnv: demoEnv,
 		Logf:      func(f string, a ...any) { fmt.Printf("    "+f+"\n", a...) },
 	})
 	if err != nil {
@@ -72,15 +85,19 @@ func run(ctx context.Context, bin string, nodes, npods int, itype, prefix string
 		step("tearing down")
 		if err := c.Close(); err != nil {
 			fmt.Fprintln(os.Stderr, "teardown:", err)
+			return
 		}
+		fmt.Printf("    removed every netns, link and process the demo made (prefix %s)\n", prefix)
 	}()
 	step("vpcipd ready on every node; conflist installed by `vpcipd install-cni`")
 
 	step("starting %d pods through libcni (Kubernetes CNI_ARGS)", npods)
 	pods, err := startPods(ctx, c, npods)
 	if err != nil {
-		for _, n := range c.Nodes {
-			fmt.Printf("--- %s vpcipd log (tail)\n%s\n", n.Name, n.LogTail(15))
+		if ctx.Err() == nil {
+			for _, n := range c.Nodes {
+				fmt.Printf("--- %s vpcipd log (last lines)\n%s\n", n.Name, n.LogTail(5))
+			}
 		}
 		return err
 	}
@@ -97,20 +114,36 @@ func run(ctx context.Context, bin string, nodes, npods int, itype, prefix string
 		return err
 	}
 
+	before := cloudView(c)
 	step("deleting half the pods")
-	var kept []placed
-	for i, p := range pods {
-		if (i/len(c.Nodes))%2 == 0 { // every other pod of each node
-			kept = append(kept, p)
-			continue
+	// Per node, the pods on the highest device numbers go: scale-down then
+	// empties an ENI, which the pool detaches and deletes.
+	kept := slices.Clone(pods)
+	slices.SortStableFunc(kept, func(a, b placed) int { return deviceOf(c, b) - deviceOf(c, a) })
+	deleted := map[*cluster.Node]int{}
+	kept = slices.DeleteFunc(kept, func(p placed) bool {
+		if deleted[p.node] >= len(pods)/len(c.Nodes)/2 {
+			return false
 		}
-		if err := p.node.DelPod(ctx, p.pod); err != nil {
-			return err
+		deleted[p.node]++
+		if err == nil {
+			err = p.node.DelPod(ctx, p.pod)
 		}
+		return true
+	})
+	if err != nil {
+		return err
 	}
 	step("waiting for the pool to settle (cooldown 5 s, then surplus released)")
-	if err := waitSettled(ctx, c, 45*time.Second); err != nil {
-		fmt.Println("    ", err)
+	if err := waitSettled(ctx, c, 60*time.Second); err != nil {
+		if ctx.Err() != nil {
+			return err
+		}
+		fmt.Println("    " + err.Error())
+	}
+	after := cloudView(c)
+	for _, n := range c.Nodes {
+		fmt.Printf("    %s as EC2 sees it: %s → %s\n", n.Name, before[n.Name], after[n.Name])
 	}
 	if err := showCapacity(ctx, c); err != nil {
 		return err
@@ -120,7 +153,6 @@ func run(ctx context.Context, bin string, nodes, npods int, itype, prefix string
 			return err
 		}
 	}
-	step("done in %s", time.Since(start).Round(100*time.Millisecond))
 	return nil
 }
 
@@ -258,32 +290,46 @@ func showCapacity(ctx context.Context, c *cluster.Cluster) error {
 	return nil
 }
 
-// waitSettled polls each node's pool until its warm count stops changing.
+// cloudView is, per node, the ENIs and secondary addresses EC2 has assigned.
+func cloudView(c *cluster.Cluster) map[string]string {
+	out := map[string]string{}
+	for _, n := range c.Nodes {
+		enis, addrs := 0, 0
+		for _, e := range c.Cloud.NetworkInterfaces() {
+			if e.InstanceID == n.InstanceID {
+				enis++
+				addrs += len(e.SecondaryIPs) + 16*len(e.Prefixes)
+			}
+		}
+		out[n.Name] = fmt.Sprintf("%d ENIs, %d secondary addresses", enis, addrs)
+	}
+	return out
+}
+
+// waitSettled waits until no node has addresses cooling and EC2's view of
+// every node has not changed for 3 s.
 func waitSettled(ctx context.Context, c *cluster.Cluster, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
-	last := map[string]string{}
-	stable := 0
+	last, since := "", time.Now()
 	for time.Now().Before(deadline) {
-		changed := false
+		view := fmt.Sprint(cloudView(c))
+		cooling := 0
 		for _, n := range c.Nodes {
-			out, err := n.Ctl(ctx, "pool", "-o", "json")
+			st, err := n.Client().Status(ctx)
 			if err != nil {
 				return err
 			}
-			if last[n.Name] != out {
-				changed = true
-				last[n.Name] = out
-			}
+			cooling += st.Cooling
 		}
-		if changed {
-			stable = 0
-		} else if stable++; stable >= 6 {
+		if view != last || cooling > 0 {
+			last, since = view, time.Now()
+		} else if time.Since(since) >= 3*time.Second {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(time.Second):
+		case <-time.After(500 * time.Millisecond):
 		}
 	}
 	return fmt.Errorf("pool still changing after %s", timeout)

@@ -10,6 +10,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -54,6 +55,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	output := global.String("o", "table", "output format: table or json")
 	global.Usage = func() { usage(stderr, global) }
 	if err := global.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
 		return exitUsage
 	}
 	rest := global.Args()

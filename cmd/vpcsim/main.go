@@ -39,6 +39,10 @@ func main() {
 	cmds := map[string]func(args []string) error{
 		"up": runUp, "status": runStatus, "exec": runExec, "fault": runFault, "down": runDown,
 	}
+	if h := os.Args[1]; h == "-h" || h == "--help" || h == "help" {
+		fmt.Print(usage)
+		return
+	}
 	run, ok := cmds[os.Args[1]]
 	if !ok {
 		fmt.Fprintf(os.Stderr, "vpcsim: unknown command %q\n%s", os.Args[1], usage)

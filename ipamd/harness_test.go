@@ -29,13 +29,16 @@ const itypeSmall = "m5.large"
 
 const testCluster = "vpcip-test"
 
-// clock is the daemon's injected clock; tests move it by hand.
+// clock is the daemon's injected clock; tests move it by hand. It starts at
+// the real time, never behind it: ENI attachment times come from vpcsim's
+// wall clock, and an ENI attached "after" the daemon's now would never be
+// old enough to delete.
 type clock struct {
 	mu sync.Mutex
 	t  time.Time
 }
 
-func newClock() *clock { return &clock{t: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)} }
+func newClock() *clock { return &clock{t: time.Now().UTC().Truncate(time.Second)} }
 
 func (c *clock) Now() time.Time {
 	c.mu.Lock()

@@ -80,14 +80,16 @@ func (c cloud) awsConfig(t testing.TB, instanceID string) aws.Config {
 }
 
 // provider is the real EC2/IMDS provider for an instance, with fast test
-// pacing.
+// pacing. A throttled call is waited out for up to 30 s (production: 2 min)
+// rather than abandoned: abandoning a start-up Describe under a fleet-wide
+// throttle only repeats it (B08).
 func (c cloud) provider(t testing.TB, instanceID string, observe provider.CallObserver) *awsprovider.Client {
 	t.Helper()
 	cfg := c.awsConfig(t, instanceID)
 	p, err := awsprovider.New(context.Background(), awsprovider.Options{
 		ClusterName: testCluster, NodeName: "node-" + instanceID,
 		MutatingRate: 1000, MutatingBurst: 100, DescribeRate: 1000, DescribeBurst: 100,
-		RetryBase: 10 * time.Millisecond, RetryMax: 100 * time.Millisecond, MaxThrottleWait: 2 * time.Second,
+		RetryBase: 10 * time.Millisecond, RetryMax: 100 * time.Millisecond, MaxThrottleWait: 30 * time.Second,
 		MetadataWait: 5 * time.Second, MetadataPoll: 10 * time.Millisecond,
 		DetachWait: 5 * time.Second, DetachPoll: 10 * time.Millisecond,
 		Observe: observe, AWSConfig: &cfg,

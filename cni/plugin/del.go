@@ -50,14 +50,16 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 	switch {
 	case r.err == nil && r.resp.Assignment != nil:
 		in.log.Info("released", "address", r.resp.Assignment.Address.String())
-		errs = append(errs, removeHostSide(in.log, r.resp.Assignment.Address, in.hostVeth(), true))
+		asg := r.resp.Assignment
+		recorded := datapath.HostVethName(in.conf.VethPrefix, asg.Pod.Namespace, asg.Pod.Name, asg.Key.ContainerID)
+		errs = append(errs, removeHostSide(in.log, asg.Address, in.hostVeth(), recorded))
 	case r.err == nil:
 		// Unknown key, or released earlier (GC): host state can only be
 		// known locally, and is removed only where it is this pod's.
 		local := localAddrs(in, args.IfName, podAddrs)
 		in.log.Info("nothing to release; key unknown or already released", "localAddresses", fmt.Sprint(local))
 		for _, a := range local {
-			errs = append(errs, removeHostSide(in.log, a, in.hostVeth(), false))
+			errs = append(errs, removeHostSide(in.log, a, in.hostVeth()))
 		}
 	default:
 		return in.delWithoutDaemon(args, podAddrs, r.err, errs)
@@ -88,7 +90,7 @@ func (in *invocation) release() releaseAnswer {
 func (in *invocation) delWithoutDaemon(args *skel.CmdArgs, podAddrs []netip.Addr, relErr error, errs []error) error {
 	local := localAddrs(in, args.IfName, podAddrs)
 	for _, a := range local {
-		errs = append(errs, removeHostSide(in.log, a, in.hostVeth(), false))
+		errs = append(errs, removeHostSide(in.log, a, in.hostVeth()))
 	}
 	cerr := daemonError("release", in.key, relErr)
 	in.log.Error("release failed; host side removed from local knowledge", "addresses", fmt.Sprint(local), "error", cerr.Msg)
@@ -107,12 +109,14 @@ func localAddrs(in *invocation, ifName string, podAddrs []netip.Addr) []netip.Ad
 	return slices.Compact(local)
 }
 
-// removeHostSide removes addr's host route and rules and the host veth when
-// it carries addr. With authoritative false (the address comes from local
-// knowledge, not the daemon) it first checks that the host route to addr, if
-// any, goes through this pod's veth: if it goes elsewhere the address already
-// belongs to another pod and nothing is touched.
-func removeHostSide(log *slog.Logger, addr netip.Addr, hostVeth string, authoritative bool) error {
+// removeHostSide removes the host route, rules and veth of addr when they are
+// the attachment's: the route is gone (rules left over), or it leads to one of
+// owners, the host veth names the attachment may have (from this call's
+// CNI_ARGS, and from the pod the daemon recorded at ADD). An address routed
+// to any other veth belongs to a live pod and is left alone, whatever the
+// daemon answered: its record may be wrong (a damaged checkpoint), and
+// tearing down a neighbour's wiring is worse than a leftover rule.
+func removeHostSide(log *slog.Logger, addr netip.Addr, owners ...string) error {
 	if !addr.Is4() {
 		return nil
 	}
@@ -120,14 +124,12 @@ func removeHostSide(log *slog.Logger, addr netip.Addr, hostVeth string, authorit
 	if err != nil {
 		return err
 	}
-	if !authoritative && link != "" && link != hostVeth {
-		log.Warn("address routed to another veth; leaving its host state alone", "address", addr.String(), "link", link)
+	if link != "" && !slices.Contains(owners, link) {
+		log.Warn("address routed to another pod's veth; leaving its host state alone", "address", addr.String(), "link", link, "owners", owners)
 		return nil
 	}
 	var errs []error
-	// The veth carrying addr is this pod's: by name, or because the daemon
-	// says the address was this key's.
-	if link != "" && (link == hostVeth || authoritative) {
+	if link != "" {
 		if _, err := datapath.DeleteHostVeth(link); err != nil {
 			errs = append(errs, err)
 		}

@@ -99,6 +99,11 @@ func Load(path string) (st State, dropped []string, err error) {
 	if raw.Version != Version {
 		return State{}, nil, &CorruptError{Path: path, Reason: fmt.Sprintf("unknown version %d (this daemon reads %d)", raw.Version, Version)}
 	}
+	if raw.Assignments == nil {
+		// Save always writes the list, empty or not: a file without it was
+		// not written by this daemon and carries no release times either.
+		return State{}, nil, &CorruptError{Path: path, Reason: `no "assignments" list`}
+	}
 	st = State{Version: raw.Version, InstanceID: raw.InstanceID, Written: raw.Written}
 	st.Assignments, dropped = decodeEntries[Assignment](raw.Assignments, "assignment", dropped)
 	st.Cooling, dropped = decodeEntries[Cooling](raw.Cooling, "cooldown record", dropped)
@@ -152,11 +157,18 @@ func damage(data []byte) string {
 	return ""
 }
 
-// validate drops entries that cannot be used and says why.
+// validate drops entries that cannot be used and says why. An address or a
+// key listed twice drops every entry that lists it: the file cannot say which
+// is right, and keeping the first could hand one pod's address to another's
+// key. The daemon re-holds such addresses from the host's pod routes.
 func validate(as []Assignment, cs []Cooling) ([]Assignment, []Cooling, []string) {
 	var dropped []string
+	addrs, keys := map[netip.Addr]int{}, map[api.Key]int{}
+	for _, a := range as {
+		addrs[a.Address]++
+		keys[a.Key]++
+	}
 	seenAddr := map[netip.Addr]bool{}
-	seenKey := map[api.Key]bool{}
 	okA := as[:0]
 	for _, a := range as {
 		switch {
@@ -164,12 +176,12 @@ func validate(as []Assignment, cs []Cooling) ([]Assignment, []Cooling, []string)
 			dropped = append(dropped, fmt.Sprintf("assignment of %s: address %q is not IPv4", a.Key, a.Address))
 		case a.Key.ContainerID == "":
 			dropped = append(dropped, fmt.Sprintf("assignment of %s: empty container ID", a.Address))
-		case seenAddr[a.Address]:
-			dropped = append(dropped, fmt.Sprintf("assignment of %s to %s: address listed twice", a.Address, a.Key))
-		case seenKey[a.Key]:
-			dropped = append(dropped, fmt.Sprintf("assignment of %s to %s: key listed twice", a.Address, a.Key))
+		case addrs[a.Address] > 1:
+			dropped = append(dropped, fmt.Sprintf("assignment of %s to %s: address listed %d times", a.Address, a.Key, addrs[a.Address]))
+		case keys[a.Key] > 1:
+			dropped = append(dropped, fmt.Sprintf("assignment of %s to %s: key listed %d times", a.Address, a.Key, keys[a.Key]))
 		default:
-			seenAddr[a.Address], seenKey[a.Key] = true, true
+			seenAddr[a.Address] = true
 			okA = append(okA, a)
 		}
 	}
@@ -189,6 +201,9 @@ func validate(as []Assignment, cs []Cooling) ([]Assignment, []Cooling, []string)
 // rename, fsync of the directory. The directory is created (0700) if missing.
 func Save(path string, st State) error {
 	st.Version = Version
+	if st.Assignments == nil {
+		st.Assignments = []Assignment{}
+	}
 	data, err := json.Marshal(st)
 	if err != nil {
 		return fmt.Errorf("encode checkpoint: %w", err)

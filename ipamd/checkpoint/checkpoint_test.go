@@ -118,7 +118,9 @@ func writeSample(t *testing.T) string {
 	return path
 }
 
-// TestLoadDropsBadEntriesKeepsGood: one damaged entry does not cost the others.
+// TestLoadDropsBadEntriesKeepsGood: one damaged entry does not cost the
+// others. An address listed for two keys (c1, c3) drops both: the file cannot
+// say whose it is, and the daemon re-holds it from the host's pod routes.
 func TestLoadDropsBadEntriesKeepsGood(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ipam.json")
 	data := `{"version":1,"assignments":[
@@ -139,14 +141,36 @@ func TestLoadDropsBadEntriesKeepsGood(t *testing.T) {
 	for _, a := range st.Assignments {
 		got = append(got, a.Key.ContainerID+"="+a.Address.String())
 	}
-	if d := cmp.Diff([]string{"c1=100.64.0.11", "c5=100.64.0.15"}, got); d != "" {
+	if d := cmp.Diff([]string{"c5=100.64.0.15"}, got); d != "" {
 		t.Errorf("kept assignments (-want +got):\n%s", d)
 	}
 	if len(st.Cooling) != 1 || st.Cooling[0].Address != netip.MustParseAddr("100.64.0.16") {
 		t.Errorf("kept cooling %v", st.Cooling)
 	}
-	if len(dropped) != 4 {
-		t.Errorf("dropped %d entries, want 4: %v", len(dropped), dropped)
+	if len(dropped) != 5 {
+		t.Errorf("dropped %d entries, want 5: %v", len(dropped), dropped)
+	}
+}
+
+// TestLoadWithoutAssignmentsIsCorrupt: valid JSON of the right version but
+// without the assignments list was not written by Save, and trusting it would
+// lose every release time (cooldowns): it is reported corrupt.
+func TestLoadWithoutAssignmentsIsCorrupt(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ipam.json")
+	if err := os.WriteFile(path, []byte(`{"version":1}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := Load(path)
+	var ce *CorruptError
+	if !errors.As(err, &ce) {
+		t.Fatalf("Load = %v, want a *CorruptError", err)
+	}
+	empty := filepath.Join(t.TempDir(), "ipam.json")
+	if err := Save(empty, State{}); err != nil {
+		t.Fatal(err)
+	}
+	if st, _, err := Load(empty); err != nil || len(st.Assignments) != 0 {
+		t.Errorf("an empty state saved and loaded: %+v, %v", st, err)
 	}
 }
 

@@ -53,6 +53,13 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 		asg := r.resp.Assignment
 		recorded := datapath.HostVethName(in.conf.VethPrefix, asg.Pod.Namespace, asg.Pod.Name, asg.Key.ContainerID)
 		errs = append(errs, removeHostSide(in.log, asg.Address, in.hostVeth(), recorded))
+		// The pod's own address, when the daemon's record names another
+		// (a damaged checkpoint): its rules go too.
+		for _, a := range localAddrs(in, args.IfName, podAddrs) {
+			if a != asg.Address {
+				errs = append(errs, removeHostSide(in.log, a, in.hostVeth()))
+			}
+		}
 	case r.err == nil:
 		// Unknown key, or released earlier (GC): host state can only be
 		// known locally, and is removed only where it is this pod's.

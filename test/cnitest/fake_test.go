@@ -82,3 +82,21 @@ func TestNoAddress(t *testing.T) {
 	mustDel(t, e, p1)
 	AssertNodeClean(t, e)
 }
+
+// TestDELKeepsAnotherPodsWiringOnAWrongRecord: when the daemon's record for
+// the deleted pod names another live pod's address (a damaged checkpoint),
+// DEL removes only its own pod's host state: the other pod stays wired.
+func TestDELKeepsAnotherPodsWiringOnAWrongRecord(t *testing.T) {
+	RequireRoot(t)
+	e, d := fakeEnv(t, FakePool(4))
+	alpha, beta := e.NewPod(t, "alpha"), e.NewPod(t, "beta")
+	e.MustAdd(t, alpha)
+	e.MustAdd(t, beta)
+	own := beta.Address
+	d.SetHeldAddress(e.key(beta), alpha.Address)
+	mustDel(t, e, beta)
+	AssertPodWired(t, e, alpha, 0, 9001)
+	AssertHostSideGone(t, e, beta, own)
+	mustDel(t, e, alpha)
+	AssertNodeClean(t, e)
+}

@@ -101,6 +101,16 @@ func (d *FakeDaemon) Held() map[api.Key]api.Assignment {
 	return out
 }
 
+// SetHeldAddress rewrites the address the daemon records for k, as a
+// damaged record would: DEL must not act on another pod's wiring because of it.
+func (d *FakeDaemon) SetHeldAddress(k api.Key, a netip.Addr) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	asg := d.held[k]
+	asg.Address = a
+	d.held[k] = asg
+}
+
 // Calls returns how many requests of a path ("/v1/assign") it served.
 func (d *FakeDaemon) Calls(path string) int {
 	d.mu.Lock()

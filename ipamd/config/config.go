@@ -81,8 +81,10 @@ const (
 	DefaultMTU               = 9001
 )
 
-// SupportedCNIVersions are the cniVersion values install-cni may write.
-var SupportedCNIVersions = []string{"0.3.1", "0.4.0", "1.0.0", "1.1.0"}
+// SupportedCNIVersions are the cniVersion values install-cni may write:
+// exactly those vpcip-cni's VERSION advertises (cni/plugin.Versions), so a
+// node is never configured with a conflist its plugin refuses.
+var SupportedCNIVersions = []string{"0.4.0", "1.0.0", "1.1.0"}
 
 // Parse reads the configuration through getenv (os.Getenv in vpcipd). It
 // returns every problem found, joined; each names the variable, the value and

@@ -321,8 +321,11 @@ func (d *Daemon) refuse(err error, p warmpool.Plan, now time.Time) (time.Duratio
 		d.strikes[k.kind]++
 		wait := backoff(refusalBackoff[k.kind], d.strikes[k.kind])
 		r := warmpool.Refusal{Kind: k.kind, Until: now.Add(wait)}
-		if k.kind == warmpool.RefusedAddressLimit {
+		switch k.kind {
+		case warmpool.RefusedAddressLimit:
 			r.ENI = p.ENI
+		case warmpool.RefusedSubnetFull:
+			r.Count = p.Count // the subnet may fit a smaller request: warmpool halves it
 		}
 		d.refusals = append(slices.DeleteFunc(d.refusals, func(o warmpool.Refusal) bool {
 			return !o.Until.After(now) || (o.Kind == r.Kind && o.ENI == r.ENI)
@@ -340,7 +343,9 @@ func (d *Daemon) grew() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.refusals = slices.DeleteFunc(d.refusals, func(r warmpool.Refusal) bool {
-		return r.Kind == warmpool.RefusedThrottled || r.Kind == warmpool.RefusedSubnetFull
+		// A subnet refusal that caps the request size stays until it
+		// expires: asking for the refused size again would fail again.
+		return r.Kind == warmpool.RefusedThrottled || (r.Kind == warmpool.RefusedSubnetFull && r.Count <= 1)
 	})
 	clear(d.strikes)
 }

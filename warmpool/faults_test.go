@@ -236,3 +236,33 @@ func TestIdleSecondaryENIDrainsBeforePrimary(t *testing.T) {
 		t.Errorf("Next = %v %s (%s); want delete eni-1", p.Action, p.ENI, p.Reason)
 	}
 }
+
+// TestSubnetRefusalHalvesTheRequest_B41: a subnet with 12 free addresses
+// refuses a request for 14; the plan does not wait for the refusal to pass
+// (leaving 12 addresses unused and pods without one) but asks for 7, then 3,
+// then 1, and waits only once a single address was refused.
+func TestSubnetRefusalHalvesTheRequest_B41(t *testing.T) {
+	in := Input{
+		ENIs:   []ENI{eni("eni-0", old, slots32("10.0.0.1", 9, 9, 0)...)},
+		Limits: small, Config: Config{WarmIPTarget: 14}, Now: t0,
+	}
+	p := Next(in)
+	if p.Action != CreateENI || p.Count != 9 {
+		t.Fatalf("Next = %v %d (%s); want create ENI with 9 (a whole ENI's room)", p.Action, p.Count, p.Reason)
+	}
+	for _, tc := range []struct{ refused, want int }{{9, 4}, {4, 2}, {2, 1}} {
+		in.Refusals = []Refusal{{Kind: RefusedSubnetFull, Until: t0.Add(time.Minute), Count: tc.refused}}
+		p := Next(in)
+		if p.Action != CreateENI || p.Count != tc.want {
+			t.Errorf("after %d refused: Next = %v %d (%s); want create ENI with %d", tc.refused, p.Action, p.Count, p.Reason, tc.want)
+		}
+	}
+	in.Refusals = []Refusal{{Kind: RefusedSubnetFull, Until: t0.Add(time.Minute), Count: 1}}
+	if p := Next(in); p.Action != Wait {
+		t.Errorf("after a single address was refused: Next = %v %d (%s); want Wait", p.Action, p.Count, p.Reason)
+	}
+	in.Refusals = []Refusal{{Kind: RefusedSubnetFull, Until: t0.Add(time.Minute)}}
+	if p := Next(in); p.Action != Wait {
+		t.Errorf("refusal of unknown size: Next = %v (%s); want Wait", p.Action, p.Reason)
+	}
+}

@@ -97,6 +97,7 @@ func newState(in Input) *state {
 // force at Now; zero: none.
 type refusals struct {
 	eniLimit, subnetFull, noPrefix, throttled time.Time
+	subnetCap                                 int // slots a growth may ask for while the subnet refused a larger request; 0: none
 	addrLimitAll                              time.Time
 	addrLimitENI                              map[string]time.Time
 }
@@ -116,6 +117,12 @@ func activeRefusals(rs []Refusal, now time.Time) refusals {
 		case RefusedENILimit:
 			later(&r.eniLimit, x.Until)
 		case RefusedSubnetFull:
+			if half := x.Count / 2; half > 0 {
+				if r.subnetCap == 0 || half < r.subnetCap {
+					r.subnetCap = half
+				}
+				continue // a smaller request may still fit: not a stall
+			}
 			later(&r.subnetFull, x.Until)
 		case RefusedNoPrefix:
 			later(&r.noPrefix, x.Until)
@@ -239,6 +246,10 @@ func (s *state) growPlan(a ActionKind, eni string, n, capSlots int, why string) 
 	if capSlots < n {
 		n = capSlots
 		capped = " (max pods " + itoa(s.in.Limits.MaxPods) + ")"
+	}
+	if c := s.ref.subnetCap; c > 0 && c < n {
+		n = c
+		capped += " (the subnet refused a larger request)"
 	}
 	if a == Assign {
 		why += ": assign " + count(n, unit) + " on " + eni + capped

@@ -127,6 +127,12 @@ type Refusal struct {
 	Kind  RefusalKind
 	Until time.Time // the refusal is taken into account until this time
 	ENI   string    // RefusedAddressLimit: the ENI that refused; empty: every attached ENI
+	// Count is the size of the refused request, in slots (RefusedSubnetFull).
+	// The subnet may still hold fewer free addresses than were asked for, so
+	// while the refusal is in force growth asks for at most half as many
+	// (14, 7, 3, 1), and waits only once a single slot was refused (or Count
+	// is 0: unknown). Each further refusal halves again.
+	Count int
 }
 
 // RefusalKind classifies a cloud refusal. Each kind matches one of the
@@ -136,7 +142,7 @@ type RefusalKind int
 const (
 	RefusedENILimit     RefusalKind = iota + 1 // provider.ErrENILimit (EC2 AttachmentLimitExceeded): no CreateENI
 	RefusedAddressLimit                        // provider.ErrAddressLimit (EC2 PrivateIpAddressLimitExceeded, stale view): no Assign on Refusal.ENI
-	RefusedSubnetFull                          // provider.ErrSubnetFull (EC2 InsufficientFreeAddressesInSubnet): no growth, Wait
+	RefusedSubnetFull                          // provider.ErrSubnetFull (EC2 InsufficientFreeAddressesInSubnet): ask for half of Refusal.Count; Wait once one slot was refused
 	RefusedNoPrefix                            // provider.ErrInsufficientCIDR (EC2 InsufficientCidrBlocks): no aligned free /28, single addresses instead
 	RefusedThrottled                           // provider.ErrThrottled (EC2 RequestLimitExceeded): no growth, Wait
 )

@@ -13,6 +13,7 @@ import (
 
 	"github.com/vpcip/vpcip/ipamd/introspect"
 	"github.com/vpcip/vpcip/test/e2e/cluster"
+	"github.com/vpcip/vpcip/test/vpcsim"
 	"github.com/vpcip/vpcip/test/vpcsim/podruntime"
 )
 
@@ -192,4 +193,28 @@ func TestLeakedENIFromKillBetweenCreateAndAttachIsDeleted(t *testing.T) {
 			t.Error(err)
 		}
 	}
+}
+
+// B41: in a subnet with fewer free addresses than a whole ENI's worth, the
+// node still uses every address the subnet has (growth asks for less after a
+// refusal instead of repeating the refused size), and after a scale-down
+// new pods start again.
+func TestSmallSubnetIsUsedUp_B41(t *testing.T) {
+	// A /27: 32 addresses, 5 reserved by AWS, 2 taken by ENI primaries: 25 for pods.
+	c := start(t, cluster.Options{Nodes: 1, InstanceType: "m5.xlarge",
+		DaemonEnv: []string{"IP_COOLDOWN_PERIOD=1", "VPCIP_ADD_WAIT=3s"},
+		Sim: vpcsim.Config{Subnets: []vpcsim.SubnetSpec{{CIDR: netip.MustParsePrefix("100.64.0.0/27"), AvailabilityZone: "us-west-2a"}}},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	n := c.Nodes[0]
+	pods := addPods(t, ctx, n, 20, "fill", 5)
+	assertPodsOwned(t, c, n, pods, map[netip.Addr]string{})
+	for _, p := range pods[:11] {
+		if err := n.DelPod(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	more := addPods(t, ctx, n, 5, "again", 5)
+	assertPodsOwned(t, c, n, append(pods[11:], more...), map[netip.Addr]string{})
 }

@@ -2,6 +2,7 @@ package ipamd
 
 import (
 	"errors"
+	"net/netip"
 
 	"github.com/vpcip/vpcip/ipamd/hostnet"
 )
@@ -21,6 +22,9 @@ type Host interface {
 	// PodRoutes lists the host routes to pod veths. ErrNoHostView means the
 	// host cannot be observed, which is not the same as "no pods".
 	PodRoutes() ([]hostnet.PodRoute, error)
+	// RemovePodRules deletes the plugin's per-pod policy rules of an address
+	// released without a DEL; it returns how many it deleted.
+	RemovePodRules(addr netip.Addr) (int, error)
 }
 
 // ErrNoHostView: the daemon runs without host networking and cannot see pods.
@@ -31,11 +35,12 @@ type NodeHost struct{}
 
 var _ Host = NodeHost{}
 
-func (NodeHost) EnsureENI(e hostnet.ENI) (string, error) { return hostnet.EnsureENI(e) }
-func (NodeHost) RemoveENI(e hostnet.ENI) error           { return hostnet.RemoveENI(e) }
-func (NodeHost) EnsureSNAT(c hostnet.SNATConfig) error   { return hostnet.EnsureSNAT(c) }
-func (NodeHost) LinkName(mac string) (string, error)     { return linkByMAC(mac) }
-func (NodeHost) PodRoutes() ([]hostnet.PodRoute, error)  { return hostnet.PodRoutes() }
+func (NodeHost) EnsureENI(e hostnet.ENI) (string, error)  { return hostnet.EnsureENI(e) }
+func (NodeHost) RemoveENI(e hostnet.ENI) error            { return hostnet.RemoveENI(e) }
+func (NodeHost) EnsureSNAT(c hostnet.SNATConfig) error    { return hostnet.EnsureSNAT(c) }
+func (NodeHost) LinkName(mac string) (string, error)      { return linkByMAC(mac) }
+func (NodeHost) PodRoutes() ([]hostnet.PodRoute, error)   { return hostnet.PodRoutes() }
+func (NodeHost) RemovePodRules(a netip.Addr) (int, error) { return hostnet.RemovePodRules(a) }
 
 // NoHost is Host for VPCIP_HOSTNET=false (tests and development without root):
 // it changes nothing and sees no pods.
@@ -48,3 +53,4 @@ func (NoHost) RemoveENI(hostnet.ENI) error             { return nil }
 func (NoHost) EnsureSNAT(hostnet.SNATConfig) error     { return nil }
 func (NoHost) LinkName(string) (string, error)         { return "", nil }
 func (NoHost) PodRoutes() ([]hostnet.PodRoute, error)  { return nil, ErrNoHostView }
+func (NoHost) RemovePodRules(netip.Addr) (int, error)  { return 0, nil }

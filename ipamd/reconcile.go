@@ -360,7 +360,13 @@ func (d *Daemon) releaseRouteless(byAddr map[netip.Addr]string, now time.Time) {
 		delete(d.noRoute, a.Key)
 		if _, ok := d.store.Release(a.Key, now); ok {
 			d.metrics.repaired("released_no_route", 1)
-			d.log.Warn("released an address whose pod route is gone", "key", a.Key.String(), "address", a.Address)
+			// The pod went without a DEL: its veth and host route went with
+			// its netns, but the plugin's rules stay in the node netns.
+			rules, err := d.host.RemovePodRules(a.Address)
+			if err != nil {
+				d.log.Error("removing the released address's pod rules failed", "address", a.Address, "err", err)
+			}
+			d.log.Warn("released an address whose pod route is gone", "key", a.Key.String(), "address", a.Address, "rulesRemoved", rules)
 		}
 	}
 }

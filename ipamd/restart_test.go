@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -329,5 +330,12 @@ func TestHostViewLosingAllRoutesFreesNothing(t *testing.T) {
 	}
 	if st := n.status(); st.Assigned != 5 {
 		t.Errorf("%d assignments, want 5", st.Assigned)
+	}
+	// The pod left without a DEL: its rules must go with its address.
+	host.mu.Lock()
+	removed := slices.Clone(host.rulesRemoved)
+	host.mu.Unlock()
+	if !slices.Equal(removed, addrs[:1]) {
+		t.Errorf("pod rules removed for %v, want exactly c0's %v", removed, addrs[0])
 	}
 }

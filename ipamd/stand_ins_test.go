@@ -17,6 +17,8 @@ type memHost struct {
 	mu     sync.Mutex
 	routes map[netip.Addr]string // pod address → host veth
 	enis   map[string]hostnet.ENI
+
+	rulesRemoved []netip.Addr // addresses whose pod rules the daemon asked to remove
 }
 
 var _ Host = (*memHost)(nil)
@@ -42,6 +44,13 @@ func (h *memHost) RemoveENI(e hostnet.ENI) error {
 func (h *memHost) LinkName(string) (string, error) { return "eth0", nil }
 
 func (h *memHost) EnsureSNAT(hostnet.SNATConfig) error { return nil }
+
+func (h *memHost) RemovePodRules(a netip.Addr) (int, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.rulesRemoved = append(h.rulesRemoved, a)
+	return 0, nil
+}
 
 func (h *memHost) PodRoutes() ([]hostnet.PodRoute, error) {
 	h.mu.Lock()

@@ -53,3 +53,40 @@ func PodRoutes() ([]PodRoute, error) {
 	slices.SortFunc(out, func(a, b PodRoute) int { return a.Address.Compare(b.Address) })
 	return out, nil
 }
+
+// RemovePodRules deletes the plugin's policy rules for a pod address that no
+// pod holds any more: "to <addr>/32" at PriorityToPod and "from <addr>/32" at
+// PriorityFromPod (whatever table). The daemon calls it when it releases an
+// address whose pod vanished without a DEL (the netns took the veth and host
+// route with it, but rules live in the node netns until someone deletes
+// them). It returns how many rules it deleted; none found is success.
+func RemovePodRules(addr netip.Addr) (int, error) {
+	if !addr.Is4() {
+		return 0, fmt.Errorf("pod address %v is not IPv4", addr)
+	}
+	rs, err := netlinksafe.RuleList(netlink.FAMILY_V4)
+	if err != nil {
+		return 0, fmt.Errorf("list rules: %w", err)
+	}
+	host := netip.PrefixFrom(addr, 32)
+	n := 0
+	for _, r := range rs {
+		var match bool
+		switch r.Priority {
+		case PriorityToPod:
+			dst, err := toPrefix(r.Dst)
+			match = err == nil && dst == host
+		case PriorityFromPod:
+			src, err := toPrefix(r.Src)
+			match = err == nil && src == host
+		}
+		if !match {
+			continue
+		}
+		if err := netlink.RuleDel(&r); err != nil && !isGone(err) {
+			return n, fmt.Errorf("delete rule %v: %w", r, err)
+		}
+		n++
+	}
+	return n, nil
+}

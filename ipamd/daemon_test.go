@@ -165,11 +165,13 @@ func TestBadRequestsAnswerInvalid(t *testing.T) {
 	n := newNode(t, c, itypeSmall, nil)
 	n.start()
 	ctx := context.Background()
-	for _, k := range []api.Key{{}, {Network: "vpcip", ContainerID: "c1"}, {ContainerID: "c1", IfName: "eth0"}} {
+	huge := strings.Repeat("c", 3<<20) // a 3 MiB container ID would bloat the checkpoint
+	for _, k := range []api.Key{{}, {Network: "vpcip", ContainerID: "c1"}, {ContainerID: "c1", IfName: "eth0"},
+		{Network: "vpcip", ContainerID: huge, IfName: "eth0"}, {Network: "vpcip", ContainerID: "c1", IfName: "an-interface-name-too-long"}} {
 		_, err := n.client.Assign(ctx, api.AssignRequest{Key: k})
 		var e *api.Error
 		if !errors.As(err, &e) || e.Code != api.CodeInvalid {
-			t.Errorf("Assign(%+v) = %v, want invalid-request", k, err)
+			t.Errorf("Assign(%.80s) = %v, want invalid-request", k.String(), err)
 		}
 	}
 	if len(n.d.store.Assignments()) != 0 {

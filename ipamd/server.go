@@ -95,8 +95,19 @@ func checkKeyed(version string, key api.Key) error {
 	if key.Network == "" || key.ContainerID == "" || key.IfName == "" {
 		return fmt.Errorf("incomplete attachment key %q: network, container ID and ifname are required", key.String())
 	}
+	// Bounds well above what runtimes send (64-hex sandbox ids, 15-byte
+	// interface names), so one request cannot grow the checkpoint by megabytes.
+	if len(key.Network) > maxKeyField || len(key.ContainerID) > maxKeyField || len(key.IfName) > maxIfName {
+		return fmt.Errorf("attachment key too long: network and container ID take at most %d bytes, ifname %d (CNI spec: an interface name)", maxKeyField, maxIfName)
+	}
 	return nil
 }
+
+// Key field bounds, in bytes.
+const (
+	maxKeyField = 256
+	maxIfName   = 15 // the kernel's IFNAMSIZ − 1
+)
 
 // checkGC accepts a GC of one named network whose valid keys belong to it.
 func checkGC(req api.GCRequest) error {

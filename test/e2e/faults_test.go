@@ -203,7 +203,7 @@ func TestSmallSubnetIsUsedUp_B41(t *testing.T) {
 	// A /27: 32 addresses, 5 reserved by AWS, 2 taken by ENI primaries: 25 for pods.
 	c := start(t, cluster.Options{Nodes: 1, InstanceType: "m5.xlarge",
 		DaemonEnv: []string{"IP_COOLDOWN_PERIOD=1", "VPCIP_ADD_WAIT=3s"},
-		Sim: vpcsim.Config{Subnets: []vpcsim.SubnetSpec{{CIDR: netip.MustParsePrefix("100.64.0.0/27"), AvailabilityZone: "us-west-2a"}}},
+		Sim:       vpcsim.Config{Subnets: []vpcsim.SubnetSpec{{CIDR: netip.MustParsePrefix("100.64.0.0/27"), AvailabilityZone: "us-west-2a"}}},
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -357,10 +357,24 @@ func ensureENIRule(e ENI) error {
 	if err != nil {
 		return err
 	}
+	want := netlink.NewRule()
+	want.Family = netlink.FAMILY_V4
+	want.Priority = PriorityENI
+	want.Table = table
+	want.Src = hostPrefix(e.PrimaryIP)
+	return keepOneRule(have, want, func(r netlink.Rule) bool {
+		src, _ := toPrefix(r.Src)
+		return src == netip.PrefixFrom(e.PrimaryIP, 32) && r.Mark == 0 && r.Dst == nil && r.IifName == "" && r.OifName == ""
+	})
+}
+
+// keepOneRule leaves the first rule of have that is the wanted one, deletes
+// every other (stale specs at the same priority), and adds want when none
+// matched. "Exists" from the kernel is success: the rule is the spec.
+func keepOneRule(have []netlink.Rule, want *netlink.Rule, matches func(netlink.Rule) bool) error {
 	found := false
 	for _, r := range have {
-		src, _ := toPrefix(r.Src)
-		if !found && src == netip.PrefixFrom(e.PrimaryIP, 32) && r.Mark == 0 && r.Dst == nil && r.IifName == "" && r.OifName == "" {
+		if !found && matches(r) {
 			found = true
 			continue
 		}
@@ -371,12 +385,7 @@ func ensureENIRule(e ENI) error {
 	if found {
 		return nil
 	}
-	r := netlink.NewRule()
-	r.Family = netlink.FAMILY_V4
-	r.Priority = PriorityENI
-	r.Table = table
-	r.Src = hostPrefix(e.PrimaryIP)
-	if err := netlink.RuleAdd(r); err != nil && !errors.Is(err, unix.EEXIST) {
+	if err := netlink.RuleAdd(want); err != nil && !errors.Is(err, unix.EEXIST) {
 		return err
 	}
 	return nil

@@ -256,28 +256,14 @@ func ensureMarkRule(mark uint32) error {
 	if err != nil {
 		return err
 	}
-	found := false
-	for _, r := range have {
-		if !found && r.Mark == mark && r.Mask != nil && *r.Mask == mark && r.Src == nil && r.Dst == nil {
-			found = true
-			continue
-		}
-		if err := netlink.RuleDel(&r); err != nil && !isGone(err) {
-			return fmt.Errorf("delete stale rule %v: %w", r, err)
-		}
-	}
-	if found {
-		return nil
-	}
-	r := netlink.NewRule()
-	r.Family = netlink.FAMILY_V4
-	r.Priority = PriorityMark
-	r.Table = unix.RT_TABLE_MAIN
-	r.Mark = mark
+	want := netlink.NewRule()
+	want.Family = netlink.FAMILY_V4
+	want.Priority = PriorityMark
+	want.Table = unix.RT_TABLE_MAIN
+	want.Mark = mark
 	mask := mark
-	r.Mask = &mask
-	if err := netlink.RuleAdd(r); err != nil && !errors.Is(err, unix.EEXIST) {
-		return err
-	}
-	return nil
+	want.Mask = &mask
+	return keepOneRule(have, want, func(r netlink.Rule) bool {
+		return r.Mark == mark && r.Mask != nil && *r.Mask == mark && r.Src == nil && r.Dst == nil
+	})
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -51,10 +50,7 @@ func binaries(t testing.TB) string {
 		if buildErr != nil {
 			return
 		}
-		cmd := exec.Command("go", "build", "-o", binDir+"/", "../../cmd/vpcipd", "../../cmd/vpcip-cni", "../../cmd/vpcipctl")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
+		buildErr = cluster.BuildBinaries(context.Background(), binDir)
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)

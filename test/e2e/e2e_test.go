@@ -37,10 +37,7 @@ func binaries(t *testing.T) string {
 		if buildErr != nil {
 			return
 		}
-		cmd := exec.Command("go", "build", "-o", binDir+"/", "../../cmd/vpcipd", "../../cmd/vpcip-cni", "../../cmd/vpcipctl")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
+		buildErr = cluster.BuildBinaries(context.Background(), binDir)
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)

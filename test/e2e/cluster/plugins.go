@@ -55,3 +55,14 @@ func ReferencePlugins(ctx context.Context, dir string, names ...string) (string,
 	}
 	return dir, nil
 }
+
+// BuildBinaries builds vpcipd, vpcip-cni and vpcipctl into dir (go build,
+// from anywhere inside the module).
+func BuildBinaries(ctx context.Context, dir string) error {
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+"/",
+		"github.com/vpcip/vpcip/cmd/vpcipd", "github.com/vpcip/vpcip/cmd/vpcip-cni", "github.com/vpcip/vpcip/cmd/vpcipctl")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	return nil
+}

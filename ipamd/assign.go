@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/vpcip/vpcip/ipamd/api"
+	"github.com/vpcip/vpcip/ipamd/datastore"
 	"github.com/vpcip/vpcip/warmpool"
 )
 
@@ -89,6 +90,7 @@ func (d *Daemon) refused(key api.Key, e *api.Error) *api.Error {
 // Release gives a key's address back (CNI DEL); it cools down for
 // IP_COOLDOWN_PERIOD before any other key gets it. An unknown key is success.
 func (d *Daemon) Release(req api.ReleaseRequest) (api.ReleaseResponse, error) {
+	d.adopt(req.Key, api.Pod{}, req.HostVeth)
 	a, ok := d.store.Release(req.Key, d.now())
 	if !ok {
 		return api.ReleaseResponse{Version: api.Version}, nil
@@ -107,6 +109,9 @@ func (d *Daemon) Release(req api.ReleaseRequest) (api.ReleaseResponse, error) {
 // Check returns a key's assignment (CNI CHECK), or CodeNotFound.
 func (d *Daemon) Check(req api.CheckRequest) (api.Assignment, error) {
 	a, ok := d.store.Get(req.Key)
+	if !ok {
+		a, ok = d.adopt(req.Key, req.Pod, req.HostVeth)
+	}
 	if ok {
 		return d.wire(a), nil
 	}
@@ -114,6 +119,21 @@ func (d *Daemon) Check(req api.CheckRequest) (api.Assignment, error) {
 		return api.Assignment{}, &api.Error{Code: api.CodeNotReady, Message: "vpcipd is not ready: " + d.Status().Reason}
 	}
 	return api.Assignment{}, &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("vpcipd holds no address for %s", req.Key)}
+}
+
+// adopt matches an unknown key to an assignment re-held from its pod's host
+// route after a lost checkpoint, and records it under the key.
+func (d *Daemon) adopt(key api.Key, pod api.Pod, hostVeth string) (datastore.Assignment, bool) {
+	a, ok := d.store.Adopt(key, pod, hostVeth)
+	if !ok {
+		return a, false
+	}
+	d.log.Info("recovered assignment matched to its attachment by host veth", "key", key.String(), "address", a.Address, "hostVeth", hostVeth)
+	d.metrics.repaired("recovered_adopted", 1)
+	if err := d.persist(); err != nil {
+		d.log.Error("checkpoint write after adopting a recovered assignment failed", "err", err)
+	}
+	return a, true
 }
 
 // GC releases every assignment of req.Network not listed in req.Valid and

@@ -339,3 +339,47 @@ func TestHostViewLosingAllRoutesFreesNothing(t *testing.T) {
 		t.Errorf("pod rules removed for %v, want exactly c0's %v", removed, addrs[0])
 	}
 }
+
+// TestRecoveredAssignmentsAdoptedByHostVeth_B33: after a lost checkpoint the
+// daemon re-holds live pods' addresses from their host routes under
+// placeholder keys. The plugin's CHECK and DEL name the pod's host veth, so a
+// healthy pod's CHECK finds its address again (and keeps it under its real
+// key), and its DEL releases it at once instead of after the route-less grace.
+func TestRecoveredAssignmentsAdoptedByHostVeth_B33(t *testing.T) {
+	c := startCloud(t)
+	n := newNode(t, c, itypeSmall, nil)
+	host := newMemHost()
+	n.host = host
+	n.start()
+	a1 := n.mustAdd("c1")
+	a2 := n.mustAdd("c2")
+	host.wire(a1.Address, "enic1")
+	host.wire(a2.Address, "enic2")
+	n.shutdown()
+	if err := os.WriteFile(n.d.cfg.Checkpoint, bytes.Repeat([]byte{0}, 512), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	n.start()
+	ctx := context.Background()
+	if _, err := n.client.Check(ctx, api.CheckRequest{Key: key("c1")}); err == nil {
+		t.Fatal("CHECK without a host veth found c1 although the checkpoint was lost")
+	}
+	got, err := n.client.Check(ctx, api.CheckRequest{Key: key("c1"), HostVeth: "enic1", Pod: api.Pod{Namespace: "default", Name: "p1"}})
+	if err != nil || got.Address != a1.Address {
+		t.Fatalf("CHECK(c1, enic1) = %v, %v; want its address %s", got.Address, err, a1.Address)
+	}
+	if h, ok := n.d.store.Get(key("c1")); !ok || h.Recovered || h.Pod.Name != "p1" {
+		t.Errorf("c1 after adoption: %+v, %v; want held under its own key with its pod", h, ok)
+	}
+	if _, err := n.client.Check(ctx, api.CheckRequest{Key: key("c9"), HostVeth: "enic1"}); err == nil {
+		t.Error("a second key adopted c1's address through the same veth")
+	}
+	r, err := n.client.Release(ctx, api.ReleaseRequest{Key: key("c2"), HostVeth: "enic2"})
+	if err != nil || !r.Released || r.Assignment.Address != a2.Address {
+		t.Fatalf("DEL(c2, enic2) = %+v, %v; want %s released", r, err, a2.Address)
+	}
+	if _, ok := n.d.store.Holder(a2.Address); ok {
+		t.Errorf("%s still held after its pod's DEL", a2.Address)
+	}
+	n.checkInvariants()
+}

@@ -27,7 +27,8 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 
 	ctx, cancel := in.ctx(in.conf.Timeouts.Check)
 	defer cancel()
-	asg, err := in.client.Check(ctx, api.CheckRequest{Key: in.key})
+	asg, err := in.client.Check(ctx, api.CheckRequest{Key: in.key, HostVeth: in.hostVeth(),
+		Pod: api.Pod{Namespace: in.pod.Namespace, Name: in.pod.Name, UID: in.pod.UID}})
 	if err != nil {
 		var ae *api.Error
 		if errors.As(err, &ae) && ae.Code == api.CodeNotFound {

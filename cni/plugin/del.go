@@ -85,7 +85,7 @@ type releaseAnswer struct {
 func (in *invocation) release() releaseAnswer {
 	ctx, cancel := in.ctx(in.conf.Timeouts.Release)
 	defer cancel()
-	resp, err := in.client.Release(ctx, api.ReleaseRequest{Key: in.key})
+	resp, err := in.client.Release(ctx, api.ReleaseRequest{Key: in.key, HostVeth: in.hostVeth()})
 	return releaseAnswer{resp, err}
 }
 

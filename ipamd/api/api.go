@@ -76,6 +76,11 @@ type Assignment struct {
 type ReleaseRequest struct {
 	Version string `json:"version"`
 	Key     Key    `json:"key"`
+	// HostVeth is the host veth name the plugin derives for the attachment.
+	// After a lost checkpoint the daemon re-holds live pods' addresses from
+	// their host routes under placeholder keys; it matches such an
+	// assignment to this Key by the veth. Optional.
+	HostVeth string `json:"hostVeth,omitempty"`
 }
 
 // ReleaseResponse says what was released. Assignment is nil when the Key held
@@ -89,8 +94,10 @@ type ReleaseResponse struct {
 // CheckRequest asks whether the daemon still holds the Key's assignment
 // (CNI CHECK). Unknown keys answer CodeNotFound.
 type CheckRequest struct {
-	Version string `json:"version"`
-	Key     Key    `json:"key"`
+	Version  string `json:"version"`
+	Key      Key    `json:"key"`
+	Pod      Pod    `json:"pod"`                // from CNI_ARGS, recorded when a recovered assignment is adopted
+	HostVeth string `json:"hostVeth,omitempty"` // as in ReleaseRequest
 }
 
 // GCRequest carries the runtime's valid attachments for one network

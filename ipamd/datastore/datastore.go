@@ -241,6 +241,32 @@ func (s *Store) releaseLocked(key api.Key, now time.Time) (Assignment, bool) {
 	return out, true
 }
 
+// Adopt gives key (and pod) the assignment that was re-held from the host
+// route to hostVeth after a lost checkpoint (Owner.Recovered), so the pod's
+// CHECK and DEL find their address again. It reports false, changing
+// nothing, when no recovered assignment is on that veth or key already holds
+// an address.
+func (s *Store) Adopt(key api.Key, pod api.Pod, hostVeth string) (Assignment, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, held := s.byKey[key]; held || hostVeth == "" {
+		return Assignment{}, false
+	}
+	for old, addr := range s.byKey {
+		st := s.addrs[addr]
+		if !st.owner.Recovered || st.owner.HostVeth != hostVeth {
+			continue
+		}
+		delete(s.byKey, old)
+		st.owner = &Owner{Key: key, Pod: pod, AssignedAt: st.owner.AssignedAt, HostVeth: hostVeth}
+		s.byKey[key] = addr
+		s.gen++
+		s.notifyLocked()
+		return s.assignmentLocked(addr, st), true
+	}
+	return Assignment{}, false
+}
+
 // Get returns key's assignment.
 func (s *Store) Get(key api.Key) (Assignment, bool) {
 	s.mu.Lock()

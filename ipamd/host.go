@@ -25,6 +25,8 @@ type Host interface {
 	// RemovePodRules deletes the plugin's per-pod policy rules of an address
 	// released without a DEL; it returns how many it deleted.
 	RemovePodRules(addr netip.Addr) (int, error)
+	// PodRuleAddresses lists the addresses with per-pod policy rules.
+	PodRuleAddresses() ([]netip.Addr, error)
 }
 
 // ErrNoHostView: the daemon runs without host networking and cannot see pods.
@@ -41,6 +43,7 @@ func (NodeHost) EnsureSNAT(c hostnet.SNATConfig) error    { return hostnet.Ensur
 func (NodeHost) LinkName(mac string) (string, error)      { return linkByMAC(mac) }
 func (NodeHost) PodRoutes() ([]hostnet.PodRoute, error)   { return hostnet.PodRoutes() }
 func (NodeHost) RemovePodRules(a netip.Addr) (int, error) { return hostnet.RemovePodRules(a) }
+func (NodeHost) PodRuleAddresses() ([]netip.Addr, error)  { return hostnet.PodRuleAddresses() }
 
 // NoHost is Host for VPCIP_HOSTNET=false (tests and development without root):
 // it changes nothing and sees no pods.
@@ -54,3 +57,4 @@ func (NoHost) EnsureSNAT(hostnet.SNATConfig) error     { return nil }
 func (NoHost) LinkName(string) (string, error)         { return "", nil }
 func (NoHost) PodRoutes() ([]hostnet.PodRoute, error)  { return nil, ErrNoHostView }
 func (NoHost) RemovePodRules(netip.Addr) (int, error)  { return 0, nil }
+func (NoHost) PodRuleAddresses() ([]netip.Addr, error) { return nil, nil }

@@ -324,6 +324,38 @@ func (d *Daemon) checkHost(first bool) {
 		return
 	}
 	d.releaseRouteless(byAddr, now)
+	d.removeStaleRules(byAddr)
+}
+
+// removeStaleRules deletes the per-pod policy rules of addresses that no pod
+// holds and no host route leads to: left by a pod that vanished without a
+// DEL, or by a DEL that could not finish. A rule is never left pointing at
+// an address the pool may hand to another pod (B13). An ADD holds its
+// address before the plugin adds rules, and a DEL's rules go with or after
+// its route, so neither races this.
+func (d *Daemon) removeStaleRules(byAddr map[netip.Addr]string) {
+	addrs, err := d.host.PodRuleAddresses()
+	if err != nil {
+		d.log.Warn("host policy rules unreadable", "err", err)
+		return
+	}
+	for _, a := range addrs {
+		if _, routed := byAddr[a]; routed {
+			continue
+		}
+		if _, held := d.store.Holder(a); held {
+			continue
+		}
+		n, err := d.host.RemovePodRules(a)
+		if err != nil {
+			d.log.Error("removing stale pod rules failed", "address", a, "err", err)
+			continue
+		}
+		if n > 0 {
+			d.metrics.repaired("stale_pod_rules", n)
+			d.log.Warn("removed policy rules of an address no pod holds", "address", a, "rules", n)
+		}
+	}
 }
 
 func (d *Daemon) releaseRouteless(byAddr map[netip.Addr]string, now time.Time) {

@@ -383,3 +383,25 @@ func TestRecoveredAssignmentsAdoptedByHostVeth_B33(t *testing.T) {
 	}
 	n.checkInvariants()
 }
+
+// TestStaleRulesRemoved_B13: per-pod policy rules of an address that no pod
+// holds and no route leads to (a DEL that released but died before removing
+// them) are removed by reconciliation; a held pod's rules are kept.
+func TestStaleRulesRemoved_B13(t *testing.T) {
+	c := startCloud(t)
+	n := newNode(t, c, itypeSmall, nil)
+	host := newMemHost()
+	n.host = host
+	n.start()
+	a1 := n.mustAdd("c1")
+	a2 := n.mustAdd("c2")
+	host.wire(a2.Address, "enic2")
+	host.leaveRules(a1.Address)
+	host.leaveRules(a2.Address)
+	n.del("c1") // released; the plugin died before removing c1's rules
+	n.reconcile()
+	left, _ := host.PodRuleAddresses()
+	if !slices.Equal(left, []netip.Addr{a2.Address}) {
+		t.Errorf("pod rules left for %v, want only the live pod's %s", left, a2.Address)
+	}
+}

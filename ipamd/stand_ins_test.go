@@ -18,7 +18,8 @@ type memHost struct {
 	routes map[netip.Addr]string // pod address → host veth
 	enis   map[string]hostnet.ENI
 
-	rulesRemoved []netip.Addr // addresses whose pod rules the daemon asked to remove
+	rulesRemoved []netip.Addr        // addresses whose pod rules the daemon asked to remove
+	rules        map[netip.Addr]bool // addresses with staged per-pod rules
 }
 
 var _ Host = (*memHost)(nil)
@@ -49,7 +50,33 @@ func (h *memHost) RemovePodRules(a netip.Addr) (int, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.rulesRemoved = append(h.rulesRemoved, a)
-	return 0, nil
+	n := 0
+	if h.rules[a] {
+		n = 1
+		delete(h.rules, a)
+	}
+	return n, nil
+}
+
+func (h *memHost) PodRuleAddresses() ([]netip.Addr, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]netip.Addr, 0, len(h.rules))
+	for a := range h.rules {
+		out = append(out, a)
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return out, nil
+}
+
+// leaveRules stages per-pod rules of a, as a plugin killed mid-DEL leaves them.
+func (h *memHost) leaveRules(a netip.Addr) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.rules == nil {
+		h.rules = map[netip.Addr]bool{}
+	}
+	h.rules[a] = true
 }
 
 func (h *memHost) PodRoutes() ([]hostnet.PodRoute, error) {

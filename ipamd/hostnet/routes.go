@@ -90,3 +90,36 @@ func RemovePodRules(addr netip.Addr) (int, error) {
 	}
 	return n, nil
 }
+
+// PodRuleAddresses lists the pod addresses the node has per-pod policy rules
+// for (the plugin's PriorityToPod "to" and PriorityFromPod "from" rules),
+// sorted and without repeats. Reconciliation removes those of addresses no
+// pod holds: leftovers of pods that vanished without a DEL (docs/design.md
+// §4; docs/field-failures.md B13).
+func PodRuleAddresses() ([]netip.Addr, error) {
+	rs, err := netlinksafe.RuleList(netlink.FAMILY_V4)
+	if err != nil {
+		return nil, fmt.Errorf("list rules: %w", err)
+	}
+	seen := map[netip.Addr]bool{}
+	for _, r := range rs {
+		var p netip.Prefix
+		switch r.Priority {
+		case PriorityToPod:
+			p, err = toPrefix(r.Dst)
+		case PriorityFromPod:
+			p, err = toPrefix(r.Src)
+		default:
+			continue
+		}
+		if err == nil && p.Bits() == 32 && p.Addr().Is4() {
+			seen[p.Addr()] = true
+		}
+	}
+	out := make([]netip.Addr, 0, len(seen))
+	for a := range seen {
+		out = append(out, a)
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return out, nil
+}

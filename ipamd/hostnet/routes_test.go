@@ -2,6 +2,7 @@ package hostnet
 
 import (
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -52,6 +53,11 @@ func TestRemovePodRules(t *testing.T) {
 		{"from", "10.0.0.50/32", "lookup", "2", "priority", "1535"}, // an ENI rule, not a pod's
 	} {
 		n.run(t, append([]string{"ip", "rule", "add"}, r...)...)
+	}
+	var listed []netip.Addr
+	n.do(t, func() (err error) { listed, err = PodRuleAddresses(); return err })
+	if want := []netip.Addr{netip.MustParseAddr("10.0.0.50"), netip.MustParseAddr("10.0.0.51")}; !slices.Equal(listed, want) {
+		t.Errorf("PodRuleAddresses = %v, want %v", listed, want)
 	}
 	var removed int
 	n.do(t, func() (err error) { removed, err = RemovePodRules(netip.MustParseAddr("10.0.0.50")); return err })

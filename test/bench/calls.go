@@ -58,7 +58,7 @@ func (b *bench) cloudCalls(ctx context.Context) error {
 	node := c.Nodes[0]
 	c0 := settle(ctx, c.Cloud, 3*time.Second, 30*time.Second)
 	var pods []*podruntime.Pod
-	for i := range 100 {
+	for i := range b.callPods {
 		p, err := node.AddPod(ctx, "bench", fmt.Sprintf("calls-%d", i))
 		if err != nil {
 			return err
@@ -72,11 +72,11 @@ func (b *bench) cloudCalls(ctx context.Context) error {
 		}
 	}
 	// Default IP_COOLDOWN_PERIOD is 30 s and ENIs younger than 1 minute are
-	// kept: count what follows the deletes for 90 s.
-	time.Sleep(90 * time.Second)
+	// kept: count what follows the deletes for b.deleteWindow (90 s).
+	time.Sleep(b.deleteWindow)
 	c2 := totalCalls(c.Cloud)
 	b.add(Figure{Name: "(d) EC2 calls at start-up (1 node)", Value: float64(c0), Unit: "calls"})
-	b.add(Figure{Name: "(d) EC2 calls per 100 pod starts", Value: float64(c1 - c0), Unit: "calls"})
-	b.add(Figure{Name: "(d) EC2 calls per 100 pod deletes (90 s)", Value: float64(c2 - c1), Unit: "calls"})
+	b.add(Figure{Name: fmt.Sprintf("(d) EC2 calls per %d pod starts", b.callPods), Value: float64(c1 - c0), Unit: "calls"})
+	b.add(Figure{Name: fmt.Sprintf("(d) EC2 calls per %d pod deletes (%s)", b.callPods, b.deleteWindow), Value: float64(c2 - c1), Unit: "calls"})
 	return nil
 }

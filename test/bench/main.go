@@ -34,6 +34,7 @@ func main() {
 	bin := flag.String("bin", "bin", "directory holding vpcipd, vpcip-cni and vpcipctl")
 	out := flag.String("out", "results", "directory for the JSON results")
 	rounds := flag.Int("rounds", 3, "sequential ADD/DEL rounds of 20 pods for (a)")
+	smoke := flag.Bool("smoke", false, "a quick run with small counts, to check the bench itself works (make test runs it)")
 	flag.Parse()
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "bench: needs root")
@@ -42,7 +43,10 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	binAbs, _ := filepath.Abs(*bin)
-	b := &bench{bin: binAbs, rounds: *rounds}
+	b := &bench{bin: binAbs, rounds: *rounds, memPods: 250, callPods: 100, deleteWindow: 90 * time.Second}
+	if *smoke {
+		b.rounds, b.memPods, b.callPods, b.deleteWindow = 1, 20, 10, 3*time.Second
+	}
 	if err := b.run(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "bench failed:", err)
 		os.Exit(1)
@@ -55,9 +59,12 @@ func main() {
 }
 
 type bench struct {
-	bin     string
-	rounds  int
-	figures []Figure
+	bin          string
+	rounds       int           // (a): sequential rounds of 20 pods
+	memPods      int           // (c): pods on the node whose RSS is read
+	callPods     int           // (d): pods started and deleted
+	deleteWindow time.Duration // (d): how long calls are counted after the deletes
+	figures      []Figure
 }
 
 func (b *bench) add(f Figure) {
@@ -73,8 +80,8 @@ func (b *bench) run(ctx context.Context) error {
 		fn   func(context.Context) error
 	}{
 		{"plugin latency and burst", b.latency},
-		{"daemon memory with 250 pods", b.memory},
-		{"EC2 calls per 100 pods", b.cloudCalls},
+		{fmt.Sprintf("daemon memory with %d pods", b.memPods), b.memory},
+		{fmt.Sprintf("EC2 calls per %d pods", b.callPods), b.cloudCalls},
 	}
 	for _, s := range steps {
 		fmt.Printf("==> %s\n", s.name)

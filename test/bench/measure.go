@@ -173,7 +173,7 @@ func waitWarm(ctx context.Context, n *cluster.Node, want int) error {
 	return fmt.Errorf("%s: pool did not reach %d warm addresses", n.Name, want)
 }
 
-// memory measures (c): vpcipd's VmRSS with 250 pods on a c5.18xlarge.
+// memory measures (c): vpcipd's VmRSS with b.memPods pods on a c5.18xlarge.
 func (b *bench) memory(ctx context.Context) error {
 	work, err := os.MkdirTemp("", "vpcip-bench-")
 	if err != nil {
@@ -190,13 +190,13 @@ func (b *bench) memory(ctx context.Context) error {
 	defer c.Close()
 	node := c.Nodes[0]
 	idle := rss(node.DaemonPID())
-	for i := range 250 {
+	for i := range b.memPods {
 		if _, err := node.AddPod(ctx, "bench", fmt.Sprintf("mem-%d", i)); err != nil {
 			return err
 		}
 	}
 	b.add(Figure{Name: "(c) vpcipd RSS, idle", Value: float64(idle) / 1024, Unit: "MiB"})
-	b.add(Figure{Name: "(c) vpcipd RSS with 250 pods", Value: float64(rss(node.DaemonPID())) / 1024, Unit: "MiB"})
+	b.add(Figure{Name: fmt.Sprintf("(c) vpcipd RSS with %d pods", b.memPods), Value: float64(rss(node.DaemonPID())) / 1024, Unit: "MiB"})
 	return nil
 }
 

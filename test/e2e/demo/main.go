@@ -240,27 +240,37 @@ func describe(c *cluster.Cluster, p placed) string {
 func showTraffic(ctx context.Context, c *cluster.Cluster, pods []placed) error {
 	step("pod-to-pod traffic through the fabric (ping)")
 	// One pod on the primary ENI (eth0) and one on a secondary ENI per node.
-	pick := func(n *cluster.Node, primary bool) placed {
+	pick := func(n *cluster.Node, primary bool) (placed, bool) {
 		for _, p := range pods {
 			if p.node == n && (deviceOf(c, p) == 0) == primary {
-				return p
+				return p, true
 			}
 		}
-		return pods[0]
+		return placed{}, false
 	}
 	n1, n2 := c.Nodes[0], c.Nodes[len(c.Nodes)-1]
-	pairs := [][2]placed{
-		{pick(n1, true), pick(n2, true)},
-		{pick(n1, false), pick(n2, false)},
-		{pick(n2, false), pick(n1, true)},
-	}
-	for _, pr := range pairs {
-		if err := cluster.Ping(ctx, pr[0].pod, pr[1].pod.Address); err != nil {
+	for _, pr := range [][2]struct {
+		n       *cluster.Node
+		primary bool
+	}{
+		{{n1, true}, {n2, true}},
+		{{n1, false}, {n2, false}},
+		{{n2, false}, {n1, true}},
+	} {
+		from, ok1 := pick(pr[0].n, pr[0].primary)
+		to, ok2 := pick(pr[1].n, pr[1].primary)
+		if !ok1 || !ok2 || from.pod == to.pod {
+			continue // too few pods for a secondary ENI
+		}
+		if err := cluster.Ping(ctx, from.pod, to.pod.Address); err != nil {
 			return err
 		}
-		fmt.Printf("    %s → %s: ok\n", describe(c, pr[0]), describe(c, pr[1]))
+		fmt.Printf("    %s → %s: ok\n", describe(c, from), describe(c, to))
 	}
-	last := pick(n2, false)
+	last, ok := pick(n2, false)
+	if !ok {
+		last, _ = pick(n2, true)
+	}
 
 	step("pod to the outside host %s through SNAT", c.Outside)
 	if err := c.StartSourceEcho(ctx); err != nil {

@@ -3,11 +3,14 @@ package containerd_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -150,6 +153,13 @@ func TestCloseAfterCrash(t *testing.T) {
 		if mounts, err := n.Mounts(); err != nil || !slices.Contains(mounts, sbs[0].NetnsPath) {
 			t.Fatalf("after the crash: mounts %v, %v; want %s among them", mounts, err, sbs[0].NetnsPath)
 		}
+		var pauses []int
+		for _, sb := range sbs {
+			pauses = append(pauses, netnsProcesses(t, sb.NetnsPath)...)
+		}
+		if len(pauses) < len(sbs) {
+			t.Fatalf("after the crash: %d processes in the %d sandbox netns, want each sandbox's pause", len(pauses), len(sbs))
+		}
 		if err := n.Close(); err != nil {
 			t.Fatal(err)
 		}
@@ -167,5 +177,41 @@ func TestCloseAfterCrash(t *testing.T) {
 		if mounts, err := n.Mounts(); len(mounts) != 0 || err != nil {
 			t.Errorf("after Close: mounts left under %s: %v (%v)", n.Dir, mounts, err)
 		}
+		// runc delete --force kills them; the kernel finishes within moments.
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			pauses = slices.DeleteFunc(pauses, func(pid int) bool {
+				_, err := os.Stat(fmt.Sprintf("/proc/%d", pid))
+				return err != nil
+			})
+			if len(pauses) == 0 || time.Now().After(deadline) {
+				break
+			}
+		}
+		if len(pauses) > 0 {
+			t.Errorf("after Close: sandbox processes %v still run", pauses)
+		}
 	})
+}
+
+// netnsProcesses lists the processes whose network namespace is the one
+// bound at path.
+func netnsProcesses(t *testing.T, path string) []int {
+	t.Helper()
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		t.Fatalf("stat %s: %v", path, err)
+	}
+	want := fmt.Sprintf("net:[%d]", st.Ino)
+	entries, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if link, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/net", pid)); err == nil && link == want {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }

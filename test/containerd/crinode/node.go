@@ -267,7 +267,7 @@ func (n *Node) Close() error {
 		cancel()
 		errs = append(errs, n.Stop())
 	}
-	errs = append(errs, n.killShims(), n.unmountAll())
+	errs = append(errs, n.killShims(), n.deleteContainers(), n.unmountAll())
 	if n.conn != nil {
 		errs = append(errs, n.conn.Close())
 		n.conn = nil
@@ -303,6 +303,44 @@ func (n *Node) Shims() ([]int, error) {
 		}
 	}
 	return pids, nil
+}
+
+// cniResultCache is libcni's default result cache, which containerd uses.
+const cniResultCache = "/var/lib/cni/results"
+
+// deleteContainers force-deletes, through runc, every container left in this
+// node's runc state (sandboxes whose shim was killed with containerd): runc
+// kills their processes and removes their cgroups, so a crashed node leaves
+// no pause process behind.
+func (n *Node) deleteContainers() error {
+	namespaces, err := os.ReadDir(n.path("runc"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, ns := range namespaces {
+		root := filepath.Join(n.path("runc"), ns.Name())
+		ids, err := os.ReadDir(root)
+		if err != nil || !ns.IsDir() {
+			continue
+		}
+		for _, id := range ids {
+			out, err := exec.Command(n.Tools.Runc, "--root", root, "delete", "--force", id.Name()).CombinedOutput()
+			if err != nil && !strings.Contains(string(out), "does not exist") {
+				errs = append(errs, fmt.Errorf("runc delete %s: %v: %s", id.Name(), err, bytes.TrimSpace(out)))
+			}
+			// No CNI DEL ran for it: drop the results libcni cached for it
+			// in the host-wide cache (containerd does not make it per node).
+			cached, _ := filepath.Glob(filepath.Join(cniResultCache, "*-"+id.Name()+"-*"))
+			for _, f := range cached {
+				errs = append(errs, os.Remove(f))
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // killShims kills the shims of this node that are still running.

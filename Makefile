@@ -6,7 +6,7 @@ export GOFLAGS ?= -buildvcs=false
 
 BINARIES := vpcipd vpcip-cni vpcipctl vpcsim
 
-.PHONY: all build deps containerd-setup demo demo-containerd test lint bench clean
+.PHONY: all build deps test-deps containerd-setup demo demo-containerd test lint bench clean
 
 all: build
 
@@ -15,6 +15,9 @@ build:
 	$(GO) build -o $(BIN)/ $(addprefix ./cmd/,$(BINARIES))
 
 deps:
+	@bash scripts/deps.sh
+
+test-deps:
 	@bash scripts/deps.sh promtool
 
 ## containerd-setup: containerd + runc (Debian), containerd 2 (module proxy), reference plugins, pause image.
@@ -36,7 +39,7 @@ lint:
 	$(GO) test -count=1 ./test/deps
 
 ## test: lint, then every package's tests (netns, iptables and e2e tests need root).
-test: deps containerd-setup lint
+test: test-deps containerd-setup lint
 	VPCIP_REQUIRE_CONTAINERD=1 VPCIP_REQUIRE_CONTAINERD2=1 $(GO) test -count=1 -timeout 18m ./...
 
 ## bench: plugin latency vs the reference chain, burst latency, daemon RSS, EC2 calls per 100 pods.

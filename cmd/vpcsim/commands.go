@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -97,7 +99,12 @@ func runStatus(args []string) error {
 	for _, n := range s.Nodes {
 		fmt.Printf("  %-6s %s %s %s netns %s\n", n.Name, n.InstanceID, n.InstanceType, n.PrimaryIP, n.Netns)
 	}
-	fmt.Printf("  API calls: %v\n", calls)
+	ops := slices.Sorted(maps.Keys(calls))
+	parts := make([]string, 0, len(ops))
+	for _, op := range ops {
+		parts = append(parts, fmt.Sprintf("%s %d", op, calls[op]))
+	}
+	fmt.Printf("  API calls: %s\n", strings.Join(parts, ", "))
 	return nil
 }
 

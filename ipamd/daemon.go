@@ -131,6 +131,7 @@ func New(o Options) (*Daemon, error) {
 		missing:  map[string]int{},
 		reason:   "restoring state",
 	}
+	d.store.SetMaxAssigned(o.Config.MaxPods)
 	if d.host == nil {
 		d.host = NoHost{}
 	}

@@ -133,6 +133,30 @@ func TestB19MaxPodsFailsFast(t *testing.T) {
 	}
 }
 
+// TestMaxPodsHoldsWithWarmAddresses: VPCIP_MAX_PODS caps assignments even
+// when warm addresses remain (here: the limit lowered across a restart).
+func TestMaxPodsHoldsWithWarmAddresses(t *testing.T) {
+	c := startCloud(t)
+	n := newNode(t, c, itypeSmall, map[string]string{"WARM_IP_TARGET": "5"})
+	n.start()
+	for _, id := range names("c", 3) {
+		n.mustAdd(id)
+	}
+	n.env = map[string]string{"WARM_IP_TARGET": "5", "VPCIP_MAX_PODS": "3", "VPCIP_ADD_WAIT": "10m"}
+	n.restart()
+	if st := n.status(); st.Warm == 0 {
+		t.Fatalf("no warm address left to test with: %+v", st)
+	}
+	_, err := n.add("c3")
+	var e *api.Error
+	if !errors.As(err, &e) || e.Cause != api.CauseMaxPods {
+		t.Fatalf("ADD beyond VPCIP_MAX_PODS with warm addresses: %v, want cause max-pods", err)
+	}
+	if st := n.status(); st.Assigned != 3 {
+		t.Errorf("assigned %d, want 3", st.Assigned)
+	}
+}
+
 // TestSocketModeAndStaleSocket: the socket is 0600 and a stale socket file
 // from a crashed daemon does not stop the next start.
 func TestSocketModeAndStaleSocket(t *testing.T) {

@@ -30,6 +30,10 @@ import (
 // ErrNoAddress: no address is free to assign now. Counts tells why.
 var ErrNoAddress = errors.New("no free address")
 
+// ErrMaxAssigned: the node holds as many assignments as its pod limit allows
+// (SetMaxAssigned), free addresses or not.
+var ErrMaxAssigned = errors.New("node at its pod limit")
+
 // ENI is an attached ENI as the datastore knows it.
 type ENI struct {
 	ID           string
@@ -78,7 +82,8 @@ type address struct {
 
 // Store is the datastore. The zero value is not usable; use New.
 type Store struct {
-	cooldown time.Duration
+	cooldown    time.Duration
+	maxAssigned int // 0: no limit (VPCIP_MAX_PODS)
 
 	mu      sync.Mutex              // guards the fields below
 	enis    map[string]*ENI         // by ENI id
@@ -98,6 +103,15 @@ func New(cooldown time.Duration) *Store {
 		byKey:    map[api.Key]netip.Addr{},
 		changed:  make(chan struct{}),
 	}
+}
+
+// SetMaxAssigned caps the assignments the store hands out, in pods (0: no
+// cap). Set it before use; the cap holds even when free addresses remain
+// (warm addresses rounded up to a /28, or a limit lowered across a restart).
+func (s *Store) SetMaxAssigned(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.maxAssigned = max(n, 0)
 }
 
 // Changed returns a channel closed at the next change that may free or add an
@@ -140,12 +154,15 @@ func (s *Store) assignmentLocked(addr netip.Addr, a *address) Assignment {
 // primary ENI first (it is never freed), then on the ENI holding the most
 // assignments, so the other ENIs stay empty and can be released; within an
 // ENI, from the slot holding the most, so whole /28s stay releasable. It
-// returns ErrNoAddress when nothing is free.
+// returns ErrNoAddress when nothing is free, ErrMaxAssigned at the pod limit.
 func (s *Store) Assign(key api.Key, pod api.Pod, now time.Time) (a Assignment, existing bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if addr, ok := s.byKey[key]; ok {
 		return s.assignmentLocked(addr, s.addrs[addr]), true, nil
+	}
+	if s.maxAssigned > 0 && len(s.byKey) >= s.maxAssigned {
+		return Assignment{}, false, ErrMaxAssigned
 	}
 	addr, ok := s.pickLocked(now)
 	if !ok {

@@ -167,12 +167,28 @@ func (d *Daemon) Status() api.Status {
 	lim, reason := d.limits, d.statusReasonLocked(now)
 	d.mu.Unlock()
 	unit := d.slotSize(lim)
+	capacity := 0
+	for _, e := range d.store.ENIs() {
+		capacity += eniCapacity(e, lim, unit)
+	}
 	return api.Status{
 		Version: api.Version, Ready: d.readyOK.Load(), Reason: reason,
 		Assigned: c.Assigned, Warm: c.Warm, Cooling: c.Cooling,
-		Capacity: c.ENIs * lim.SlotsPerENI * unit, ENIs: c.ENIs, MaxENIs: lim.MaxENIs,
-		Budget: lim.MaxENIs * lim.SlotsPerENI * unit,
+		Capacity: capacity, ENIs: c.ENIs, MaxENIs: lim.MaxENIs,
+		Budget: capacity + max(lim.MaxENIs-c.ENIs, 0)*lim.SlotsPerENI*unit,
 	}
+}
+
+// eniCapacity is how many addresses an attached ENI could hold: its slots at
+// their real size (a /28 held from prefix mode counts 16 even after the mode
+// is turned off, a /32 from the no-/28 fallback counts 1) plus its free slots
+// at the current mode's size.
+func eniCapacity(e datastore.ENI, lim warmpool.Limits, unit int) int {
+	n := 0
+	for _, s := range e.Slots {
+		n += 1 << (s.Addr().BitLen() - s.Bits())
+	}
+	return n + max(lim.SlotsPerENI-len(e.Slots), 0)*unit
 }
 
 // slotSize is the addresses per slot: 16 in prefix mode, else 1.

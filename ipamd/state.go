@@ -46,7 +46,7 @@ func (d *Daemon) State() introspect.State {
 	for _, e := range enis {
 		ie := introspect.ENI{ID: e.ID, MAC: e.MAC, DeviceNumber: e.DeviceNumber, RouteTable: e.DeviceNumber + 1,
 			LinkName: links[e.ID], SubnetID: e.SubnetID, SubnetCIDR: e.SubnetCIDR, PrimaryIP: e.PrimaryIP,
-			Addresses: []netip.Addr{}, Capacity: lim.SlotsPerENI * d.slotSize(lim)}
+			Addresses: []netip.Addr{}, Capacity: eniCapacity(e, lim, d.slotSize(lim))}
 		if e.Primary() {
 			ie.RouteTable = mainTable
 		}

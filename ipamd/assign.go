@@ -191,6 +191,14 @@ func eniCapacity(e datastore.ENI, lim warmpool.Limits, unit int) int {
 	return n + max(lim.SlotsPerENI-len(e.Slots), 0)*unit
 }
 
+// maxENINote names MAX_ENI when it, not the instance type, sets the limit.
+func (d *Daemon) maxENINote(lim warmpool.Limits) string {
+	if d.cfg.MaxENI > 0 && d.cfg.MaxENI == lim.MaxENIs {
+		return ", MAX_ENI"
+	}
+	return ""
+}
+
 // slotSize is the addresses per slot: 16 in prefix mode, else 1.
 func (d *Daemon) slotSize(lim warmpool.Limits) int {
 	if d.cfg.PrefixDelegation && lim.PrefixSupported {
@@ -257,7 +265,7 @@ func (d *Daemon) noAddress(now time.Time) (e *api.Error, final bool) {
 	case d.cfg.MaxPods > 0 && st.Assigned >= d.cfg.MaxPods:
 		return mk(api.CauseMaxPods, "node holds its maximum of %d pods (VPCIP_MAX_PODS)", d.cfg.MaxPods), true
 	case atLimit && st.Cooling == 0:
-		return mk(api.CauseENILimit, "node at its ENI limit (%d of %d) and all %d addresses assigned", c.ENIs, lim.MaxENIs, st.Assigned), true
+		return mk(api.CauseENILimit, "node at its ENI limit (%d of %d%s) and all %d addresses assigned", c.ENIs, lim.MaxENIs, d.maxENINote(lim), st.Assigned), true
 	case atLimit:
 		return mk(api.CauseCooldown, "node at its ENI limit (%d of %d): %d addresses assigned, %d cooling down for IP_COOLDOWN_PERIOD %s",
 			c.ENIs, lim.MaxENIs, st.Assigned, st.Cooling, d.cfg.Cooldown), false

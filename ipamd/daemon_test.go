@@ -264,3 +264,19 @@ func TestShutdownAnswersWaitingADD(t *testing.T) {
 		t.Errorf("checkpoint after shutdown: %+v %v", st.Assignments, err)
 	}
 }
+
+// TestENILimitMessageNamesMaxENI: when MAX_ENI, not the instance type, sets
+// the limit, the refusal says so.
+func TestENILimitMessageNamesMaxENI(t *testing.T) {
+	c := startCloud(t)
+	n := newNode(t, c, itypeSmall, map[string]string{"MAX_ENI": "1", "VPCIP_ADD_WAIT": "10m"})
+	n.start()
+	for _, id := range names("c", 9) {
+		n.mustAdd(id)
+	}
+	_, err := n.add("c9")
+	var e *api.Error
+	if !errors.As(err, &e) || e.Cause != api.CauseENILimit || !strings.Contains(e.Message, "(1 of 1, MAX_ENI)") {
+		t.Fatalf("ADD beyond MAX_ENI: %v, want an ENI-limit refusal naming MAX_ENI", err)
+	}
+}

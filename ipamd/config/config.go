@@ -95,8 +95,12 @@ func Parse(getenv func(string) string) (Config, error) {
 	c.WarmENITarget = p.count("WARM_ENI_TARGET", 1)
 	c.WarmIPTarget = p.count("WARM_IP_TARGET", 0)
 	c.MinimumIPTarget = p.count("MINIMUM_IP_TARGET", 0)
-	c.WarmPrefixTarget = p.count("WARM_PREFIX_TARGET", 0)
 	c.PrefixDelegation = p.boolean("ENABLE_PREFIX_DELEGATION", false)
+	prefixDefault := 0
+	if c.PrefixDelegation {
+		prefixDefault = 1 // the AWS VPC CNI default in prefix mode; shown as the effective value
+	}
+	c.WarmPrefixTarget = p.count("WARM_PREFIX_TARGET", prefixDefault)
 	c.MaxENI = p.maxENI("MAX_ENI")
 	c.MaxPods = p.count("VPCIP_MAX_PODS", 0)
 	c.Cooldown = p.seconds("IP_COOLDOWN_PERIOD", 30*time.Second)

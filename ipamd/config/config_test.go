@@ -160,3 +160,17 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// TestPrefixTargetDefaultIsEffective: in prefix mode an unset
+// WARM_PREFIX_TARGET is 1, the value the pool uses and the config shows.
+func TestPrefixTargetDefaultIsEffective(t *testing.T) {
+	env := map[string]string{"ENABLE_PREFIX_DELEGATION": "true"}
+	c, err := Parse(func(k string) string { return env[k] })
+	if err != nil || c.WarmPrefixTarget != 1 {
+		t.Errorf("prefix mode: WarmPrefixTarget %d, %v; want 1", c.WarmPrefixTarget, err)
+	}
+	c, err = Parse(func(string) string { return "" })
+	if err != nil || c.WarmPrefixTarget != 0 || len(c.Notes()) != 0 {
+		t.Errorf("secondary-IP mode: WarmPrefixTarget %d, notes %v, %v; want 0 and no notes", c.WarmPrefixTarget, c.Notes(), err)
+	}
+}

@@ -3,6 +3,7 @@ package warmpool
 import (
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
@@ -264,5 +265,31 @@ func TestSubnetRefusalHalvesTheRequest_B41(t *testing.T) {
 	in.Refusals = []Refusal{{Kind: RefusedSubnetFull, Until: t0.Add(time.Minute)}}
 	if p := Next(in); p.Action != Wait {
 		t.Errorf("refusal of unknown size: Next = %v (%s); want Wait", p.Action, p.Reason)
+	}
+}
+
+// TestPrefixesLeftFromPrefixModeAreReleased: with prefix delegation turned
+// off, free /28s still held (on the primary ENI, never deleted) are released
+// down to what WARM_ENI_TARGET needs, instead of being held for good.
+func TestPrefixesLeftFromPrefixModeAreReleased(t *testing.T) {
+	in := Input{
+		ENIs: []ENI{eni("eni-0", old,
+			p28("10.0.0.16/28", 0, 0), p28("10.0.0.32/28", 0, 0), p28("10.0.0.48/28", 0, 0))},
+		Limits: small, Config: Config{WarmENITarget: 1}, Now: t0,
+	}
+	p := Next(in)
+	if p.Action != Release || p.ENI != "eni-0" || len(p.Release) != 2 {
+		t.Fatalf("Next = %v %s %v (%s); want 2 of the 3 free /28s released (16 free addresses still cover one ENI's 9)", p.Action, p.ENI, p.Release, p.Reason)
+	}
+	in.ENIs[0].Slots = []Slot{p28("10.0.0.16/28", 0, 0)}
+	in.LastRelease = t0
+	in.Now = t0.Add(time.Hour)
+	if p := Next(in); p.Action != Nothing {
+		t.Errorf("with one free /28 left: Next = %v %v (%s); want Nothing", p.Action, p.Release, p.Reason)
+	}
+	in.ENIs[0].Slots = []Slot{p28("10.0.0.16/28", 1, 0), p28("10.0.0.32/28", 0, 0)}
+	in.ENIs[0].Slots[0].Assigned = 1
+	if p := Next(in); p.Action == Release && slices.Contains(p.Release, netip.MustParsePrefix("10.0.0.16/28")) {
+		t.Errorf("a /28 holding a pod was released: %v", p.Release)
 	}
 }

@@ -94,7 +94,23 @@ func (s *state) deletable(strict bool) (id string, young time.Time) {
 // within it, larger slots first, then by address. The result is in address
 // order.
 func (s *state) releasable(before int, strict bool) ([]netip.Prefix, string) {
-	if s.tgt.policy == byENITarget || before > 0 {
+	if before > 0 {
+		return nil, ""
+	}
+	if s.tgt.policy == byENITarget {
+		// The reference frees whole ENIs only under WARM_ENI_TARGET; but /28
+		// prefixes left from prefix mode, now turned off, would otherwise be
+		// held for good (on the primary ENI, which is never deleted): free
+		// ones go while the target holds without them.
+		if prefixMode(s.in) {
+			return nil, ""
+		}
+		for _, i := range s.order {
+			e := &s.in.ENIs[i]
+			if rel := s.pickFree(e, strict, func(sl Slot) bool { return sl.Size() > 1 }); len(rel) > 0 {
+				return rel, e.ID
+			}
+		}
 		return nil, ""
 	}
 	order := slices.Clone(s.order)
@@ -121,7 +137,7 @@ func (s *state) releasable(before int, strict bool) ([]netip.Prefix, string) {
 		if e.Primary || s.enis[i].assigned > 0 {
 			continue
 		}
-		if rel := s.pickFree(e, strict); len(rel) > 0 {
+		if rel := s.pickFree(e, strict, nil); len(rel) > 0 {
 			return rel, e.ID
 		}
 		if s.enis[i].cooling > 0 {
@@ -130,19 +146,19 @@ func (s *state) releasable(before int, strict bool) ([]netip.Prefix, string) {
 	}
 	for _, i := range order {
 		e := &s.in.ENIs[i]
-		if rel := s.pickFree(e, strict); len(rel) > 0 {
+		if rel := s.pickFree(e, strict, nil); len(rel) > 0 {
 			return rel, e.ID
 		}
 	}
 	return nil, ""
 }
 
-// pickFree greedily takes the ENI's free slots while the pool stays at
-// target without them.
-func (s *state) pickFree(e *ENI, strict bool) []netip.Prefix {
+// pickFree greedily takes the ENI's free slots (those eligible, when given)
+// while the pool stays at target without them.
+func (s *state) pickFree(e *ENI, strict bool, eligible func(Slot) bool) []netip.Prefix {
 	var free []Slot
 	for _, sl := range e.Slots {
-		if sl.Size() > 0 && sl.Assigned <= 0 && sl.Cooling <= 0 {
+		if sl.Size() > 0 && sl.Assigned <= 0 && sl.Cooling <= 0 && (eligible == nil || eligible(sl)) {
 			free = append(free, sl)
 		}
 	}

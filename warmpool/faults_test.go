@@ -293,3 +293,31 @@ func TestPrefixesLeftFromPrefixModeAreReleased(t *testing.T) {
 		t.Errorf("a /28 holding a pod was released: %v", p.Release)
 	}
 }
+
+// TestFallbackENIDeletedWhenUnneeded_ref2749: in prefix mode with no aligned
+// /28 free, the pool holds single addresses. An ENI of single addresses only,
+// unneeded for the 16 addresses WARM_PREFIX_TARGET 1 stands for, is deleted:
+// the prefix target alone (whole free /28s, of which there are none) would
+// keep it for good.
+func TestFallbackENIDeletedWhenUnneeded_ref2749(t *testing.T) {
+	in := Input{
+		ENIs: []ENI{
+			eni("eni-0", old, slots32("10.0.0.1", 9, 0, 0)...),
+			eni("eni-1", old, slots32("10.0.1.1", 9, 0, 0)...),
+			eni("eni-2", old, slots32("10.0.2.1", 1, 0, 0)...),
+		},
+		Limits: small, Config: Config{PrefixDelegation: true, WarmPrefixTarget: 1}, Now: t0,
+		Refusals: []Refusal{{Kind: RefusedNoPrefix, Until: t0.Add(time.Minute)}},
+	}
+	p := Next(in)
+	if p.Action != DeleteENI || p.ENI != "eni-2" {
+		t.Fatalf("Next = %v %s (%s); want eni-2 deleted (18 free addresses cover 16 without it)", p.Action, p.ENI, p.Reason)
+	}
+	in.ENIs = in.ENIs[:2]
+	in.LastRelease = t0
+	in.Now = t0.Add(time.Hour)
+	in.Refusals[0].Until = in.Now.Add(time.Minute)
+	if p := Next(in); p.Action == DeleteENI {
+		t.Errorf("Next = delete %s (%s); eni-1 is needed: 9 addresses without it are below 16", p.ENI, p.Reason)
+	}
+}

@@ -74,7 +74,8 @@ func (s *state) deletable(strict bool) (id string, young time.Time) {
 		if e.Primary || ep.assigned > 0 || ep.cooling > 0 {
 			continue
 		}
-		if s.tgt.short(s.pool.plus(ep, -1), strict) > 0 && (len(e.Slots) > 0 || !s.stalled) {
+		without := s.pool.plus(ep, -1)
+		if s.tgt.short(without, strict) > 0 && (len(e.Slots) > 0 || !s.stalled) && !s.fallbackLeftover(e, without) {
 			continue // needed for a target
 		}
 		if old := e.Attached.Add(minAge); s.in.Now.Before(old) {
@@ -84,6 +85,22 @@ func (s *state) deletable(strict bool) (id string, young time.Time) {
 		return e.ID, young
 	}
 	return "", young
+}
+
+// fallbackLeftover reports an ENI of single addresses only, made in prefix
+// mode while no aligned /28 was free (RefusedNoPrefix): it counts for nothing
+// toward the prefix target, so that target alone would keep it for good.
+// It goes when the address target of the fallback holds without it.
+func (s *state) fallbackLeftover(e *ENI, without pool) bool {
+	if !prefixMode(s.in) || len(e.Slots) == 0 {
+		return false
+	}
+	for _, sl := range e.Slots {
+		if sl.Size() != 1 {
+			return false
+		}
+	}
+	return s.tgt.short(without, false) == 0
 }
 
 // releasable picks the free slots of one ENI to release: only under IP

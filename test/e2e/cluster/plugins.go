@@ -56,10 +56,10 @@ func ReferencePlugins(ctx context.Context, dir string, names ...string) (string,
 	return dir, nil
 }
 
-// BuildBinaries builds vpcipd, vpcip-cni and vpcipctl into dir (go build,
-// from anywhere inside the module).
+// BuildBinaries builds vpcipd, vpcip-cni and vpcipctl into dir as `make
+// build` does (stripped: the plugin starts for every pod).
 func BuildBinaries(ctx context.Context, dir string) error {
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+"/",
+	cmd := exec.CommandContext(ctx, "go", "build", "-ldflags=-s -w", "-o", dir+"/",
 		"github.com/vpcip/vpcip/cmd/vpcipd", "github.com/vpcip/vpcip/cmd/vpcip-cni", "github.com/vpcip/vpcip/cmd/vpcipctl")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("go build: %v\n%s", err, out)

@@ -133,6 +133,7 @@ func runDown(args []string) error {
 	if err := os.Remove(statePath(c)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
+	_ = os.Remove(c.stateDir) // the state directory, once no other vpcsim uses it (fails while not empty)
 	return nil
 }
 

@@ -18,6 +18,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -51,10 +52,11 @@ type Node struct {
 	Socket  string // CRI and containerd API socket
 	LogPath string // containerd's stderr
 
-	cmd    *exec.Cmd
-	exited chan struct{}
-	conn   *grpc.ClientConn
-	cri    cri.RuntimeServiceClient
+	cmd     *exec.Cmd
+	exited  chan struct{}
+	started time.Time // when Start began: shim sockets older than this are not this node's
+	conn    *grpc.ClientConn
+	cri     cri.RuntimeServiceClient
 }
 
 // Start writes the node's containerd config, starts containerd, waits until
@@ -75,7 +77,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.CNIConfDir == "" {
 		cfg.CNIConfDir = filepath.Join(cfg.Dir, "cni", "net.d")
 	}
-	n := &Node{
+	n := &Node{started: time.Now(),
 		Config:  cfg,
 		Major:   major,
 		Socket:  filepath.Join(cfg.Dir, "containerd.sock"),
@@ -268,6 +270,7 @@ func (n *Node) Close() error {
 		errs = append(errs, n.Stop())
 	}
 	errs = append(errs, n.killShims(), n.deleteContainers(), n.unmountAll())
+	removeStaleShimSockets(n.started)
 	if n.conn != nil {
 		errs = append(errs, n.conn.Close())
 		n.conn = nil
@@ -303,6 +306,32 @@ func (n *Node) Shims() ([]int, error) {
 		}
 	}
 	return pids, nil
+}
+
+// shimSocketDir is where containerd's shims put their sockets (shared by
+// every containerd on the machine).
+const shimSocketDir = "/run/containerd/s"
+
+// removeStaleShimSockets removes shim sockets made since since that nobody
+// listens on any more: shims killed with a crashed node leave them behind.
+// A socket a live shim (of any containerd) answers on is kept.
+func removeStaleShimSockets(since time.Time) {
+	entries, err := os.ReadDir(shimSocketDir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		info, err := e.Info()
+		if err != nil || info.Mode()&os.ModeSocket == 0 || info.ModTime().Before(since) {
+			continue
+		}
+		path := filepath.Join(shimSocketDir, e.Name())
+		if c, err := net.DialTimeout("unix", path, 200*time.Millisecond); err == nil {
+			c.Close()
+			continue
+		}
+		os.Remove(path)
+	}
 }
 
 // cniResultCache is libcni's default result cache, which containerd uses.

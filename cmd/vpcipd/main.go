@@ -61,8 +61,8 @@ func run(args []string) int {
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: vpcipd [-version] [install-cni]\n\nSettings come from the environment (package ipamd/config):\n  %s\n"+
-			"and the AWS SDK's own (AWS_REGION, AWS_ENDPOINT_URL_EC2, AWS_EC2_METADATA_SERVICE_ENDPOINT, credentials).\n",
-			strings.Join(config.Names(), "\n  "))
+			"and the AWS SDK's own (%s, credentials).\n",
+			strings.Join(config.Names(), "\n  "), strings.Join(config.SDKNames, ", "))
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

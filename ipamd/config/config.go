@@ -7,6 +7,12 @@
 // process environment; only cmd/vpcipd passes os.Getenv. Every malformed value
 // is reported, joined with errors.Join, each naming the variable and the form
 // it accepts.
+//
+// Every variable is one row of Vars (vars.go): its name, aliases, an example
+// value, how it is parsed into Config and how the effective view shows it.
+// Parse, Config.Map, Names and the README's configuration table all follow
+// Vars, and tests fail when a Config field, the view or the README misses a
+// row. Adding a setting: a Config field and one row.
 package config
 
 import (
@@ -86,57 +92,15 @@ const (
 // node is never configured with a conflist its plugin refuses.
 var SupportedCNIVersions = []string{"0.4.0", "1.0.0", "1.1.0"}
 
-// Parse reads the configuration through getenv (os.Getenv in vpcipd). It
-// returns every problem found, joined; each names the variable, the value and
-// the accepted form.
+// Parse reads the configuration through getenv (os.Getenv in vpcipd), one
+// row of Vars after another. It returns every problem found, joined; each
+// names the variable, the value and the accepted form.
 func Parse(getenv func(string) string) (Config, error) {
 	p := &parser{getenv: getenv}
 	var c Config
-	c.WarmENITarget = p.count("WARM_ENI_TARGET", 1)
-	c.WarmIPTarget = p.count("WARM_IP_TARGET", 0)
-	c.MinimumIPTarget = p.count("MINIMUM_IP_TARGET", 0)
-	c.PrefixDelegation = p.boolean("ENABLE_PREFIX_DELEGATION", false)
-	prefixDefault := 0
-	if c.PrefixDelegation {
-		prefixDefault = 1 // the AWS VPC CNI default in prefix mode; shown as the effective value
+	for _, v := range Vars {
+		v.read(p, p.setName(v), &c)
 	}
-	c.WarmPrefixTarget = p.count("WARM_PREFIX_TARGET", prefixDefault)
-	c.MaxENI = p.maxENI("MAX_ENI")
-	c.MaxPods = p.count("VPCIP_MAX_PODS", 0)
-	c.Cooldown = p.seconds("IP_COOLDOWN_PERIOD", 30*time.Second)
-	c.ReleaseInterval = p.duration("VPCIP_RELEASE_INTERVAL", 30*time.Second, 0)
-	c.ENIMinAge = p.duration("VPCIP_ENI_MIN_AGE", time.Minute, 0)
-
-	c.MTU = p.intRange("AWS_VPC_ENI_MTU", DefaultMTU, 576, 9001)
-	c.ExternalSNAT = p.boolean("AWS_VPC_K8S_CNI_EXTERNALSNAT", false)
-	c.ExcludeSNAT = p.cidrs("AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS")
-	c.RandomFully = p.randomizeSNAT("AWS_VPC_K8S_CNI_RANDOMIZESNAT")
-	c.VethPrefix = p.vethPrefix("AWS_VPC_K8S_CNI_VETHPREFIX", "eni")
-	c.HostNetwork = p.boolean("VPCIP_HOSTNET", true)
-	c.LogLevel = p.logLevel("AWS_VPC_K8S_CNI_LOGLEVEL", slog.LevelInfo)
-
-	c.ClusterName = p.name("VPCIP_CLUSTER_NAME", "vpcip")
-	c.NodeName = p.name("MY_NODE_NAME", "")
-	c.Socket = p.path("VPCIP_SOCKET", DefaultSocket)
-	c.Checkpoint = p.path("VPCIP_CHECKPOINT", DefaultCheckpoint)
-	c.MetricsAddr = p.addr(DefaultMetricsAddr, "VPCIP_METRICS_ADDR", "METRICS_BIND_ADDRESS")
-	c.IntrospectionAddr = p.addr(DefaultIntrospectionAddr, "VPCIP_INTROSPECTION_ADDR", "INTROSPECTION_BIND_ADDRESS")
-	c.AddWait = p.duration("VPCIP_ADD_WAIT", 5*time.Second, 0)
-	c.PoolInterval = p.duration("VPCIP_POOL_INTERVAL", 10*time.Second, 10*time.Millisecond)
-	c.ReconcileInterval = p.duration("VPCIP_RECONCILE_INTERVAL", time.Minute, 10*time.Millisecond)
-	c.ResyncInterval = p.duration("VPCIP_RESYNC_INTERVAL", 5*time.Minute, 10*time.Millisecond)
-	c.LeakSweepInterval = p.duration("VPCIP_LEAK_SWEEP_INTERVAL", 5*time.Minute, 10*time.Millisecond)
-	c.LeakedENIGrace = p.duration("VPCIP_LEAKED_ENI_GRACE", 5*time.Minute, 0)
-	c.GCGrace = p.duration("VPCIP_GC_GRACE", time.Minute, 0)
-
-	c.CNIBinDir = p.path("VPCIP_CNI_BIN_DIR", DefaultCNIBinDir)
-	c.CNIConfDir = p.path("VPCIP_CNI_CONF_DIR", DefaultCNIConfDir)
-	c.CNIVersion = p.oneOf("VPCIP_CNI_VERSION", DefaultCNIVersion, SupportedCNIVersions)
-	c.PluginSource = p.optionalPath("VPCIP_CNI_PLUGIN_SRC")
-	c.PluginLogFile = p.path("VPCIP_PLUGIN_LOG_FILE", DefaultPluginLogFile)
-	c.PluginLogLevel = p.oneOf("VPCIP_PLUGIN_LOG_LEVEL", levelName(c.LogLevel), []string{"DEBUG", "INFO", "WARN", "ERROR"})
-	c.InstallWait = p.duration("VPCIP_INSTALL_WAIT", 10*time.Minute, 0)
-
 	p.crossChecks(&c)
 	return c, errors.Join(p.errs...)
 }

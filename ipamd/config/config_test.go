@@ -129,22 +129,6 @@ func TestParseRejectsSocketEqualCheckpoint(t *testing.T) {
 	}
 }
 
-func TestNamesCoverMap(t *testing.T) {
-	names := Names()
-	for k := range (Config{}).Map() {
-		found := false
-		for _, n := range names {
-			found = found || n == k
-		}
-		if !found {
-			t.Errorf("Names() misses %s", k)
-		}
-	}
-	if len(names) != len(Config{}.Map())+2 {
-		t.Errorf("Names() has %d entries, want %d", len(names), len(Config{}.Map())+2)
-	}
-}
-
 // FuzzParse: no value of any variable panics Parse, and an error always
 // names the variable.
 func FuzzParse(f *testing.F) {

@@ -21,6 +21,20 @@ func (p *parser) fail(name, value, form string) {
 	p.errs = append(p.errs, fmt.Errorf("%s=%q: want %s", name, value, form))
 }
 
+// setName is the name to read for v: v.Name, or the first of its aliases
+// that is set when v.Name is not (so an error names what the operator set).
+func (p *parser) setName(v Var) string {
+	if _, ok := p.get(v.Name); ok {
+		return v.Name
+	}
+	for _, a := range v.Aliases {
+		if _, ok := p.get(a); ok {
+			return a
+		}
+	}
+	return v.Name
+}
+
 func (p *parser) get(name string) (string, bool) {
 	v := strings.TrimSpace(p.getenv(name))
 	return v, v != ""
@@ -217,24 +231,21 @@ func (p *parser) optionalPath(name string) string {
 	return p.path(name, v)
 }
 
-// addr reads the first set variable among names: host:port, or "off".
-func (p *parser) addr(def string, names ...string) string {
-	for _, name := range names {
-		v, ok := p.get(name)
-		if !ok {
-			continue
-		}
-		if v == "off" {
-			return ""
-		}
-		host, port, err := splitHostPort(v)
-		if err != nil || (host != "" && !validHost(host)) || port < 0 || port > 65535 {
-			p.fail(name, v, "host:port such as 127.0.0.1:61679 or :61678, or off")
-			return def
-		}
-		return v
+// addr is host:port, or "off" (returned as "").
+func (p *parser) addr(name, def string) string {
+	v, ok := p.get(name)
+	if !ok {
+		return def
 	}
-	return def
+	if v == "off" {
+		return ""
+	}
+	host, port, err := splitHostPort(v)
+	if err != nil || (host != "" && !validHost(host)) || port < 0 || port > 65535 {
+		p.fail(name, v, "host:port such as 127.0.0.1:61679 or :61678, or off")
+		return def
+	}
+	return v
 }
 
 func splitHostPort(v string) (string, int, error) {

@@ -1,0 +1,189 @@
+package config
+
+import (
+	"log/slog"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Var is one environment variable the daemon reads: a row of Vars. Parse,
+// Config.Map (the effective view), Names and the README's configuration
+// table are all derived from or checked against Vars, so adding a setting is
+// adding one row here (plus its Config field).
+type Var struct {
+	// Name is the variable, e.g. "WARM_IP_TARGET".
+	Name string
+	// Aliases are other names read when Name is unset, first set wins
+	// (AWS VPC CNI spellings such as METRICS_BIND_ADDRESS).
+	Aliases []string
+	// Example is a valid value different from the default, written exactly
+	// as the effective view shows it. The config test sets every variable to
+	// its Example and expects both the parsed Config and Map to show it.
+	Example string
+
+	read func(p *parser, name string, c *Config) // parses the value of name into c
+	show func(c *Config) string                  // the effective value, for Map
+}
+
+// setting builds a Var whose value is the Config field at returns: read
+// parses it (getting the variable's name and the Config parsed so far, for
+// defaults that depend on earlier rows), show formats it.
+func setting[T any](name, example string, at func(*Config) *T, read func(p *parser, name string, c *Config) T, show func(T) string) Var {
+	return Var{
+		Name:    name,
+		Example: example,
+		read:    func(p *parser, n string, c *Config) { *at(c) = read(p, n, c) },
+		show:    func(c *Config) string { return show(*at(c)) },
+	}
+}
+
+// withAliases returns v reading aliases when v.Name is unset.
+func withAliases(v Var, aliases ...string) Var {
+	v.Aliases = aliases
+	return v
+}
+
+// Vars lists every variable, in parse order (a row may depend on rows above
+// it, as WARM_PREFIX_TARGET's default does on ENABLE_PREFIX_DELEGATION).
+var Vars = []Var{
+	// Warm pool.
+	setting("WARM_ENI_TARGET", "3", func(c *Config) *int { return &c.WarmENITarget }, count(1), strconv.Itoa),
+	setting("WARM_IP_TARGET", "5", func(c *Config) *int { return &c.WarmIPTarget }, count(0), strconv.Itoa),
+	setting("MINIMUM_IP_TARGET", "11", func(c *Config) *int { return &c.MinimumIPTarget }, count(0), strconv.Itoa),
+	setting("ENABLE_PREFIX_DELEGATION", "true", func(c *Config) *bool { return &c.PrefixDelegation }, boolean(false), strconv.FormatBool),
+	setting("WARM_PREFIX_TARGET", "4", func(c *Config) *int { return &c.WarmPrefixTarget }, readWarmPrefixTarget, strconv.Itoa),
+	setting("MAX_ENI", "2", func(c *Config) *int { return &c.MaxENI }, readMaxENI, strconv.Itoa),
+	setting("VPCIP_MAX_PODS", "29", func(c *Config) *int { return &c.MaxPods }, count(0), strconv.Itoa),
+	setting("IP_COOLDOWN_PERIOD", "45s", func(c *Config) *time.Duration { return &c.Cooldown }, seconds(30*time.Second), time.Duration.String),
+	setting("VPCIP_RELEASE_INTERVAL", "31s", func(c *Config) *time.Duration { return &c.ReleaseInterval }, duration(30*time.Second, 0), time.Duration.String),
+	setting("VPCIP_ENI_MIN_AGE", "2m0s", func(c *Config) *time.Duration { return &c.ENIMinAge }, duration(time.Minute, 0), time.Duration.String),
+
+	// Datapath.
+	setting("AWS_VPC_ENI_MTU", "1500", func(c *Config) *int { return &c.MTU }, intRange(DefaultMTU, 576, 9001), strconv.Itoa),
+	setting("AWS_VPC_K8S_CNI_EXTERNALSNAT", "true", func(c *Config) *bool { return &c.ExternalSNAT }, boolean(false), strconv.FormatBool),
+	setting("AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS", "10.1.0.0/16,192.168.0.0/24", func(c *Config) *[]netip.Prefix { return &c.ExcludeSNAT }, readCIDRs, showCIDRs),
+	setting("AWS_VPC_K8S_CNI_RANDOMIZESNAT", "none", func(c *Config) *bool { return &c.RandomFully }, readRandomizeSNAT, showRandomizeSNAT),
+	setting("AWS_VPC_K8S_CNI_VETHPREFIX", "pod", func(c *Config) *string { return &c.VethPrefix }, vethPrefix("eni"), plain),
+	setting("VPCIP_HOSTNET", "false", func(c *Config) *bool { return &c.HostNetwork }, boolean(true), strconv.FormatBool),
+	setting("AWS_VPC_K8S_CNI_LOGLEVEL", "DEBUG", func(c *Config) *slog.Level { return &c.LogLevel }, logLevel(slog.LevelInfo), levelName),
+
+	// Daemon plumbing.
+	setting("VPCIP_CLUSTER_NAME", "blue-cluster", func(c *Config) *string { return &c.ClusterName }, name("vpcip"), plain),
+	setting("MY_NODE_NAME", "node-7", func(c *Config) *string { return &c.NodeName }, name(""), plain),
+	setting("VPCIP_SOCKET", "/run/x/ipamd.sock", func(c *Config) *string { return &c.Socket }, path(DefaultSocket), plain),
+	setting("VPCIP_CHECKPOINT", "/run/x/ipam.json", func(c *Config) *string { return &c.Checkpoint }, path(DefaultCheckpoint), plain),
+	withAliases(setting("VPCIP_METRICS_ADDR", "127.0.0.1:9101", func(c *Config) *string { return &c.MetricsAddr }, addr(DefaultMetricsAddr), plain), "METRICS_BIND_ADDRESS"),
+	withAliases(setting("VPCIP_INTROSPECTION_ADDR", "127.0.0.1:9102", func(c *Config) *string { return &c.IntrospectionAddr }, addr(DefaultIntrospectionAddr), plain), "INTROSPECTION_BIND_ADDRESS"),
+	setting("VPCIP_ADD_WAIT", "250ms", func(c *Config) *time.Duration { return &c.AddWait }, duration(5*time.Second, 0), time.Duration.String),
+	setting("VPCIP_POOL_INTERVAL", "11s", func(c *Config) *time.Duration { return &c.PoolInterval }, duration(10*time.Second, 10*time.Millisecond), time.Duration.String),
+	setting("VPCIP_RECONCILE_INTERVAL", "1m1s", func(c *Config) *time.Duration { return &c.ReconcileInterval }, duration(time.Minute, 10*time.Millisecond), time.Duration.String),
+	setting("VPCIP_RESYNC_INTERVAL", "6m0s", func(c *Config) *time.Duration { return &c.ResyncInterval }, duration(5*time.Minute, 10*time.Millisecond), time.Duration.String),
+	setting("VPCIP_LEAK_SWEEP_INTERVAL", "7m0s", func(c *Config) *time.Duration { return &c.LeakSweepInterval }, duration(5*time.Minute, 10*time.Millisecond), time.Duration.String),
+	setting("VPCIP_LEAKED_ENI_GRACE", "8m0s", func(c *Config) *time.Duration { return &c.LeakedENIGrace }, duration(5*time.Minute, 0), time.Duration.String),
+	setting("VPCIP_GC_GRACE", "1m2s", func(c *Config) *time.Duration { return &c.GCGrace }, duration(time.Minute, 0), time.Duration.String),
+
+	// install-cni.
+	setting("VPCIP_CNI_BIN_DIR", "/opt/x/bin", func(c *Config) *string { return &c.CNIBinDir }, path(DefaultCNIBinDir), plain),
+	setting("VPCIP_CNI_CONF_DIR", "/etc/x/net.d", func(c *Config) *string { return &c.CNIConfDir }, path(DefaultCNIConfDir), plain),
+	setting("VPCIP_CNI_VERSION", "1.0.0", func(c *Config) *string { return &c.CNIVersion }, oneOf(DefaultCNIVersion, SupportedCNIVersions), plain),
+	setting("VPCIP_CNI_PLUGIN_SRC", "/opt/x/vpcip-cni", func(c *Config) *string { return &c.PluginSource }, path(""), plain),
+	setting("VPCIP_PLUGIN_LOG_FILE", "/var/log/x/plugin.log", func(c *Config) *string { return &c.PluginLogFile }, path(DefaultPluginLogFile), plain),
+	setting("VPCIP_PLUGIN_LOG_LEVEL", "WARN", func(c *Config) *string { return &c.PluginLogLevel }, readPluginLogLevel, plain),
+	setting("VPCIP_INSTALL_WAIT", "3m0s", func(c *Config) *time.Duration { return &c.InstallWait }, duration(10*time.Minute, 0), time.Duration.String),
+}
+
+// SDKNames are variables the AWS SDK reads itself; vpcipd documents them
+// (README, usage) but does not parse them.
+var SDKNames = []string{"AWS_REGION", "AWS_ENDPOINT_URL_EC2", "AWS_EC2_METADATA_SERVICE_ENDPOINT"}
+
+// Readers used by the rows above; each reports a bad value through p.fail.
+
+func count(def int) func(*parser, string, *Config) int {
+	return func(p *parser, n string, _ *Config) int { return p.count(n, def) }
+}
+
+func intRange(def, lo, hi int) func(*parser, string, *Config) int {
+	return func(p *parser, n string, _ *Config) int { return p.intRange(n, def, lo, hi) }
+}
+
+func boolean(def bool) func(*parser, string, *Config) bool {
+	return func(p *parser, n string, _ *Config) bool { return p.boolean(n, def) }
+}
+
+func seconds(def time.Duration) func(*parser, string, *Config) time.Duration {
+	return func(p *parser, n string, _ *Config) time.Duration { return p.seconds(n, def) }
+}
+
+func duration(def, min time.Duration) func(*parser, string, *Config) time.Duration {
+	return func(p *parser, n string, _ *Config) time.Duration { return p.duration(n, def, min) }
+}
+
+func vethPrefix(def string) func(*parser, string, *Config) string {
+	return func(p *parser, n string, _ *Config) string { return p.vethPrefix(n, def) }
+}
+
+func logLevel(def slog.Level) func(*parser, string, *Config) slog.Level {
+	return func(p *parser, n string, _ *Config) slog.Level { return p.logLevel(n, def) }
+}
+
+func name(def string) func(*parser, string, *Config) string {
+	return func(p *parser, n string, _ *Config) string { return p.name(n, def) }
+}
+
+// path is an absolute path; def "" means optional (unset stays "").
+func path(def string) func(*parser, string, *Config) string {
+	return func(p *parser, n string, _ *Config) string {
+		if def == "" {
+			return p.optionalPath(n)
+		}
+		return p.path(n, def)
+	}
+}
+
+func addr(def string) func(*parser, string, *Config) string {
+	return func(p *parser, n string, _ *Config) string { return p.addr(n, def) }
+}
+
+func oneOf(def string, allowed []string) func(*parser, string, *Config) string {
+	return func(p *parser, n string, _ *Config) string { return p.oneOf(n, def, allowed) }
+}
+
+// readWarmPrefixTarget defaults to 1 in prefix mode, the AWS VPC CNI default,
+// so the effective view shows the value the pool uses.
+func readWarmPrefixTarget(p *parser, n string, c *Config) int {
+	def := 0
+	if c.PrefixDelegation {
+		def = 1
+	}
+	return p.count(n, def)
+}
+
+func readMaxENI(p *parser, n string, _ *Config) int { return p.maxENI(n) }
+
+func readCIDRs(p *parser, n string, _ *Config) []netip.Prefix { return p.cidrs(n) }
+
+func readRandomizeSNAT(p *parser, n string, _ *Config) bool { return p.randomizeSNAT(n) }
+
+// readPluginLogLevel defaults to the daemon's level.
+func readPluginLogLevel(p *parser, n string, c *Config) string {
+	return p.oneOf(n, levelName(c.LogLevel), []string{"DEBUG", "INFO", "WARN", "ERROR"})
+}
+
+func plain(s string) string { return s }
+
+func showCIDRs(ps []netip.Prefix) string {
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = p.String()
+	}
+	return strings.Join(s, ",")
+}
+
+func showRandomizeSNAT(on bool) string {
+	if on {
+		return "prng"
+	}
+	return "none"
+}

@@ -1,0 +1,138 @@
+package config
+
+import (
+	"bufio"
+	"os"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func examples() map[string]string {
+	m := map[string]string{}
+	for _, v := range Vars {
+		m[v.Name] = v.Example
+	}
+	return m
+}
+
+// TestEveryVariableReachesConfigAndView sets every variable of Vars to its
+// distinctive Example, alone and all at once, and checks that the parsed
+// Config changes and that the effective view (Map) shows exactly that value.
+// A variable the parser reads but the view does not show fails here.
+func TestEveryVariableReachesConfigAndView(t *testing.T) {
+	def, err := Parse(env(nil))
+	if err != nil {
+		t.Fatalf("Parse(empty): %v", err)
+	}
+	defView := def.Map()
+	for _, v := range Vars {
+		if v.Example == "" || v.Example == defView[v.Name] {
+			t.Errorf("%s: Example %q must be a valid value other than the default %q", v.Name, v.Example, defView[v.Name])
+			continue
+		}
+		c, err := Parse(env(map[string]string{v.Name: v.Example}))
+		if err != nil {
+			t.Errorf("%s=%q: %v", v.Name, v.Example, err)
+			continue
+		}
+		if reflect.DeepEqual(c, def) {
+			t.Errorf("%s=%q: the parsed Config equals the default: the parser does not read it", v.Name, v.Example)
+		}
+		if got, ok := c.Map()[v.Name]; !ok || got != v.Example {
+			t.Errorf("%s=%q: the effective view shows %q (present %v), want %q", v.Name, v.Example, got, ok, v.Example)
+		}
+	}
+
+	all, err := Parse(env(examples()))
+	if err != nil {
+		t.Fatalf("Parse(all examples): %v", err)
+	}
+	view := all.Map()
+	for _, v := range Vars {
+		if view[v.Name] != v.Example {
+			t.Errorf("all set: %s shows %q, want %q", v.Name, view[v.Name], v.Example)
+		}
+	}
+	if len(view) != len(Vars) {
+		t.Errorf("the effective view has %d entries, Vars %d rows", len(view), len(Vars))
+	}
+}
+
+// TestEveryConfigFieldComesFromAVariable: with every variable set to its
+// Example, every field of Config differs from its default, so no field is
+// parsed outside the table (where the view would not show it).
+func TestEveryConfigFieldComesFromAVariable(t *testing.T) {
+	def, _ := Parse(env(nil))
+	all, err := Parse(env(examples()))
+	if err != nil {
+		t.Fatalf("Parse(all examples): %v", err)
+	}
+	dv, av := reflect.ValueOf(def), reflect.ValueOf(all)
+	for i := range dv.NumField() {
+		f := dv.Type().Field(i)
+		if reflect.DeepEqual(dv.Field(i).Interface(), av.Field(i).Interface()) {
+			t.Errorf("Config.%s is not changed by any variable of Vars: add its row", f.Name)
+		}
+	}
+}
+
+func TestAliasesAreRead(t *testing.T) {
+	c, err := Parse(env(map[string]string{"METRICS_BIND_ADDRESS": "127.0.0.1:9", "INTROSPECTION_BIND_ADDRESS": "bad"}))
+	if c.MetricsAddr != "127.0.0.1:9" {
+		t.Errorf("METRICS_BIND_ADDRESS: MetricsAddr %q", c.MetricsAddr)
+	}
+	if err == nil || !strings.Contains(err.Error(), `INTROSPECTION_BIND_ADDRESS="bad"`) {
+		t.Errorf("a bad alias value: error %v, want one naming INTROSPECTION_BIND_ADDRESS", err)
+	}
+	c, _ = Parse(env(map[string]string{"VPCIP_METRICS_ADDR": "off", "METRICS_BIND_ADDRESS": "127.0.0.1:9"}))
+	if c.MetricsAddr != "" {
+		t.Errorf("VPCIP_METRICS_ADDR wins over its alias: MetricsAddr %q", c.MetricsAddr)
+	}
+}
+
+// TestREADMEConfigTableMatchesVars: the README's configuration table lists
+// exactly the rows of Vars (aliases optional) and the SDK's own variables.
+func TestREADMEConfigTableMatchesVars(t *testing.T) {
+	f, err := os.Open("../../README.md")
+	if err != nil {
+		t.Fatalf("README: %v", err)
+	}
+	defer f.Close()
+	var inTable bool
+	listed := map[string]bool{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "| variable |"):
+			inTable = true
+		case inTable && !strings.HasPrefix(line, "|"):
+			inTable = false
+		case inTable && !strings.HasPrefix(line, "|---"):
+			first := strings.Split(line, "|")[1]
+			for _, f := range strings.Split(first, ",") {
+				listed[strings.Trim(strings.TrimSpace(f), "`")] = true
+			}
+		}
+	}
+	if len(listed) == 0 {
+		t.Fatal("README has no configuration table (a row starting \"| variable |\")")
+	}
+	known := map[string]bool{}
+	for _, v := range Vars {
+		known[v.Name] = true
+		for _, a := range v.Aliases {
+			known[a] = true
+		}
+		if !listed[v.Name] {
+			t.Errorf("README's configuration table misses %s", v.Name)
+		}
+	}
+	for n := range listed {
+		if !known[n] && !slices.Contains(SDKNames, n) {
+			t.Errorf("README's configuration table lists %s, which is not in config.Vars or SDKNames", n)
+		}
+	}
+}

@@ -20,7 +20,7 @@ import (
 //	POST /faults/imds-override {"instanceId":"i-...","path":"meta-data/...","value":"..."} (or "hide":true, or "clear":true)
 //	POST /faults/reset
 //	GET  /calls              {"DescribeNetworkInterfaces":3,"imds":7}
-//	GET  /state              {"vpcId":..., "subnets":[...], "instances":[...], "networkInterfaces":[...]}
+//	GET  /state              {"vpcId":..., "subnets":[...], "securityGroups":[...], "instances":[...], "networkInterfaces":[...]}
 //
 // Durations are Go duration strings. A malformed request gets 400 with the reason.
 func (c *Cloud) AdminHandler() http.Handler {
@@ -96,7 +96,7 @@ func (c *Cloud) AdminHandler() http.Handler {
 	})
 	mux.HandleFunc("GET /state", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, map[string]any{
-			"vpcId": c.VPCID(), "vpcCidrs": c.VPCCIDRs(), "subnets": c.Subnets(),
+			"vpcId": c.VPCID(), "vpcCidrs": c.VPCCIDRs(), "subnets": c.Subnets(), "securityGroups": c.SecurityGroups(),
 			"instances": c.Instances(), "networkInterfaces": c.NetworkInterfaces(),
 		})
 	})

@@ -30,6 +30,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"strings"
 	"sync"
 	"time"
 )
@@ -43,6 +44,9 @@ type Config struct {
 	// Subnets default to one /20 per availability zone a, b, c:
 	// 100.64.0.0/20, 100.64.16.0/20, 100.64.32.0/20.
 	Subnets []SubnetSpec
+	// SecurityGroups are created besides the VPC's "default" group, which
+	// every ENI created without SecurityGroupId.N gets.
+	SecurityGroups []SecurityGroupSpec
 	// DetachDelay is how long a DetachNetworkInterface stays "detaching"
 	// before the ENI becomes "available". 0 detaches at once.
 	DetachDelay time.Duration
@@ -60,6 +64,14 @@ type SubnetSpec struct {
 	CIDR             netip.Prefix
 	AvailabilityZone string
 	Tags             map[string]string
+}
+
+// SecurityGroupSpec is one security group of the VPC.
+type SecurityGroupSpec struct {
+	ID          string // optional; generated "sg-" + 17 hex digits when empty
+	Name        string // required, unique in the VPC; "default" is taken
+	Description string
+	Tags        map[string]string
 }
 
 // InstanceInfo is a copy of one instance's model state.
@@ -248,6 +260,11 @@ func (c *Cloud) buildVPC(cfg Config) error {
 	c.vpc = &vpc{id: c.newIDLocked("vpc"), cidrs: cidrs, tags: map[string]string{}}
 	sg := &securityGroup{id: c.newIDLocked("sg"), name: "default", description: "default VPC security group", tags: map[string]string{}}
 	c.groups[sg.id] = sg
+	for _, g := range cfg.SecurityGroups {
+		if err := c.addGroup(g); err != nil {
+			return err
+		}
+	}
 	if len(cfg.Subnets) == 0 {
 		return errors.New("vpcsim: no subnets")
 	}
@@ -288,6 +305,26 @@ func (c *Cloud) addSubnet(s SubnetSpec) error {
 	}
 	c.subnets[id] = newSubnet(id, p, s.AvailabilityZone, s.Tags)
 	c.subnetIDs = append(c.subnetIDs, id)
+	return nil
+}
+
+func (c *Cloud) addGroup(g SecurityGroupSpec) error {
+	if g.Name == "" {
+		return errors.New("vpcsim: security group without a name")
+	}
+	id := g.ID
+	if id == "" {
+		id = c.newIDLocked("sg")
+	}
+	if !strings.HasPrefix(id, "sg-") {
+		return fmt.Errorf("vpcsim: security group id %q: want sg-...", id)
+	}
+	for _, other := range c.groups {
+		if other.id == id || other.name == g.Name {
+			return fmt.Errorf("vpcsim: duplicate security group %s (%s)", id, g.Name)
+		}
+	}
+	c.groups[id] = &securityGroup{id: id, name: g.Name, description: g.Description, tags: copyTags(g.Tags)}
 	return nil
 }
 

@@ -102,6 +102,48 @@ func (c *Cloud) Subnets() []SubnetInfo {
 	return out
 }
 
+// SecurityGroupInfo is a copy of one security group.
+type SecurityGroupInfo struct {
+	ID, Name, Description string
+	Tags                  map[string]string
+}
+
+// SecurityGroups returns copies of every security group of the VPC, by id.
+func (c *Cloud) SecurityGroups() []SecurityGroupInfo {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]SecurityGroupInfo, 0, len(c.groups))
+	for _, g := range c.groups {
+		out = append(out, SecurityGroupInfo{ID: g.id, Name: g.name, Description: g.description, Tags: copyTags(g.tags)})
+	}
+	slices.SortFunc(out, func(a, b SecurityGroupInfo) int { return strings.Compare(a.ID, b.ID) })
+	return out
+}
+
+// HoldAddresses marks n free addresses of the subnet as used by something
+// outside the simulation (another team's instances, load balancers), lowest
+// first, as a subnet that is filling up looks to EC2: they count against
+// AvailableIpAddressCount and are never handed out. It returns the
+// addresses, or an *Error (InvalidSubnetID.NotFound,
+// InsufficientFreeAddressesInSubnet when fewer than n are free; then
+// nothing is held).
+func (c *Cloud) HoldAddresses(subnetID string, n int) ([]netip.Addr, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s, ok := c.subnets[subnetID]
+	if !ok {
+		return nil, errorf("InvalidSubnetID.NotFound", "The subnet ID '%s' does not exist", subnetID)
+	}
+	if n < 0 {
+		return nil, errorf("InvalidParameterValue", "Invalid address count %d", n)
+	}
+	a := s.takeAddrs(n)
+	if a == nil && n > 0 {
+		return nil, errSubnetFull(s.id)
+	}
+	return a, nil
+}
+
 // InstanceByAddress returns the running instance whose ENI holds a as its
 // primary address (how IMDS identifies a caller by source address).
 func (c *Cloud) InstanceByAddress(a netip.Addr) (string, bool) {

@@ -32,7 +32,10 @@ type Options struct {
 	Outside      bool     // add the outside host (203.0.113.10) reachable through SNAT
 	WorkDir      string   // per-node state directories are made under it
 	Sim          vpcsim.Config
-	Logf         func(format string, args ...any) // progress lines; nil: silent
+	// NodeSubnets places node i in subnet NodeSubnets[i % len]; empty: every
+	// node in the first subnet of Sim.
+	NodeSubnets []string
+	Logf        func(format string, args ...any) // progress lines; nil: silent
 }
 
 // Cluster is a running simulated cluster.
@@ -108,7 +111,11 @@ func (c *Cluster) serve() error {
 }
 
 func (c *Cluster) launch(ctx context.Context, i int) (*Node, error) {
-	inst, err := c.Cloud.LaunchInstance(c.InstanceType, "")
+	subnet := ""
+	if len(c.NodeSubnets) > 0 {
+		subnet = c.NodeSubnets[i%len(c.NodeSubnets)]
+	}
+	inst, err := c.Cloud.LaunchInstance(c.InstanceType, subnet)
 	if err != nil {
 		return nil, fmt.Errorf("launch instance %d: %w", i, err)
 	}
@@ -137,7 +144,7 @@ func (c *Cluster) launch(ctx context.Context, i int) (*Node, error) {
 		CacheDir: n.cacheDir(),
 		Prefix:   fmt.Sprintf("%s-n%d", c.Prefix, i+1),
 	}
-	c.Logf("launched %s: %s (%s) primary %s, netns %s", n.Name, inst.ID, c.InstanceType, n.PrimaryIP, n.Netns)
+	c.Logf("launched %s: %s (%s) in %s (%s) primary %s, netns %s", n.Name, inst.ID, c.InstanceType, inst.SubnetID, inst.AvailabilityZone, n.PrimaryIP, n.Netns)
 	if err := n.StartDaemon(ctx); err != nil {
 		return n, err
 	}

@@ -104,11 +104,24 @@ func doIn(t *testing.T, name string, fn func() error) {
 }
 
 // configureSecondary sets up eth1 of instance A as the daemon does for a
-// secondary ENI: up, with its primary address and table 2 routing via the
-// subnet gateway, and, for
+// secondary ENI of subnet 100.64.0.0/20 whose primary is primaryA1: up, with
+// its primary address and table 2 routing via the subnet gateway, and, for
 // the test, addrs as local addresses sent from by eth1 ("from <addr> lookup
 // 2").
 func configureSecondary(t *testing.T, h netlinksafe.Handle, addrs ...netip.Addr) {
+	t.Helper()
+	configureENI(t, h, eniLink{primary: primaryA1, subnet: subnet, gateway: gateway}, addrs...)
+}
+
+// eniLink is what the daemon knows of a secondary ENI on eth1.
+type eniLink struct {
+	primary netip.Addr
+	subnet  netip.Prefix
+	gateway netip.Addr
+}
+
+// configureENI is configureSecondary for an ENI of any subnet.
+func configureENI(t *testing.T, h netlinksafe.Handle, e eniLink, addrs ...netip.Addr) {
 	t.Helper()
 	eth1, err := h.LinkByName("eth1")
 	if err != nil {
@@ -120,13 +133,13 @@ func configureSecondary(t *testing.T, h netlinksafe.Handle, addrs ...netip.Addr)
 	idx := eth1.Attrs().Index
 	// The ENI's primary address, as the daemon puts it on the link: the
 	// source of the instance's ARP requests on eth1.
-	enip := &netlink.Addr{IPNet: ipNet(netip.PrefixFrom(primaryA1, subnet.Bits())), Flags: unix.IFA_F_NOPREFIXROUTE}
+	enip := &netlink.Addr{IPNet: ipNet(netip.PrefixFrom(e.primary, e.subnet.Bits())), Flags: unix.IFA_F_NOPREFIXROUTE}
 	if err := h.AddrAdd(eth1, enip); err != nil {
 		t.Fatal(err)
 	}
 	routes := []*netlink.Route{
-		{LinkIndex: idx, Dst: ipNet(subnet), Scope: netlink.SCOPE_LINK, Table: 2},
-		{LinkIndex: idx, Gw: gateway.AsSlice(), Table: 2},
+		{LinkIndex: idx, Dst: ipNet(e.subnet), Scope: netlink.SCOPE_LINK, Table: 2},
+		{LinkIndex: idx, Gw: e.gateway.AsSlice(), Table: 2},
 	}
 	for _, a := range addrs {
 		if err := h.AddrAdd(eth1, hostAddr(a)); err != nil {

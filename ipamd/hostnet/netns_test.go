@@ -12,6 +12,8 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
+
+	"github.com/vpcip/vpcip/test/netnsdir"
 )
 
 var nsSeq atomic.Int64
@@ -37,12 +39,12 @@ type testNS struct {
 func newNS(t testing.TB, role string) *testNS {
 	t.Helper()
 	name := fmt.Sprintf("vht-%s-%d-%d", role, os.Getpid(), nsSeq.Add(1))
-	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
-		t.Fatalf("ip netns add %s: %v: %s", name, err, out)
+	if err := netnsdir.Create(name); err != nil {
+		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if out, err := exec.Command("ip", "netns", "del", name).CombinedOutput(); err != nil {
-			t.Errorf("ip netns del %s: %v: %s", name, err, out)
+		if err := netnsdir.Delete(name); err != nil {
+			t.Error(err)
 		}
 	})
 	h, err := ns.GetNS("/var/run/netns/" + name)

@@ -4,14 +4,14 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
+
+	"github.com/vpcip/vpcip/test/netnsdir"
 )
 
 // NetnsDir is where named netns are bind-mounted, as `ip netns add` does.
@@ -64,7 +64,7 @@ func OpenNode(t testing.TB, name string) *Node {
 	return &Node{Name: name, NS: h}
 }
 
-// NewNetns creates "<prefix><8 hex>" with `ip netns add` and deletes it at
+// NewNetns creates "<prefix><8 hex>" (netnsdir) and deletes it at
 // cleanup (an already deleted netns is fine). prefix must start with "vct-".
 func NewNetns(t testing.TB, prefix string) string {
 	t.Helper()
@@ -72,19 +72,15 @@ func NewNetns(t testing.TB, prefix string) string {
 		t.Fatalf("netns prefix %q must start with vct-", prefix)
 	}
 	name := prefix + randomHex(4)
-	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
-		t.Fatalf("ip netns add %s: %v: %s", name, err, out)
+	if err := netnsdir.Create(name); err != nil {
+		t.Fatal(err)
 	}
 	t.Cleanup(func() { DeleteNetns(name) })
 	return name
 }
 
 // DeleteNetns removes a named netns; a missing one is fine.
-func DeleteNetns(name string) {
-	if _, err := os.Stat(filepath.Join(NetnsDir, name)); err == nil {
-		_ = exec.Command("ip", "netns", "del", name).Run()
-	}
-}
+func DeleteNetns(name string) { _ = netnsdir.Delete(name) }
 
 func randomHex(n int) string {
 	b := make([]byte, n)

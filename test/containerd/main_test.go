@@ -23,6 +23,7 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/vpcip/vpcip/test/containerd/crinode"
+	"github.com/vpcip/vpcip/test/netnsdir"
 )
 
 // netnsPrefix starts the name of every network namespace these tests make.
@@ -64,12 +65,12 @@ var netnsSeq atomic.Int32
 func newNetns(t testing.TB) string {
 	t.Helper()
 	name := fmt.Sprintf("%s%d-%d", netnsPrefix, os.Getpid()%100000, netnsSeq.Add(1))
-	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
-		t.Fatalf("ip netns add %s: %v: %s", name, err, out)
+	if err := netnsdir.Create(name); err != nil {
+		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if out, err := exec.Command("ip", "netns", "del", name).CombinedOutput(); err != nil {
-			t.Errorf("ip netns del %s: %v: %s", name, err, out)
+		if err := netnsdir.Delete(name); err != nil {
+			t.Error(err)
 		}
 	})
 	if out, err := exec.Command("ip", "-n", name, "link", "set", "lo", "up").CombinedOutput(); err != nil {

@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -16,48 +15,24 @@ import (
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
+
+	"github.com/vpcip/vpcip/test/netnsdir"
 )
 
-// createNetns creates the named netns /var/run/netns/<name>, as
-// `ip netns add` does. It fails if the name exists.
+// createNetns creates the named netns /var/run/netns/<name> (netnsdir:
+// safe when other processes make their first netns at the same moment). It
+// fails if the name exists.
 func createNetns(name string) error {
 	if _, err := os.Stat(netnsPath(name)); err == nil {
 		return fmt.Errorf("netns %s exists (left by a crashed run? remove it with fabric.Cleanup)", name)
 	}
-	errc := make(chan error, 1)
-	go func() {
-		// unshare(CLONE_NEWNET) moves this thread into the new netns. The
-		// thread is never unlocked, so it exits with the goroutine and no
-		// other goroutine ever runs in the new netns by accident.
-		runtime.LockOSThread()
-		h, err := netns.NewNamed(name)
-		if err == nil {
-			h.Close()
-		}
-		errc <- err
-	}()
-	if err := <-errc; err != nil {
-		os.Remove(netnsPath(name)) // NewNamed may leave the mount point behind
-		return fmt.Errorf("create netns %s: %w", name, err)
-	}
-	return nil
+	return netnsdir.Create(name)
 }
 
 // deleteNetns removes the name of a netns; the kernel frees the netns, and
 // the veths in it, once no process or socket uses it. A missing netns is
-// success.
-func deleteNetns(name string) error {
-	err := netns.DeleteNamed(name)
-	if err == nil || errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.EINVAL) {
-		// EINVAL: not a mount point any more; remove the file if present.
-		if rmErr := os.Remove(netnsPath(name)); rmErr != nil && !errors.Is(rmErr, fs.ErrNotExist) {
-			return fmt.Errorf("delete netns %s: %w", name, rmErr)
-		}
-		return nil
-	}
-	return fmt.Errorf("delete netns %s: %w", name, err)
-}
+// success, and a name hidden under stacked /run/netns mounts is removed too.
+func deleteNetns(name string) error { return netnsdir.Delete(name) }
 
 // writeSysctls writes /proc/sys/<key> = value for each entry, in the netns of
 // the calling thread.

@@ -13,20 +13,17 @@ import (
 	"crypto/rand"
 	"crypto/sha1"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"net/netip"
-	"os"
 	"path/filepath"
-	"runtime"
-	"strings"
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/types"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/vishvananda/netns"
+
+	"github.com/vpcip/vpcip/test/netnsdir"
 )
 
 // NetnsDir is where named network namespaces are bind-mounted (as iproute2's
@@ -109,7 +106,7 @@ func (n *Node) Add(ctx context.Context, spec PodSpec) (*Pod, error) {
 	})
 	if err != nil {
 		_ = n.del(context.WithoutCancel(ctx), list, pod)
-		_ = netns.DeleteNamed(pod.Netns)
+		_ = netnsdir.Delete(pod.Netns)
 		return nil, fmt.Errorf("CNI ADD %s/%s: %w", spec.Namespace, spec.Name, err)
 	}
 	r, err := types100.GetResult(res)
@@ -136,7 +133,7 @@ func (n *Node) Del(ctx context.Context, pod *Pod) error {
 	if err := n.del(ctx, list, pod); err != nil {
 		return fmt.Errorf("CNI DEL %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
-	if err := netns.DeleteNamed(pod.Netns); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := netnsdir.Delete(pod.Netns); err != nil {
 		return fmt.Errorf("remove netns %s: %w", pod.Netns, err)
 	}
 	return nil
@@ -229,45 +226,13 @@ func (n *Node) podNetnsName(spec PodSpec) string {
 	return n.Prefix + "-p" + hex.EncodeToString(sum[:])[:10]
 }
 
-// CreateNetns creates a named netns without moving the caller's thread.
-func CreateNetns(name string) error {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		return err
-	}
-	defer orig.Close()
-	h, err := netns.NewNamed(name)
-	if err != nil {
-		return fmt.Errorf("create netns %s: %w", name, err)
-	}
-	h.Close()
-	if err := netns.Set(orig); err != nil {
-		return fmt.Errorf("return to the original netns: %w", err)
-	}
-	return nil
-}
+// CreateNetns creates a named netns without moving the caller's thread
+// (netnsdir: safe when other processes make their first netns at once).
+func CreateNetns(name string) error { return netnsdir.Create(name) }
 
-// CleanupNetns removes every named netns whose name starts with prefix.
-func CleanupNetns(prefix string) error {
-	entries, err := os.ReadDir(NetnsDir)
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil
-		}
-		return err
-	}
-	var errs []error
-	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), prefix) {
-			if err := netns.DeleteNamed(e.Name()); err != nil {
-				errs = append(errs, err)
-			}
-		}
-	}
-	return errors.Join(errs...)
-}
+// CleanupNetns removes every named netns whose name starts with prefix,
+// also names hidden under stacked /run/netns mounts.
+func CleanupNetns(prefix string) error { return netnsdir.DeletePrefix(prefix) }
 
 func randomHex(n int) string {
 	b := make([]byte, n)

@@ -107,10 +107,18 @@ type ENI struct {
 // Subnet is a VPC subnet.
 type Subnet struct {
 	ID               string
+	VPCID            string
 	CIDR             netip.Prefix
 	AvailabilityZone string
-	FreeAddresses    int // EC2 AvailableIpAddressCount, in addresses
-	Tags             map[string]string
+	FreeAddresses    int               // EC2 AvailableIpAddressCount, in addresses
+	Tags             map[string]string // never nil
+}
+
+// SubnetQuery selects subnets for Provider.Subnets. IDs and Zone combine:
+// with both, only the named subnets in that zone.
+type SubnetQuery struct {
+	IDs  []string // these subnets; one that does not exist is ErrNotFound
+	Zone string   // subnets of this instance's VPC in this availability zone; "" = any zone
 }
 
 // CreateENIRequest asks for a new ENI attached to this instance at the next
@@ -154,6 +162,10 @@ type Provider interface {
 	UnassignAddresses(ctx context.Context, eniID string, addrs []netip.Prefix) error
 	// DeleteENI detaches and deletes an ENI. An ENI already gone is success.
 	DeleteENI(ctx context.Context, eniID string) error
+	// Subnets lists subnets with their tags and free address counts, fresh
+	// from the authoritative API (EC2 DescribeSubnets, every page), sorted by
+	// ID. With no IDs it lists only this instance's VPC.
+	Subnets(ctx context.Context, q SubnetQuery) ([]Subnet, error)
 	// DeleteLeakedENIs deletes ENIs tagged as created by this cluster that are
 	// `available` (not attached) and older than grace, and returns their ids.
 	DeleteLeakedENIs(ctx context.Context, grace time.Duration) ([]string, error)

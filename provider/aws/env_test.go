@@ -31,20 +31,26 @@ const (
 type sim struct {
 	local *vpcsimtest.Local
 	inst  vpcsim.InstanceInfo
-	small string // id of the /28 subnet
+	small string // id of the /28 subnet, tagged smallTags
+	other string // id of the subnet in us-west-2b
 }
+
+var smallTags = map[string]string{"kubernetes.io/role/cni": "1", "Name": "small"}
 
 func startSim(t testing.TB) *sim {
 	t.Helper()
 	l := vpcsimtest.Start(t, vpcsim.Config{DetachDelay: 50 * time.Millisecond, Subnets: []vpcsim.SubnetSpec{
 		{CIDR: netip.MustParsePrefix("100.64.0.0/20"), AvailabilityZone: testZone},
-		{CIDR: netip.MustParsePrefix("100.64.16.0/28"), AvailabilityZone: testZone},
+		{CIDR: netip.MustParsePrefix("100.64.16.0/28"), AvailabilityZone: testZone, Tags: smallTags},
 		{CIDR: netip.MustParsePrefix("100.64.32.0/20"), AvailabilityZone: "us-west-2b"},
 	}})
 	s := &sim{local: l, inst: l.Launch(t, testType)}
 	for _, sub := range l.Cloud.Subnets() {
 		if sub.CIDR.Bits() == 28 {
 			s.small = sub.ID
+		}
+		if sub.AvailabilityZone != testZone {
+			s.other = sub.ID
 		}
 	}
 	return s
@@ -105,12 +111,14 @@ func TestContract(t *testing.T) {
 	providertest.Run(t, func(t *testing.T) providertest.Env {
 		s := startSim(t)
 		return providertest.Env{
-			Provider:      s.client(t, testOptions(), ""),
-			InstanceType:  testType,
-			PageSize:      testPageSize,
-			SmallSubnetID: s.small,
-			MetadataLag:   3 * time.Second,
-			Cloud:         simCloud{s},
+			Provider:          s.client(t, testOptions(), ""),
+			InstanceType:      testType,
+			PageSize:          testPageSize,
+			SmallSubnetID:     s.small,
+			SmallSubnetTags:   smallTags,
+			OtherZoneSubnetID: s.other,
+			MetadataLag:       3 * time.Second,
+			Cloud:             simCloud{s},
 		}
 	})
 }

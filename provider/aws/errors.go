@@ -36,7 +36,7 @@ func classify(op string, err error) error {
 		sentinel = provider.ErrInsufficientCIDR
 	case "InvalidNetworkInterfaceID.NotFound", "InvalidNetworkInterfaceId.NotFound",
 		"InvalidInstanceID.NotFound", "InvalidSubnetID.NotFound",
-		"InvalidAttachmentID.NotFound", "InvalidInstanceType":
+		"InvalidAttachmentID.NotFound", "InvalidInstanceType", "InvalidGroup.NotFound":
 		sentinel = provider.ErrNotFound
 	case "UnauthorizedOperation", "AuthFailure":
 		sentinel = provider.ErrUnauthorized

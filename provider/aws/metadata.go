@@ -24,6 +24,7 @@ type identity struct {
 	instanceType   string
 	primaryENI     string
 	subnetID       string
+	vpcID          string
 	securityGroups []string
 }
 
@@ -131,6 +132,9 @@ func (c *Client) identity(ctx context.Context) (identity, error) {
 		return id, err
 	}
 	id.primaryENI, id.subnetID, id.securityGroups = eni.ID, eni.SubnetID, eni.SecurityGroups
+	if id.vpcID, _, err = c.metadata(ctx, "network/interfaces/macs/"+mac+"/vpc-id"); err != nil {
+		return id, err
+	}
 	c.self = &id
 	return id, nil
 }

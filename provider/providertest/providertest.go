@@ -36,6 +36,11 @@ type Env struct {
 	// SmallSubnetID is a /28 subnet in the instance's availability zone
 	// (11 usable addresses, no free aligned /28 once an ENI is in it).
 	SmallSubnetID string
+	// SmallSubnetTags are the tags the cloud has on SmallSubnetID (at least one).
+	SmallSubnetTags map[string]string
+	// OtherZoneSubnetID is a subnet of the instance's VPC in another
+	// availability zone.
+	OtherZoneSubnetID string
 	// MetadataLag is the instance-metadata lag the lag tests use (several
 	// seconds keeps them meaningful; it is also how long they take).
 	MetadataLag time.Duration
@@ -118,6 +123,7 @@ func Run(t *testing.T, newEnv func(t *testing.T) Env) {
 		{"Unauthorized", testUnauthorized},
 		{"Throttled", testThrottled},
 		{"BadInput", testBadInput},
+		{"Subnets", testSubnets},
 		{"MetadataLagNewAddresses", testLagNewAddresses},
 		{"MetadataLagOmission", testLagOmission},
 		{"MetadataLagUnassigned", testLagUnassigned},

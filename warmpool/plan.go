@@ -31,6 +31,9 @@ import (
 // after it.
 func Next(in Input) Plan {
 	s := newState(in)
+	if s.tgt.policy == byDemand {
+		return s.adaptive()
+	}
 	grow, blocked := s.grow()
 	if grow.Action == Assign || grow.Action == CreateENI {
 		return grow

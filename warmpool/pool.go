@@ -64,17 +64,19 @@ const (
 	byIPTargets    policy = iota // WARM_IP_TARGET / MINIMUM_IP_TARGET
 	byPrefixTarget               // WARM_PREFIX_TARGET (prefix mode)
 	byENITarget                  // WARM_ENI_TARGET
+	byDemand                     // Config.Adaptive, no warm variable set
 )
 
 // target is the pool's goal, resolved from Config with its defaults.
 type target struct {
 	policy       policy
-	warmIP       int // addresses (byIPTargets)
-	minIP        int // addresses (byIPTargets)
-	warmPrefixes int // whole free /28 prefixes (byPrefixTarget)
-	warmENIs     int // ENIs (byENITarget)
-	warmAddrs    int // addresses: WARM_ENI_TARGET × SlotsPerENI (byENITarget)
-	pending      int // addresses for pods waiting now
+	warmIP       int          // addresses (byIPTargets)
+	minIP        int          // addresses (byIPTargets)
+	warmPrefixes int          // whole free /28 prefixes (byPrefixTarget)
+	warmENIs     int          // ENIs (byENITarget)
+	warmAddrs    int          // addresses: WARM_ENI_TARGET × SlotsPerENI (byENITarget)
+	pending      int          // addresses for pods waiting now
+	demand       demandTarget // byDemand
 }
 
 // prefixMode reports whether the node is configured for prefix delegation
@@ -91,6 +93,9 @@ func targetOf(in Input) target {
 		t.policy = byIPTargets
 		t.warmIP = max(c.WarmIPTarget, 0)
 		t.minIP = max(c.MinimumIPTarget, 0)
+	case c.Adaptive && c.WarmENITarget <= 0 && c.WarmPrefixTarget <= 0:
+		t.policy = byDemand
+		t.demand = demandOf(in, roomSlots(in))
 	case prefixMode(in):
 		t.policy = byPrefixTarget
 		t.warmPrefixes = c.WarmPrefixTarget
@@ -122,6 +127,8 @@ func (t target) short(p pool, wholePrefixes bool) int {
 			return max(byAddrs, 0)
 		}
 		return max((t.warmPrefixes-p.freePrefixes)*PrefixAddresses, byAddrs, 0)
+	case byDemand:
+		return max(t.demand.low-p.available, 0)
 	default:
 		return max(t.warmAddrs+t.pending-p.available, 0)
 	}
@@ -137,6 +144,8 @@ func (t target) surplus(p pool) int {
 		return max(min(p.available-t.warmIP-t.pending, p.total-t.minIP), 0)
 	case byPrefixTarget:
 		return max(p.available-t.pending-t.warmPrefixes*PrefixAddresses, 0)
+	case byDemand:
+		return max(p.available+p.cooling-t.demand.keep, 0)
 	default:
 		return max(p.available-t.warmAddrs-t.pending, 0)
 	}
@@ -148,6 +157,8 @@ func (t target) describe() string {
 		return "WARM_IP_TARGET " + itoa(t.warmIP) + ", MINIMUM_IP_TARGET " + itoa(t.minIP)
 	case byPrefixTarget:
 		return "WARM_PREFIX_TARGET " + itoa(t.warmPrefixes)
+	case byDemand:
+		return t.demand.describe()
 	default:
 		return "WARM_ENI_TARGET " + itoa(t.warmENIs) + " = " + count(t.warmAddrs, "address")
 	}

@@ -75,6 +75,9 @@ type Slot struct {
 	Prefix   netip.Prefix // /32 address or /28 prefix
 	Assigned int          // addresses of this slot held by pods
 	Cooling  int          // addresses of this slot released less than IP_COOLDOWN_PERIOD ago
+	// CoolingUntil is when the slot's last cooling address becomes free;
+	// zero: unknown (the adaptive policy then never waits for it).
+	CoolingUntil time.Time
 }
 
 // Size is the number of addresses in the slot: 1 for a /32, 16 for a /28,
@@ -117,6 +120,12 @@ type Config struct {
 	PrefixDelegation bool          // ENABLE_PREFIX_DELEGATION: assign /28 prefixes instead of single addresses
 	ReleaseInterval  time.Duration // at most one release per interval (default 30 s)
 	ENIMinAge        time.Duration // an ENI younger than this is not deleted (default 1 minute)
+	// Adaptive selects vpcip's default policy, sized by demand (see
+	// Demand and the constants of adaptive.go). It is what the daemon runs
+	// when no warm variable is set; any of WarmIPTarget, MinimumIPTarget,
+	// WarmENITarget, WarmPrefixTarget above 0 takes precedence, with the
+	// AWS VPC CNI meaning.
+	Adaptive bool
 }
 
 // Refusal is a recent refusal from the cloud, fed back so the plan falls back
@@ -170,8 +179,10 @@ type Input struct {
 	Limits      Limits
 	Config      Config
 	Pending     int       // pods waiting for an address now (ADDs that found none, scheduled pods not started); one address each
+	Demand      Demand    // recent arrivals and pods without an address (adaptive policy)
 	Now         time.Time // the caller's clock; Next never reads one
 	LastRelease time.Time // when addresses or an ENI were last released; zero: never
+	LastGrow    time.Time // when addresses or an ENI were last added; zero: never (adaptive policy)
 	Refusals    []Refusal
 }
 

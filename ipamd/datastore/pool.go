@@ -78,6 +78,9 @@ func (s *Store) Snapshot(now time.Time) []warmpool.ENI {
 					ws.Assigned++
 				case s.coolingLocked(a, now):
 					ws.Cooling++
+					if until := a.unassignedAt.Add(s.cooldown); until.After(ws.CoolingUntil) {
+						ws.CoolingUntil = until
+					}
 				}
 			}
 			if !releasing {

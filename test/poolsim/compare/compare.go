@@ -1,0 +1,173 @@
+// Package compare runs every trace on every instance type and address mode
+// against four pools side by side — the reference default, the reference
+// with WARM_IP_TARGET=5/MINIMUM_IP_TARGET=10, vpcipd's default and vpcipd
+// with the same two variables — and prints the table of `make bench-pool`.
+package compare
+
+import (
+	"fmt"
+	"io"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/vpcip/vpcip/test/poolsim"
+	"github.com/vpcip/vpcip/test/poolsim/reference"
+	"github.com/vpcip/vpcip/test/poolsim/vpcipd"
+	"github.com/vpcip/vpcip/warmpool"
+)
+
+// Setup is one pool configuration of the table.
+type Setup struct {
+	Name     string
+	Ours     bool
+	WarmIP   int // WARM_IP_TARGET (with MinIP); 0: the default
+	MinIP    int // MINIMUM_IP_TARGET
+	Behavior poolsim.Behaviour
+}
+
+// Setups are the table's four pools, in column order.
+var Setups = []Setup{
+	{Name: "ref", Behavior: poolsim.Behaviour{}},
+	{Name: "ref-w5m10", WarmIP: 5, MinIP: 10, Behavior: poolsim.Behaviour{}},
+	{Name: "ours", Ours: true, Behavior: poolsim.Behaviour{AddWait: 5 * time.Second, Kick: true}},
+	{Name: "ours-w5m10", Ours: true, WarmIP: 5, MinIP: 10, Behavior: poolsim.Behaviour{AddWait: 5 * time.Second, Kick: true}},
+}
+
+// Row is one trace on one instance type and mode, with a result per Setup.
+type Row struct {
+	Trace   string
+	Type    string
+	Prefix  bool
+	Results []poolsim.Result
+	Err     error
+}
+
+// Options select what Table runs.
+type Options struct {
+	Seed   uint64
+	Traces []poolsim.Generator    // nil: all
+	Types  []poolsim.InstanceType // nil: all
+	Modes  []bool                 // prefix mode off/on; nil: both
+	Lat    poolsim.Latencies      // zero: poolsim.DefaultLatencies
+}
+
+// Table runs every combination, in parallel on the machine's CPUs.
+func Table(o Options) []Row {
+	if o.Traces == nil {
+		o.Traces = poolsim.Generators
+	}
+	if o.Types == nil {
+		o.Types = poolsim.InstanceTypes
+	}
+	if o.Modes == nil {
+		o.Modes = []bool{false, true}
+	}
+	if o.Lat == (poolsim.Latencies{}) {
+		o.Lat = poolsim.DefaultLatencies
+	}
+	var rows []Row
+	type job struct{ row, setup int }
+	var jobs []job
+	var traces []poolsim.Trace
+	for _, prefix := range o.Modes {
+		for ti, g := range o.Traces {
+			for yi, typ := range o.Types {
+				rows = append(rows, Row{Trace: g.Name, Type: typ.Name, Prefix: prefix, Results: make([]poolsim.Result, len(Setups))})
+				traces = append(traces, g.Trace(o.Seed+uint64(ti*100+yi), typ.MaxPods-2))
+				for si := range Setups {
+					jobs = append(jobs, job{len(rows) - 1, si})
+				}
+			}
+		}
+	}
+	typeOf := map[string]poolsim.InstanceType{}
+	for _, t := range o.Types {
+		typeOf[t.Name] = t
+	}
+	var mu sync.Mutex
+	work := make(chan job)
+	var wg sync.WaitGroup
+	for range runtime.GOMAXPROCS(0) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range work {
+				r := &rows[j.row]
+				res, err := Run(traces[j.row], typeOf[r.Type], r.Prefix, Setups[j.setup], o.Lat, o.Seed)
+				mu.Lock()
+				r.Results[j.setup] = res
+				if err != nil {
+					r.Err = err
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	for _, j := range jobs {
+		work <- j
+	}
+	close(work)
+	wg.Wait()
+	return rows
+}
+
+// Run simulates one trace against one setup.
+func Run(tr poolsim.Trace, typ poolsim.InstanceType, prefix bool, s Setup, lat poolsim.Latencies, seed uint64) (poolsim.Result, error) {
+	return poolsim.Simulate(tr, typ, lat, s.Behavior, seed, func(clock *poolsim.Clock, cloud *poolsim.Cloud) poolsim.Pool {
+		if !s.Ours {
+			return reference.New(cloud, clock.Now, reference.Config{
+				WarmENITarget: 1, WarmPrefixTarget: 1, WarmIPTarget: s.WarmIP, MinimumIPTarget: s.MinIP,
+				PrefixDelegation: prefix, MaxPods: typ.MaxPods,
+			}, seed)
+		}
+		cfg := warmpool.Config{WarmIPTarget: s.WarmIP, MinimumIPTarget: s.MinIP, PrefixDelegation: prefix}
+		if s.WarmIP == 0 && s.MinIP == 0 {
+			cfg.Adaptive = true
+		}
+		return vpcipd.New(cloud, clock.Now, vpcipd.Settings{Pool: cfg, MaxPods: typ.MaxPods})
+	})
+}
+
+// Print writes the table: per row the four setups' idle address-hours,
+// pods that waited (count, p50, p99 in seconds) and EC2 mutating calls per
+// 1,000 pod starts, then the ratios ours/reference for the defaults and
+// for WARM_IP_TARGET=5/MINIMUM_IP_TARGET=10.
+func Print(w io.Writer, rows []Row) {
+	fmt.Fprintf(w, "%-8s %-11s %-4s | %-34s | %-34s | %-34s | %-34s | %-22s | %-22s\n", "trace", "type", "mode",
+		"ref default", "ref WARM_IP=5/MIN=10", "ours default", "ours WARM_IP=5/MIN=10", "ours/ref default", "ours/ref WARM5/MIN10")
+	sub := "idle-h  waited  p50s  p99s  calls/k"
+	fmt.Fprintf(w, "%-8s %-11s %-4s | %-34s | %-34s | %-34s | %-34s | %-22s | %-22s\n", "", "", "", sub, sub, sub, sub, "idle  wait  p99  calls", "idle  wait  p99  calls")
+	fmt.Fprintln(w, strings.Repeat("-", 8+1+11+1+4+4*37+2*25+2))
+	for _, r := range rows {
+		mode := "ip"
+		if r.Prefix {
+			mode = "pd"
+		}
+		fmt.Fprintf(w, "%-8s %-11s %-4s", r.Trace, r.Type, mode)
+		for _, res := range r.Results {
+			fmt.Fprintf(w, " | %6.1f %7d %5.1f %5.1f %8.1f", res.IdleHours, res.Waited, res.P(0.5), res.P(0.99), res.CallsPer1000())
+		}
+		for _, pair := range [][2]int{{2, 0}, {3, 1}} {
+			o, ref := r.Results[pair[0]], r.Results[pair[1]]
+			fmt.Fprintf(w, " | %4s %5s %4s %5s", ratio(o.IdleHours, ref.IdleHours), ratio(float64(o.Waited), float64(ref.Waited)),
+				ratio(o.P(0.99), ref.P(0.99)), ratio(o.CallsPer1000(), ref.CallsPer1000()))
+		}
+		if r.Err != nil {
+			fmt.Fprintf(w, "  error: %v", r.Err)
+		}
+		fmt.Fprintln(w)
+	}
+}
+
+// ratio formats a/b; "=" when both are 0, "inf" when only b is.
+func ratio(a, b float64) string {
+	switch {
+	case a == 0 && b == 0:
+		return "="
+	case b == 0:
+		return "inf"
+	}
+	return fmt.Sprintf("%.2f", a/b)
+}

@@ -1,0 +1,309 @@
+package poolsim
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"time"
+)
+
+// Demand is what the node's pods ask of the pool at one moment.
+type Demand struct {
+	// Pending counts ADDs waiting inside the daemon for an address now.
+	Pending int
+	// Unaddressed counts pods bound to the node that hold no address: the
+	// pending ones and those in kubelet's back-off after a failed ADD. It
+	// is what the Kubernetes part of the daemon reports; 0 when the pool
+	// runs without it.
+	Unaddressed int
+}
+
+// Pool is a node's address pool as the simulated node drives it.
+type Pool interface {
+	// Start brings the pool up from the cloud's state.
+	Start(ctx context.Context) error
+	// Assign gives pod an address now, or reports false (CNI ADD).
+	Assign(pod string, now time.Time) bool
+	// Release gives pod's address back (CNI DEL).
+	Release(pod string, now time.Time)
+	// Cycle runs one cycle of the pool loop, calling the cloud as it
+	// decides; demand is read at each decision. It returns the time until
+	// the next cycle is due.
+	Cycle(ctx context.Context, demand func() Demand) time.Duration
+}
+
+// Behaviour is how the daemon around a Pool serves ADDs.
+type Behaviour struct {
+	// AddWait is how long an ADD that finds no address waits in the daemon
+	// before failing (VPCIP_ADD_WAIT); 0: it fails at once (the reference:
+	// "failed to assign an IP address to container").
+	AddWait time.Duration
+	// Kick: every ADD and DEL wakes the pool loop at once (vpcipd's kick
+	// channel); otherwise the loop runs only when its timer says.
+	Kick bool
+	// Kube: the pool learns of pods bound to the node without an address
+	// (Demand.Unaddressed).
+	Kube bool
+}
+
+// Kubelet's retry of a failed sandbox creation: about 10 s, growing
+// (reference-pool-algorithm.md): 10 s doubling per failure up to 5 minutes,
+// each stretched by up to 50 % of jitter.
+const (
+	backoffBase = 10 * time.Second
+	backoffCap  = 5 * time.Minute
+	pollEvery   = 100 * time.Millisecond // a waiting ADD looks again (ipamd waitPoll)
+)
+
+// Result is what one run measured.
+type Result struct {
+	Starts    int           // pods that got an address
+	Waited    int           // pods whose first ADD found no address at once
+	Waits     []float64     // seconds from first ADD to address, of the pods that waited, sorted
+	IdleHours float64       // addresses held by the instance and held by no pod, integrated over time, in address-hours
+	Calls     int           // EC2 mutating calls
+	ByCall    map[string]int
+	MaxENIs   int // most ENIs attached at once
+	Unstarted int // pods still without an address at the end
+}
+
+// P returns the q-quantile (0..1) of the waits, in seconds; 0 without waits.
+func (r Result) P(q float64) float64 {
+	if len(r.Waits) == 0 {
+		return 0
+	}
+	i := int(q*float64(len(r.Waits)) + 0.5)
+	return r.Waits[min(max(i-1, 0), len(r.Waits)-1)]
+}
+
+// CallsPer1000 is EC2 mutating calls per 1,000 pod starts.
+func (r Result) CallsPer1000() float64 {
+	if r.Starts == 0 {
+		return 0
+	}
+	return float64(r.Calls) * 1000 / float64(r.Starts)
+}
+
+type podState struct {
+	pod      Pod
+	name     string
+	first    time.Time // first ADD
+	failures int
+	waiting  bool      // an ADD waits in the daemon
+	deadline time.Time // the waiting ADD fails then
+	started  bool
+}
+
+// node is one simulated node: kubelet, daemon front and pool loop.
+type node struct {
+	clock *Clock
+	cloud *Cloud
+	pool  Pool
+	beh   Behaviour
+	rng   *rand.Rand
+	ctx   context.Context
+
+	pods        []*podState
+	waiting     []*podState // ADDs waiting in the daemon, in arrival order
+	unaddressed int
+	assigned    int
+	res         Result
+
+	idleSince time.Time
+	idleNow   int
+
+	loopGen int  // pool timer generation: a stale timer event does nothing
+	running bool // a pool cycle runs (or is parked in a cloud call)
+	kicked  bool // a kick came during the cycle
+	polling bool
+}
+
+// Simulate runs trace on a fresh instance of typ whose pool is made by
+// newPool, and returns what it measured.
+func Simulate(trace Trace, typ InstanceType, lat Latencies, beh Behaviour, seed uint64,
+	newPool func(clock *Clock, cloud *Cloud) Pool) (Result, error) {
+	n := &node{clock: NewClock(), beh: beh, rng: rand.New(rand.NewPCG(seed, 7)), ctx: context.Background()}
+	n.cloud = NewCloud(n.clock, typ, lat, n.account)
+	n.pool = newPool(n.clock, n.cloud)
+	n.clock.Settled = n.retryWaiting
+	n.idleSince = n.clock.Now()
+	var startErr error
+	n.clock.Go(func() { startErr = n.pool.Start(n.ctx) })
+	n.clock.Run(n.clock.Now())
+	if startErr != nil {
+		return Result{}, fmt.Errorf("pool start: %w", startErr)
+	}
+	t0 := n.clock.Now()
+	for i, p := range trace.Pods {
+		ps := &podState{pod: p, name: fmt.Sprintf("pod-%05d", i)}
+		n.pods = append(n.pods, ps)
+		n.clock.At(t0.Add(p.Arrive), func() { n.arrive(ps) })
+	}
+	n.schedule(0)
+	n.clock.Run(t0.Add(trace.Duration))
+	n.account()
+	n.res.ByCall, n.res.Calls = n.cloud.Calls()
+	slices.Sort(n.res.Waits)
+	for _, ps := range n.pods {
+		if !ps.started {
+			n.res.Unstarted++
+		}
+	}
+	return n.res, nil
+}
+
+// account integrates idle addresses up to now and records the new level.
+func (n *node) account() {
+	now := n.clock.Now()
+	n.res.IdleHours += float64(n.idleNow) * now.Sub(n.idleSince).Hours()
+	n.idleSince = now
+	n.idleNow = max(n.cloud.Held()-n.assigned, 0)
+	n.res.MaxENIs = max(n.res.MaxENIs, n.cloud.ENICount())
+}
+
+func (n *node) demand() Demand {
+	d := Demand{Pending: len(n.waiting)}
+	if n.beh.Kube {
+		d.Unaddressed = n.unaddressed
+	}
+	return d
+}
+
+// arrive: the pod is bound to the node and kubelet's first ADD runs.
+func (n *node) arrive(ps *podState) {
+	ps.first = n.clock.Now()
+	n.unaddressed++
+	n.add(ps)
+}
+
+// add is one CNI ADD of the pod.
+func (n *node) add(ps *podState) {
+	if n.tryAssign(ps) {
+		return
+	}
+	if n.beh.AddWait <= 0 {
+		n.fail(ps)
+		return
+	}
+	ps.waiting = true
+	ps.deadline = n.clock.Now().Add(n.beh.AddWait)
+	n.waiting = append(n.waiting, ps)
+	n.clock.At(ps.deadline, func() {
+		if ps.waiting {
+			n.dropWaiting(ps)
+			n.fail(ps)
+		}
+	})
+	n.startPolling()
+	n.kick()
+}
+
+func (n *node) tryAssign(ps *podState) bool {
+	now := n.clock.Now()
+	if !n.pool.Assign(ps.name, now) {
+		return false
+	}
+	ps.started = true
+	n.unaddressed--
+	n.assigned++
+	n.account()
+	n.res.Starts++
+	if w := now.Sub(ps.first); w > 0 {
+		n.res.Waited++
+		n.res.Waits = append(n.res.Waits, w.Seconds())
+	}
+	n.clock.After(ps.pod.Life, func() { n.depart(ps) })
+	n.kick()
+	return true
+}
+
+// fail: the ADD failed; kubelet retries the sandbox after its back-off.
+func (n *node) fail(ps *podState) {
+	ps.failures++
+	d := backoffBase
+	for i := 1; i < ps.failures && d < backoffCap; i++ {
+		d *= 2
+	}
+	d = min(d, backoffCap)
+	d += time.Duration(n.rng.Float64() * 0.5 * float64(d))
+	n.clock.After(d, func() { n.add(ps) })
+}
+
+func (n *node) dropWaiting(ps *podState) {
+	ps.waiting = false
+	n.waiting = slices.DeleteFunc(n.waiting, func(x *podState) bool { return x == ps })
+}
+
+// retryWaiting gives waiting ADDs the addresses that became free, oldest
+// first.
+func (n *node) retryWaiting() {
+	for len(n.waiting) > 0 {
+		ps := n.waiting[0]
+		if !n.tryAssign(ps) {
+			return
+		}
+		n.dropWaiting(ps)
+	}
+}
+
+func (n *node) startPolling() {
+	if n.polling {
+		return
+	}
+	n.polling = true
+	var poll func()
+	poll = func() {
+		n.retryWaiting()
+		if len(n.waiting) == 0 {
+			n.polling = false
+			return
+		}
+		n.clock.After(pollEvery, poll)
+	}
+	n.clock.After(pollEvery, poll)
+}
+
+// depart: the pod ends; CNI DEL gives its address back.
+func (n *node) depart(ps *podState) {
+	n.pool.Release(ps.name, n.clock.Now())
+	n.assigned--
+	n.account()
+	n.kick()
+}
+
+// kick wakes the pool loop (vpcipd), folding kicks during a cycle into one.
+func (n *node) kick() {
+	if !n.beh.Kick {
+		return
+	}
+	if n.running {
+		n.kicked = true
+		return
+	}
+	n.schedule(0)
+}
+
+// schedule sets the pool loop's timer to d from now.
+func (n *node) schedule(d time.Duration) {
+	n.loopGen++
+	gen := n.loopGen
+	n.clock.After(d, func() {
+		if gen == n.loopGen && !n.running {
+			n.cycle()
+		}
+	})
+}
+
+func (n *node) cycle() {
+	n.running = true
+	n.kicked = false
+	n.clock.Go(func() {
+		next := n.pool.Cycle(n.ctx, n.demand)
+		n.running = false
+		if n.kicked {
+			next = 0
+		}
+		n.schedule(next)
+	})
+}

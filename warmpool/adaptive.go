@@ -1,0 +1,311 @@
+package warmpool
+
+import (
+	"math"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+)
+
+// The adaptive policy (Config.Adaptive): vpcip's default when no warm
+// variable is set. Its figures, in addresses unless noted:
+//
+//	need   = max(Input.Pending, Demand.Unaddressed)     pods waiting now
+//	rate   = Demand.Arrivals within RateWindow / RateWindow
+//	margin = max(MinWarm, ⌈rate × refill⌉, ⌈BurstShare × burst⌉)
+//	         refill: AssignLatency while an attached ENI has room, else
+//	         ENILatency; burst: most arrivals within BurstWindow seen in
+//	         the last BurstMemory
+//	low    = need + margin        grow when fewer are available
+//	high   = low + ⌈rate × ChunkSpan⌉  what one growth call fills up to
+//	keep   = high + band, band = max(MinBand, high − need)
+//	         release only what is held (available + cooling) beyond keep,
+//	         ReleaseDelay after the last growth, down to high
+//
+// A growth is sized to reach high in one call. No ENI is created for a
+// shortfall that addresses cooling down cover within ENILatency: the plan
+// waits for them. A secondary ENI that holds no assigned or cooling address
+// is deleted once what the others hold covers keep and it was not grown
+// for ReleaseDelay.
+const (
+	// AssignLatency is how soon addresses asked of an attached ENI can be
+	// handed out: EC2 AssignPrivateIpAddresses (about 0.4 s) plus the pool
+	// loop.
+	AssignLatency = time.Second
+	// ENILatency is how soon the addresses of a new ENI can be handed out:
+	// CreateNetworkInterface, AttachNetworkInterface and instance metadata
+	// (about 4 s) plus the pool loop.
+	ENILatency = 5 * time.Second
+	// RateWindow is how far back arrivals count toward the rate.
+	RateWindow = 2 * time.Minute
+	// BurstWindow is the span within which arrivals count as one burst.
+	BurstWindow = 10 * time.Second
+	// BurstMemory is how long the largest recent burst shapes the margin.
+	BurstMemory = 10 * time.Minute
+	// BurstShare is the part of the largest recent burst kept warm.
+	BurstShare = 0.5
+	// ChunkSpan is how many seconds of arrivals one growth call adds
+	// beyond low, so growth calls are not one per pod.
+	ChunkSpan = time.Minute
+	// ReleaseDelay is how long after the last growth surplus is kept.
+	ReleaseDelay = 3 * time.Minute
+	// MinWarm is the least margin: addresses kept free for the next pod.
+	MinWarm = 1
+	// MinBand is the least hysteresis between high and release.
+	MinBand = 2
+)
+
+// Demand is what the node's pods ask of the pool beyond the addresses they
+// hold, for the adaptive policy.
+type Demand struct {
+	// Unaddressed counts pods bound to the node that hold no address: ADDs
+	// waiting in the daemon and pods in kubelet's back-off after an ADD
+	// failed (Kubernetes: scheduled to the node, no pod IP). 0 when unknown.
+	Unaddressed int
+	// Arrivals are the times of recent pods' first ADD, any order; those
+	// older than BurstMemory are ignored. The caller keeps them.
+	Arrivals []time.Time
+}
+
+// demandTarget is the adaptive policy's figures for one Input.
+type demandTarget struct {
+	need, margin, low, high, keep int
+	rate                          float64 // arrivals per second
+	burst                         int
+}
+
+func demandOf(in Input, room int) demandTarget {
+	var d demandTarget
+	d.need = max(in.Pending, in.Demand.Unaddressed, 0)
+	var recent []time.Time
+	n := 0
+	for _, a := range in.Demand.Arrivals {
+		age := in.Now.Sub(a)
+		if age < 0 || age > BurstMemory {
+			continue
+		}
+		recent = append(recent, a)
+		if age <= RateWindow {
+			n++
+		}
+	}
+	d.rate = float64(n) / RateWindow.Seconds()
+	slices.SortFunc(recent, func(a, b time.Time) int { return a.Compare(b) })
+	j := 0
+	for i := range recent {
+		for recent[i].Sub(recent[j]) >= BurstWindow {
+			j++
+		}
+		d.burst = max(d.burst, i-j+1)
+	}
+	refill := ENILatency
+	if room > 0 {
+		refill = AssignLatency
+	}
+	d.margin = max(MinWarm, ceilF(d.rate*refill.Seconds()), ceilF(BurstShare*float64(d.burst)))
+	d.low = d.need + d.margin
+	d.high = d.low + ceilF(d.rate*ChunkSpan.Seconds())
+	d.keep = d.high + max(MinBand, d.high-d.need)
+	return d
+}
+
+func ceilF(x float64) int { return int(math.Ceil(x - 1e-9)) }
+
+func (d demandTarget) describe() string {
+	return "adaptive: need " + itoa(d.need) + ", margin " + itoa(d.margin) + ", grow below " + itoa(d.low) +
+		" to " + itoa(d.high) + ", keep " + itoa(d.keep)
+}
+
+// roomSlots is how many slots the attached ENIs could still take.
+func roomSlots(in Input) int {
+	n := 0
+	for _, e := range in.ENIs {
+		n += max(in.Limits.SlotsPerENI-len(e.Slots), 0)
+	}
+	return n
+}
+
+// adaptive plans the adaptive policy's next action.
+func (s *state) adaptive() Plan {
+	d := s.tgt.demand
+	if s.pool.available < d.low {
+		if p, ok := s.adaptiveGrow(d); ok {
+			return p
+		}
+	}
+	if p, ok := s.adaptiveShrink(d); ok {
+		return p
+	}
+	return Plan{Action: Nothing, Reason: "at target (" + d.describe() + ", " + s.poolText() + ")", Until: s.adaptiveUntil(d)}
+}
+
+// adaptiveGrow grows to high in one call; it returns false when growth
+// waits (cooling addresses cover the shortfall) or cannot happen.
+func (s *state) adaptiveGrow(d demandTarget) (Plan, bool) {
+	unit := 1
+	if s.prefixes {
+		unit = PrefixAddresses
+	}
+	want := d.high - s.pool.available
+	why := "short " + count(d.low-s.pool.available, "address") + " (" + d.describe() + ", " + s.poolText() + ")"
+	capSlots := s.maxPodsSlots(unit)
+	if p, stalled := s.stall(why, capSlots); stalled {
+		s.stalled = true
+		return p, p.Action == Wait
+	}
+	if roomSlots(s.in) == 0 && len(s.in.ENIs) < s.in.Limits.MaxENIs {
+		if until, ok := s.coolingCovers(d.low-s.pool.available, ENILatency); ok {
+			return Plan{Action: Wait, Until: until, Reason: why + ": addresses cooling down cover it by " + stamp(until) + ", sooner than a new ENI"}, true
+		}
+	}
+	p, blocked := s.growOn(ceilDiv(want, unit), capSlots, why)
+	if blocked {
+		s.stalled = true
+	}
+	return p, p.Action == Assign || p.Action == CreateENI || p.Action == Wait
+}
+
+// coolingCovers reports whether at least n cooling addresses finish their
+// cooldown within horizon, and when the n-th does.
+func (s *state) coolingCovers(n int, horizon time.Duration) (time.Time, bool) {
+	var ends []time.Time
+	for _, e := range s.in.ENIs {
+		for _, sl := range e.Slots {
+			if sl.Cooling <= 0 || sl.CoolingUntil.IsZero() || sl.CoolingUntil.Sub(s.in.Now) > horizon {
+				continue
+			}
+			for range sl.Cooling {
+				ends = append(ends, sl.CoolingUntil)
+			}
+		}
+	}
+	if n <= 0 || len(ends) < n {
+		return time.Time{}, false
+	}
+	slices.SortFunc(ends, func(a, b time.Time) int { return a.Compare(b) })
+	return ends[n-1], true
+}
+
+// adaptiveShrink deletes an unneeded ENI or releases free slots beyond
+// keep, down to high, once growth is ReleaseDelay old and the release
+// interval allows.
+func (s *state) adaptiveShrink(d demandTarget) (Plan, bool) {
+	held := s.pool.available + s.pool.cooling
+	if s.delayUntil().After(s.in.Now) {
+		return Plan{}, false
+	}
+	minAge := s.in.Config.ENIMinAge
+	if minAge <= 0 {
+		minAge = DefaultENIMinAge
+	}
+	for _, i := range s.order {
+		e, ep := &s.in.ENIs[i], s.enis[i]
+		if e.Primary || ep.assigned > 0 || ep.cooling > 0 || s.in.Now.Before(e.Attached.Add(minAge)) {
+			continue
+		}
+		if held-ep.available >= d.keep || (len(e.Slots) == 0 && held >= d.high) {
+			return Plan{Action: DeleteENI, ENI: e.ID, Reason: "ENI " + e.ID + " unneeded: no assigned or cooling address (" +
+				d.describe() + ", " + s.poolText() + ")"}, true
+		}
+	}
+	if held <= d.keep {
+		return Plan{}, false
+	}
+	rel, from := s.adaptiveReleasable(d.high)
+	if len(rel) == 0 {
+		return Plan{}, false
+	}
+	n := 0
+	for _, r := range rel {
+		n += Slot{Prefix: r}.Size()
+	}
+	return Plan{Action: Release, ENI: from, Release: rel, Reason: "surplus: release " + count(n, "address") + " from " + from +
+		" (" + d.describe() + ", " + s.poolText() + ")"}, true
+}
+
+// delayUntil is when shrinking is allowed: ReleaseDelay after the last
+// growth and Config.ReleaseInterval after the last release.
+func (s *state) delayUntil() time.Time {
+	interval := s.in.Config.ReleaseInterval
+	if interval <= 0 {
+		interval = DefaultReleaseInterval
+	}
+	var t time.Time
+	if !s.in.LastGrow.IsZero() {
+		t = s.in.LastGrow.Add(ReleaseDelay)
+	}
+	if !s.in.LastRelease.IsZero() {
+		t = latest(t, s.in.LastRelease.Add(interval))
+	}
+	return t
+}
+
+// adaptiveUntil is when Next may plan a shrink without any change: the
+// delay's end, if anything is beyond keep.
+func (s *state) adaptiveUntil(d demandTarget) time.Time {
+	if s.pool.available+s.pool.cooling <= d.keep {
+		return time.Time{}
+	}
+	if u := s.delayUntil(); u.After(s.in.Now) {
+		return u
+	}
+	return time.Time{}
+}
+
+// adaptiveReleasable picks free slots of one ENI (the one holding the
+// fewest assigned and cooling addresses, secondary first) whose release
+// leaves at least floor addresses available or cooling.
+func (s *state) adaptiveReleasable(floor int) ([]netip.Prefix, string) {
+	order := slices.Clone(s.order)
+	used := func(i int) int { return s.enis[i].assigned + s.enis[i].cooling }
+	slices.SortStableFunc(order, func(a, b int) int {
+		ea, eb := &s.in.ENIs[a], &s.in.ENIs[b]
+		if ua, ub := used(a), used(b); ua != ub {
+			return ua - ub
+		}
+		if ea.Primary != eb.Primary {
+			if eb.Primary {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(ea.ID, eb.ID)
+	})
+	held := s.pool.available + s.pool.cooling
+	for _, i := range order {
+		e := &s.in.ENIs[i]
+		var out []netip.Prefix
+		left := held
+		for _, sl := range freeSlots(e) {
+			if left-sl.Size() < floor {
+				continue
+			}
+			left -= sl.Size()
+			out = append(out, sl.Prefix)
+		}
+		if len(out) > 0 {
+			slices.SortFunc(out, comparePrefix)
+			return out, e.ID
+		}
+	}
+	return nil, ""
+}
+
+// freeSlots are the ENI's slots with no assigned or cooling address,
+// larger first, then by address, each once.
+func freeSlots(e *ENI) []Slot {
+	var free []Slot
+	for _, sl := range e.Slots {
+		if sl.Size() > 0 && sl.Assigned <= 0 && sl.Cooling <= 0 && !slices.ContainsFunc(free, func(x Slot) bool { return x.Prefix == sl.Prefix }) {
+			free = append(free, sl)
+		}
+	}
+	slices.SortFunc(free, func(a, b Slot) int {
+		if a.Size() != b.Size() {
+			return b.Size() - a.Size()
+		}
+		return comparePrefix(a.Prefix, b.Prefix)
+	})
+	return free
+}

@@ -11,23 +11,29 @@ import (
 // The adaptive policy (Config.Adaptive): vpcip's default when no warm
 // variable is set. Its figures, in addresses unless noted:
 //
-//	need   = max(Input.Pending, Demand.Unaddressed)     pods waiting now
-//	rate   = Demand.Arrivals within RateWindow / RateWindow
+//	need   = max(Input.Pending, Demand.Unaddressed)   pods waiting now
+//	rate   = arrivals within RateWindow / RateWindow   (Demand.History)
+//	burst  = most arrivals within BurstWindow in the last BurstMemory
 //	margin = max(MinWarm, ⌈rate × refill⌉, ⌈BurstShare × burst⌉)
 //	         refill: AssignLatency while an attached ENI has room, else
-//	         ENILatency; burst: most arrivals within BurstWindow seen in
-//	         the last BurstMemory
-//	low    = need + margin        grow when fewer are available
-//	high   = low + ⌈rate × ChunkSpan⌉  what one growth call fills up to
-//	keep   = high + band, band = max(MinBand, high − need)
-//	         release only what is held (available + cooling) beyond keep,
-//	         ReleaseDelay after the last growth, down to high
+//	         ENILatency
+//	ahead  = burst − arrivals within BurstWindow, while a burst is under
+//	         way (at least BurstStart arrivals within BurstWindow): the
+//	         rest of a burst as large as the largest recent one
+//	low    = need + ahead + margin   grow when fewer are available
+//	high   = low + chunk             what one growth call fills up to
+//	keep   = high + band             release only what is held (available +
+//	                                 cooling) beyond keep, down to high
 //
-// A growth is sized to reach high in one call. No ENI is created for a
-// shortfall that addresses cooling down cover within ENILatency: the plan
-// waits for them. A secondary ENI that holds no assigned or cooling address
-// is deleted once what the others hold covers keep and it was not grown
-// for ReleaseDelay.
+// chunk and band are the hysteresis between growth and release: in
+// secondary-IP mode max(⌈rate × ChunkSpan⌉, slots per ENI / ChunkShare),
+// so a growth call serves many pods and a dip does not release what the
+// next rise assigns again; in prefix mode 0, as the /28 granularity is
+// hysteresis enough. Shrinking also waits ReleaseDelay after the last
+// growth. A growth is sized to reach high in one call. No ENI is created
+// for a shortfall that addresses cooling down cover within ENILatency: the
+// plan waits for them. A secondary ENI that holds no assigned or cooling
+// address is deleted once the others hold keep.
 const (
 	// AssignLatency is how soon addresses asked of an attached ENI can be
 	// handed out: EC2 AssignPrivateIpAddresses (about 0.4 s) plus the pool
@@ -41,19 +47,25 @@ const (
 	RateWindow = 2 * time.Minute
 	// BurstWindow is the span within which arrivals count as one burst.
 	BurstWindow = 10 * time.Second
-	// BurstMemory is how long the largest recent burst shapes the margin.
-	BurstMemory = 10 * time.Minute
+	// BurstStart is how many arrivals within BurstWindow mean a burst is
+	// under way.
+	BurstStart = 3
+	// BurstMemory is how long the largest recent burst shapes the margin:
+	// longer than an hour, so hourly rollouts and jobs are remembered.
+	BurstMemory = 75 * time.Minute
 	// BurstShare is the part of the largest recent burst kept warm.
-	BurstShare = 0.5
+	BurstShare = 0.25
 	// ChunkSpan is how many seconds of arrivals one growth call adds
-	// beyond low, so growth calls are not one per pod.
+	// beyond low at least.
 	ChunkSpan = time.Minute
+	// ChunkShare: in secondary-IP mode one growth call adds at least an
+	// ENI's slots divided by this beyond low, and as much is kept beyond
+	// that before release.
+	ChunkShare = 3
 	// ReleaseDelay is how long after the last growth surplus is kept.
 	ReleaseDelay = 3 * time.Minute
 	// MinWarm is the least margin: addresses kept free for the next pod.
 	MinWarm = 1
-	// MinBand is the least hysteresis between high and release.
-	MinBand = 2
 )
 
 // Demand is what the node's pods ask of the pool beyond the addresses they
@@ -63,57 +75,108 @@ type Demand struct {
 	// waiting in the daemon and pods in kubelet's back-off after an ADD
 	// failed (Kubernetes: scheduled to the node, no pod IP). 0 when unknown.
 	Unaddressed int
-	// Arrivals are the times of recent pods' first ADD, any order; those
-	// older than BurstMemory are ignored. The caller keeps them.
-	Arrivals []time.Time
+	// History summarizes recent arrivals; the caller keeps it.
+	History History
 }
 
 // demandTarget is the adaptive policy's figures for one Input.
 type demandTarget struct {
-	need, margin, low, high, keep int
-	rate                          float64 // arrivals per second
-	burst                         int
+	need, ahead, margin, low, high, keep int
+	rate                                 float64 // arrivals per second
+	burst                                int
 }
 
-func demandOf(in Input, room int) demandTarget {
+func demandOf(in Input, room int, prefixes bool) demandTarget {
 	var d demandTarget
 	d.need = max(in.Pending, in.Demand.Unaddressed, 0)
-	var recent []time.Time
-	n := 0
-	for _, a := range in.Demand.Arrivals {
-		age := in.Now.Sub(a)
-		if age < 0 || age > BurstMemory {
-			continue
-		}
-		recent = append(recent, a)
-		if age <= RateWindow {
-			n++
-		}
-	}
-	d.rate = float64(n) / RateWindow.Seconds()
-	slices.SortFunc(recent, func(a, b time.Time) int { return a.Compare(b) })
-	j := 0
-	for i := range recent {
-		for recent[i].Sub(recent[j]) >= BurstWindow {
-			j++
-		}
-		d.burst = max(d.burst, i-j+1)
+	h := in.Demand.History
+	d.rate = float64(h.within(in.Now, RateWindow)) / RateWindow.Seconds()
+	d.burst = h.burst(in.Now)
+	if now := h.within(in.Now, BurstWindow); now >= BurstStart {
+		d.ahead = max(d.burst-now, 0)
 	}
 	refill := ENILatency
 	if room > 0 {
 		refill = AssignLatency
 	}
 	d.margin = max(MinWarm, ceilF(d.rate*refill.Seconds()), ceilF(BurstShare*float64(d.burst)))
-	d.low = d.need + d.margin
-	d.high = d.low + ceilF(d.rate*ChunkSpan.Seconds())
-	d.keep = d.high + max(MinBand, d.high-d.need)
+	d.low = d.need + d.ahead + d.margin
+	chunk := 0
+	if !prefixes {
+		chunk = max(ceilF(d.rate*ChunkSpan.Seconds()), in.Limits.SlotsPerENI/ChunkShare)
+	}
+	d.high = d.low + chunk
+	d.keep = d.high + chunk
 	return d
+}
+
+// History is a summary of recent pod arrivals (first ADDs) for the
+// adaptive policy: the arrivals of the last RateWindow, and per minute the
+// largest burst seen, for BurstMemory. The zero value is empty. It holds
+// about RateWindow's arrivals plus 80 numbers; Record is amortized O(1).
+type History struct {
+	recent []time.Time // within RateWindow of the last Record, oldest first
+	peaks  []peak      // per minute, oldest first, within BurstMemory
+}
+
+type peak struct {
+	minute time.Time
+	burst  int
+}
+
+// Record adds an arrival at t (not before the previous one) and returns
+// the updated history; the receiver's storage may be reused.
+func (h History) Record(t time.Time) History {
+	cut := 0
+	for cut < len(h.recent) && t.Sub(h.recent[cut]) > RateWindow {
+		cut++
+	}
+	h.recent = append(h.recent[cut:], t)
+	b := h.within(t, BurstWindow)
+	m := t.Truncate(time.Minute)
+	if n := len(h.peaks); n > 0 && h.peaks[n-1].minute.Equal(m) {
+		h.peaks[n-1].burst = max(h.peaks[n-1].burst, b)
+	} else {
+		h.peaks = append(h.peaks, peak{m, b})
+	}
+	cut = 0
+	for cut < len(h.peaks) && t.Sub(h.peaks[cut].minute) > BurstMemory {
+		cut++
+	}
+	h.peaks = h.peaks[cut:]
+	return h
+}
+
+// within counts the arrivals in (now − d, now].
+func (h History) within(now time.Time, d time.Duration) int {
+	n := 0
+	for i := len(h.recent) - 1; i >= 0; i-- {
+		age := now.Sub(h.recent[i])
+		if age >= d {
+			break
+		}
+		if age >= 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// burst is the largest burst within BurstMemory of now.
+func (h History) burst(now time.Time) int {
+	b := 0
+	for _, p := range h.peaks {
+		if now.Sub(p.minute) <= BurstMemory {
+			b = max(b, p.burst)
+		}
+	}
+	return b
 }
 
 func ceilF(x float64) int { return int(math.Ceil(x - 1e-9)) }
 
 func (d demandTarget) describe() string {
-	return "adaptive: need " + itoa(d.need) + ", margin " + itoa(d.margin) + ", grow below " + itoa(d.low) +
+	return "adaptive: need " + itoa(d.need) + ", ahead " + itoa(d.ahead) + ", margin " + itoa(d.margin) + ", grow below " + itoa(d.low) +
 		" to " + itoa(d.high) + ", keep " + itoa(d.keep)
 }
 

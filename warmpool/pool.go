@@ -95,7 +95,7 @@ func targetOf(in Input) target {
 		t.minIP = max(c.MinimumIPTarget, 0)
 	case c.Adaptive && c.WarmENITarget <= 0 && c.WarmPrefixTarget <= 0:
 		t.policy = byDemand
-		t.demand = demandOf(in, roomSlots(in))
+		t.demand = demandOf(in, roomSlots(in), prefixMode(in))
 	case prefixMode(in):
 		t.policy = byPrefixTarget
 		t.warmPrefixes = c.WarmPrefixTarget

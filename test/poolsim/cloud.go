@@ -12,8 +12,8 @@ import (
 
 // Latencies are the cloud's response times on the virtual clock.
 type Latencies struct {
-	Assign   time.Duration // AssignPrivateIpAddresses until instance metadata shows the addresses (EC2: 0.3–0.5 s)
-	Unassign time.Duration // UnassignPrivateIpAddresses
+	Assign    time.Duration // AssignPrivateIpAddresses until instance metadata shows the addresses (EC2: 0.3–0.5 s)
+	Unassign  time.Duration // UnassignPrivateIpAddresses
 	CreateENI time.Duration // CreateNetworkInterface + AttachNetworkInterface + ModifyNetworkInterfaceAttribute until metadata shows the ENI (EC2: about 4 s, up to 10 s)
 	DeleteENI time.Duration // DetachNetworkInterface until detached, then DeleteNetworkInterface
 	Describe  time.Duration // DescribeNetworkInterfaces
@@ -64,9 +64,7 @@ type Cloud struct {
 	nextAddr uint32
 	nextENI  int
 	calls    map[string]int // EC2 operation → mutating calls
-	// held is the addresses the instance holds (secondary addresses plus 16
-	// per prefix) and heldSince when it last changed, for idle accounting.
-	onChange func()
+	onChange func()         // after every change of the addresses held
 }
 
 var _ provider.Provider = (*Cloud)(nil)
@@ -113,10 +111,11 @@ func (c *Cloud) Calls() (map[string]int, int) {
 	return c.calls, n
 }
 
-// Held is the number of addresses the instance holds for pods: secondary
-// addresses plus 16 per /28 prefix, on every attached ENI.
+// Held is the number of subnet addresses the instance holds beyond its
+// own: secondary addresses, 16 per /28 prefix, and the primary address of
+// every secondary ENI.
 func (c *Cloud) Held() int {
-	n := 0
+	n := len(c.enis) - 1
 	for _, e := range c.enis {
 		n += len(e.SecondaryIPs) + 16*len(e.Prefixes)
 	}

@@ -58,11 +58,11 @@ const (
 
 // Result is what one run measured.
 type Result struct {
-	Starts    int           // pods that got an address
-	Waited    int           // pods whose first ADD found no address at once
-	Waits     []float64     // seconds from first ADD to address, of the pods that waited, sorted
-	IdleHours float64       // addresses held by the instance and held by no pod, integrated over time, in address-hours
-	Calls     int           // EC2 mutating calls
+	Starts    int       // pods that got an address
+	Waited    int       // pods whose first ADD found no address at once
+	Waits     []float64 // seconds from first ADD to address, of the pods that waited, sorted
+	IdleHours float64   // addresses held by the instance and held by no pod, integrated over time, in address-hours
+	Calls     int       // EC2 mutating calls
 	ByCall    map[string]int
 	MaxENIs   int // most ENIs attached at once
 	Unstarted int // pods still without an address at the end

@@ -48,7 +48,30 @@ func (g Generator) Trace(seed uint64, capacity int) Trace {
 	t.Name = g.Name
 	t.Duration = TraceHours * time.Hour
 	slices.SortStableFunc(t.Pods, func(a, b Pod) int { return int(a.Arrive - b.Arrive) })
+	t.Pods = bound(t.Pods, capacity)
 	return t
+}
+
+// bound drops the pods the scheduler would not bind to a node running
+// capacity pods already (by the pods' nominal lives).
+func bound(pods []Pod, capacity int) []Pod {
+	var ends []time.Duration // of the bound pods still running, sorted
+	out := pods[:0]
+	for _, p := range pods {
+		i := 0
+		for i < len(ends) && ends[i] <= p.Arrive {
+			i++
+		}
+		ends = ends[i:]
+		if len(ends) >= capacity {
+			continue
+		}
+		e := p.Arrive + p.Life
+		j, _ := slices.BinarySearch(ends, e)
+		ends = slices.Insert(ends, j, e)
+		out = append(out, p)
+	}
+	return out
 }
 
 func secs(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
@@ -89,20 +112,33 @@ func poisson(rng *rand.Rand, perHour float64, start, stop time.Duration, life fu
 	return out
 }
 
-// steady: a plateau of 60 % of capacity held by a Poisson process of
-// arrivals (pods living 20–40 minutes, 30 on average, so arrivals and
-// departures balance at the plateau), filled over the first 10 minutes.
+// steady: a plateau of 60 % of capacity, filled over the first 10
+// minutes. Pods are deleted as a Poisson process (each lives 30 minutes on
+// average, exponentially) and their controllers replace each one 5–30 s
+// later; a tenth of the replacements land on other nodes and as many pods
+// of other nodes' churn arrive here (Poisson).
 func steady(rng *rand.Rand, capacity int) Trace {
 	plateau := int(math.Round(0.6 * float64(capacity)))
 	mean := 30 * time.Minute
-	life := func() time.Duration { return uniform(rng, 20*time.Minute, 40*time.Minute) }
 	var pods []Pod
-	for range plateau {
-		a := uniform(rng, 0, 10*time.Minute)
-		pods = append(pods, Pod{Arrive: a, Life: uniform(rng, time.Minute, 40*time.Minute)})
+	var chain func(at time.Duration)
+	chain = func(at time.Duration) {
+		for at < end {
+			life := expo(rng, mean)
+			pods = append(pods, Pod{Arrive: at, Life: life})
+			at += life + uniform(rng, 5*time.Second, 30*time.Second)
+			if rng.Float64() < 0.1 {
+				return
+			}
+		}
 	}
-	perHour := float64(plateau) * float64(time.Hour) / float64(mean)
-	pods = append(pods, poisson(rng, perHour, 0, end, life)...)
+	for range plateau {
+		chain(uniform(rng, 0, 10*time.Minute))
+	}
+	perHour := 0.1 * float64(plateau) * float64(time.Hour) / float64(mean)
+	for _, p := range poisson(rng, perHour, 10*time.Minute, end, func() time.Duration { return expo(rng, mean) }) {
+		chain(p.Arrive)
+	}
 	return Trace{Pods: pods}
 }
 

@@ -42,7 +42,9 @@ func (p *Pool) statsOf(enis []*eni) stats {
 func (p *Pool) stats() stats { return p.statsOf(p.enis) }
 
 // warmIPTargetsDefined: WARM_IP_TARGET or MINIMUM_IP_TARGET set.
-func (p *Pool) warmIPTargetsDefined() bool { return p.cfg.WarmIPTarget > 0 || p.cfg.MinimumIPTarget > 0 }
+func (p *Pool) warmIPTargetsDefined() bool {
+	return p.cfg.WarmIPTarget > 0 || p.cfg.MinimumIPTarget > 0
+}
 
 // targetState is datastoreTargetState: addresses short and over.
 func (p *Pool) targetState(s stats) (short, over int) {

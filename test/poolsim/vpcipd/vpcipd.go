@@ -34,7 +34,7 @@ type Pool struct {
 	limits      warmpool.Limits
 	lastRelease time.Time
 	lastGrow    time.Time
-	arrivals    []time.Time
+	history     warmpool.History
 	seen        map[string]bool
 }
 
@@ -80,7 +80,7 @@ func key(pod string) api.Key { return api.Key{Network: "vpcip", ContainerID: pod
 func (p *Pool) Assign(pod string, now time.Time) bool {
 	if !p.seen[pod] {
 		p.seen[pod] = true
-		p.arrivals = append(p.arrivals, now)
+		p.history = p.history.Record(now)
 	}
 	_, _, err := p.store.Assign(key(pod), api.Pod{Namespace: "default", Name: pod}, now)
 	return err == nil
@@ -116,14 +116,9 @@ func (p *Pool) Cycle(ctx context.Context, demand func() poolsim.Demand) time.Dur
 }
 
 func (p *Pool) input(now time.Time, d poolsim.Demand) warmpool.Input {
-	cut := 0
-	for cut < len(p.arrivals) && now.Sub(p.arrivals[cut]) > warmpool.BurstMemory {
-		cut++
-	}
-	p.arrivals = p.arrivals[cut:]
 	return warmpool.Input{
 		ENIs: p.store.Snapshot(now), Limits: p.limits, Config: p.set.Pool,
-		Pending: d.Pending, Demand: warmpool.Demand{Unaddressed: d.Unaddressed, Arrivals: p.arrivals},
+		Pending: d.Pending, Demand: warmpool.Demand{Unaddressed: d.Unaddressed, History: p.history},
 		Now: now, LastRelease: p.lastRelease, LastGrow: p.lastGrow,
 	}
 }

@@ -43,9 +43,12 @@ import (
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/vpcip/vpcip/ipamd"
+	"github.com/vpcip/vpcip/ipamd/checkpoint"
 	"github.com/vpcip/vpcip/ipamd/config"
+	"github.com/vpcip/vpcip/ipamd/fleetmetrics"
 	awsprovider "github.com/vpcip/vpcip/provider/aws"
 )
 
@@ -127,5 +130,14 @@ func daemon(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	return d.Run(ctx)
+	fleetmetrics.RegisterBuildInfo(reg, version, checkpoint.Version)
+	fleetmetrics.NewWithoutPod(reg) // 0 until the Kubernetes part sets it
+	if cfg.AWSCNIMetricNames {
+		fleetmetrics.RegisterAWSCNINames(reg, d.Status)
+	}
+	subnets := fleetmetrics.NewSubnets(reg, prov, cfg.SubnetMetricsInterval, log.With("component", "subnet-metrics"))
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return d.Run(ctx) })
+	g.Go(func() error { return subnets.Run(ctx) })
+	return g.Wait()
 }

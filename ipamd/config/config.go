@@ -50,19 +50,21 @@ type Config struct {
 	LogLevel slog.Level // AWS_VPC_K8S_CNI_LOGLEVEL: DEBUG, INFO, WARN, ERROR; default INFO
 
 	// Daemon plumbing.
-	ClusterName       string        // VPCIP_CLUSTER_NAME, tagged on the ENIs the daemon creates; default "vpcip"
-	NodeName          string        // MY_NODE_NAME, the Kubernetes node name (tagged on ENIs, shown by introspection); default empty
-	Socket            string        // VPCIP_SOCKET, plugin API unix socket; default /run/vpcip/ipamd.sock
-	Checkpoint        string        // VPCIP_CHECKPOINT, allocation state file; default /var/run/vpcip/ipam.json
-	MetricsAddr       string        // VPCIP_METRICS_ADDR (alias METRICS_BIND_ADDRESS); default :61678; "off" disables
-	IntrospectionAddr string        // VPCIP_INTROSPECTION_ADDR (alias INTROSPECTION_BIND_ADDRESS); default 127.0.0.1:61679; "off" disables
-	AddWait           time.Duration // VPCIP_ADD_WAIT: how long an ADD waits for the pool to refill; default 5 s
-	PoolInterval      time.Duration // VPCIP_POOL_INTERVAL: pool re-evaluation period; default 10 s
-	ReconcileInterval time.Duration // VPCIP_RECONCILE_INTERVAL: metadata comparison period; default 60 s
-	ResyncInterval    time.Duration // VPCIP_RESYNC_INTERVAL: authoritative EC2 re-read period; default 5 m
-	LeakSweepInterval time.Duration // VPCIP_LEAK_SWEEP_INTERVAL: leaked-ENI sweep period; default 5 m
-	LeakedENIGrace    time.Duration // VPCIP_LEAKED_ENI_GRACE: an available tagged ENI older than this is deleted; default 5 m
-	GCGrace           time.Duration // VPCIP_GC_GRACE: GC spares assignments younger than this; default 60 s
+	ClusterName           string        // VPCIP_CLUSTER_NAME, tagged on the ENIs the daemon creates; default "vpcip"
+	NodeName              string        // MY_NODE_NAME, the Kubernetes node name (tagged on ENIs, shown by introspection); default empty
+	Socket                string        // VPCIP_SOCKET, plugin API unix socket; default /run/vpcip/ipamd.sock
+	Checkpoint            string        // VPCIP_CHECKPOINT, allocation state file; default /var/run/vpcip/ipam.json
+	MetricsAddr           string        // VPCIP_METRICS_ADDR (alias METRICS_BIND_ADDRESS); default :61678; "off" disables
+	IntrospectionAddr     string        // VPCIP_INTROSPECTION_ADDR (alias INTROSPECTION_BIND_ADDRESS); default 127.0.0.1:61679; "off" disables
+	AWSCNIMetricNames     bool          // VPCIP_METRICS_AWSCNI_NAMES: also export the AWS VPC CNI's awscni_* gauges; default false
+	SubnetMetricsInterval time.Duration // VPCIP_SUBNET_METRICS_INTERVAL: how often to read the subnets' free addresses from EC2; default 30 m, at least 1 s
+	AddWait               time.Duration // VPCIP_ADD_WAIT: how long an ADD waits for the pool to refill; default 5 s
+	PoolInterval          time.Duration // VPCIP_POOL_INTERVAL: pool re-evaluation period; default 10 s
+	ReconcileInterval     time.Duration // VPCIP_RECONCILE_INTERVAL: metadata comparison period; default 60 s
+	ResyncInterval        time.Duration // VPCIP_RESYNC_INTERVAL: authoritative EC2 re-read period; default 5 m
+	LeakSweepInterval     time.Duration // VPCIP_LEAK_SWEEP_INTERVAL: leaked-ENI sweep period; default 5 m
+	LeakedENIGrace        time.Duration // VPCIP_LEAKED_ENI_GRACE: an available tagged ENI older than this is deleted; default 5 m
+	GCGrace               time.Duration // VPCIP_GC_GRACE: GC spares assignments younger than this; default 60 s
 
 	// install-cni.
 	CNIBinDir      string        // VPCIP_CNI_BIN_DIR; default /opt/cni/bin

@@ -16,10 +16,10 @@ import (
 type kind int
 
 const (
-	graph kind = iota // timeseries: range queries over the dashboard's time
-	bars              // bargauge: one bar per series, instant query
-	single            // stat: one number, instant query
-	list              // table: one row per series, instant query
+	graph  kind = iota // timeseries: range queries over the dashboard's time
+	bars               // bargauge: one bar per series, instant query
+	single             // stat: one number, instant query
+	list               // table: one row per series, instant query
 )
 
 // query is one PromQL target of a panel.

@@ -268,3 +268,8 @@ func (c *Cloud) DeleteENI(_ context.Context, eniID string) error {
 
 // DeleteLeakedENIs finds nothing: the simulated instance leaks none.
 func (c *Cloud) DeleteLeakedENIs(context.Context, time.Duration) ([]string, error) { return nil, nil }
+
+// Subnets lists the instance's one subnet, with room to spare.
+func (c *Cloud) Subnets(context.Context, provider.SubnetQuery) ([]provider.Subnet, error) {
+	return []provider.Subnet{{ID: "subnet-sim", VPCID: "vpc-sim", Tags: map[string]string{}, CIDR: netip.MustParsePrefix("10.0.0.0/8"), AvailabilityZone: "us-west-2a", FreeAddresses: 1 << 20}}, nil
+}

@@ -75,6 +75,10 @@ func (in *invocation) assignWhilePairing(args *skel.CmdArgs, hostNS, podNS ns.Ne
 	done := make(chan pairing, 1)
 	go func() {
 		replaced, err := datapath.CreatePair(hostNS, podNS, hostVeth, args.IfName, in.conf.MTU)
+		if err == nil {
+			// Before any route leads to it: every wired veth names its sandbox.
+			err = markVeth(hostVeth, in.key)
+		}
 		done <- pairing{replaced, err}
 	}()
 	ctx, cancel := in.ctx(in.conf.Timeouts.Assign)

@@ -27,7 +27,7 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 
 	ctx, cancel := in.ctx(in.conf.Timeouts.Check)
 	defer cancel()
-	asg, err := in.client.Check(ctx, api.CheckRequest{Key: in.key, HostVeth: in.hostVeth(),
+	asg, err := in.client.Check(ctx, api.CheckRequest{Key: in.key, HostVeth: in.ownVeth(),
 		Pod: api.Pod{Namespace: in.pod.Namespace, Name: in.pod.Name, UID: in.pod.UID}})
 	if err != nil {
 		var ae *api.Error
@@ -51,6 +51,12 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 	wired, err := datapath.Check(podNS, att)
 	if err != nil {
 		problems = append(problems, err)
+	}
+	switch own, alias, err := vethOwner(att.HostVeth, in.key); {
+	case err != nil:
+		problems = append(problems, err)
+	case own == vethOther:
+		problems = append(problems, fmt.Errorf("host veth %s wires another sandbox (%q)", att.HostVeth, alias))
 	}
 	if prev != nil {
 		problems = append(problems, comparePrev(prev, att, wired)...)

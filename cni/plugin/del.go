@@ -52,12 +52,12 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 		in.log.Info("released", "address", r.resp.Assignment.Address.String())
 		asg := r.resp.Assignment
 		recorded := datapath.HostVethName(in.conf.VethPrefix, asg.Pod.Namespace, asg.Pod.Name, asg.Key.ContainerID)
-		errs = append(errs, removeHostSide(in.log, asg.Address, in.hostVeth(), recorded))
+		errs = append(errs, removeHostSide(in.log, asg.Address, in.key, in.hostVeth(), recorded))
 		// The pod's own address, when the daemon's record names another
 		// (a damaged checkpoint): its rules go too.
 		for _, a := range localAddrs(in, args.IfName, podAddrs) {
 			if a != asg.Address {
-				errs = append(errs, removeHostSide(in.log, a, in.hostVeth()))
+				errs = append(errs, removeHostSide(in.log, a, in.key, in.hostVeth()))
 			}
 		}
 	case r.err == nil:
@@ -66,7 +66,7 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 		local := localAddrs(in, args.IfName, podAddrs)
 		in.log.Info("nothing to release; key unknown or already released", "localAddresses", fmt.Sprint(local))
 		for _, a := range local {
-			errs = append(errs, removeHostSide(in.log, a, in.hostVeth()))
+			errs = append(errs, removeHostSide(in.log, a, in.key, in.hostVeth()))
 		}
 	default:
 		return in.delWithoutDaemon(args, podAddrs, r.err, errs)
@@ -85,7 +85,7 @@ type releaseAnswer struct {
 func (in *invocation) release() releaseAnswer {
 	ctx, cancel := in.ctx(in.conf.Timeouts.Release)
 	defer cancel()
-	resp, err := in.client.Release(ctx, api.ReleaseRequest{Key: in.key, HostVeth: in.hostVeth()})
+	resp, err := in.client.Release(ctx, api.ReleaseRequest{Key: in.key, HostVeth: in.ownVeth()})
 	return releaseAnswer{resp, err}
 }
 
@@ -97,7 +97,7 @@ func (in *invocation) release() releaseAnswer {
 func (in *invocation) delWithoutDaemon(args *skel.CmdArgs, podAddrs []netip.Addr, relErr error, errs []error) error {
 	local := localAddrs(in, args.IfName, podAddrs)
 	for _, a := range local {
-		errs = append(errs, removeHostSide(in.log, a, in.hostVeth()))
+		errs = append(errs, removeHostSide(in.log, a, in.key, in.hostVeth()))
 	}
 	cerr := daemonError("release", in.key, relErr)
 	in.log.Error("release failed; host side removed from local knowledge", "addresses", fmt.Sprint(local), "error", cerr.Msg)
@@ -117,13 +117,15 @@ func localAddrs(in *invocation, ifName string, podAddrs []netip.Addr) []netip.Ad
 }
 
 // removeHostSide removes the host route, rules and veth of addr when they are
-// the attachment's: the route is gone (rules left over), or it leads to one of
-// owners, the host veth names the attachment may have (from this call's
-// CNI_ARGS, and from the pod the daemon recorded at ADD). An address routed
-// to any other veth belongs to a live pod and is left alone, whatever the
-// daemon answered: its record may be wrong (a damaged checkpoint), and
-// tearing down a neighbour's wiring is worse than a leftover rule.
-func removeHostSide(log *slog.Logger, addr netip.Addr, owners ...string) error {
+// key's: the route is gone (rules left over), or it leads to a veth marked as
+// key's sandbox (Identity), or to an unmarked veth (made before veths were
+// marked) named as one of owners, the names the attachment may have (from
+// this call's CNI_ARGS, and from the pod the daemon recorded at ADD). An
+// address routed to any other veth belongs to a live sandbox and is left
+// alone, whatever the daemon answered: its record may be wrong (a damaged
+// checkpoint), the call may be a stale DEL of an older sandbox of the same
+// pod, and tearing down a live sandbox's wiring is worse than a leftover rule.
+func removeHostSide(log *slog.Logger, addr netip.Addr, key api.Key, owners ...string) error {
 	if !addr.Is4() {
 		return nil
 	}
@@ -131,9 +133,16 @@ func removeHostSide(log *slog.Logger, addr netip.Addr, owners ...string) error {
 	if err != nil {
 		return err
 	}
-	if link != "" && !slices.Contains(owners, link) {
-		log.Warn("address routed to another pod's veth; leaving its host state alone", "address", addr.String(), "link", link, "owners", owners)
-		return nil
+	if link != "" {
+		own, alias, err := vethOwner(link, key)
+		if err != nil {
+			return err
+		}
+		if own == vethOther || (own == vethUnmarked && !slices.Contains(owners, link)) {
+			log.Warn("address routed to another sandbox's veth; leaving its host state alone", "address", addr.String(),
+				"link", link, "sandbox", alias, "owners", owners)
+			return nil
+		}
 	}
 	var errs []error
 	if link != "" {

@@ -1,0 +1,104 @@
+package plugin
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
+	"github.com/vishvananda/netlink"
+
+	"github.com/vpcip/vpcip/ipamd/api"
+)
+
+// A host veth's name is derived from its pod's name, so every sandbox of a
+// pod gets the same one. Which sandbox a veth wires is therefore recorded on
+// the veth itself, as its interface alias (IFLA_IFALIAS, `ip link show`
+// prints it): "vpcip <network>/<container ID>/<ifname>", the attachment key.
+// DEL, CHECK and GC touch a host veth, its route and rules only when the
+// alias names their own key, so an operation for an old sandbox can never
+// undo a newer sandbox's wiring.
+
+// identityPrefix starts every alias the plugin writes.
+const identityPrefix = "vpcip "
+
+// maxAlias is the kernel's limit on an interface alias (IFALIASZ 256, with
+// the terminating NUL).
+const maxAlias = 255
+
+// Identity is the alias that marks a host veth as key's. A key too long
+// for an alias is recorded by its SHA-256.
+func Identity(key api.Key) string {
+	id := identityPrefix + key.String()
+	if len(id) <= maxAlias {
+		return id
+	}
+	sum := sha256.Sum256([]byte(key.String()))
+	return identityPrefix + "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// markVeth records key on the host veth (in the node netns).
+func markVeth(hostVeth string, key api.Key) error {
+	link, err := netlinksafe.LinkByName(hostVeth)
+	if err != nil {
+		return fmt.Errorf("find host veth %s: %w", hostVeth, err)
+	}
+	if err := netlink.LinkSetAlias(link, Identity(key)); err != nil {
+		return fmt.Errorf("record sandbox %s on host veth %s: %w", key, hostVeth, err)
+	}
+	return nil
+}
+
+// ownership is what a host veth's alias says about a key.
+type ownership int
+
+const (
+	vethMissing  ownership = iota // no such link
+	vethOurs                      // the alias names the key
+	vethUnmarked                  // no alias: made before sandboxes were recorded; judged by name
+	vethOther                     // the alias names another sandbox
+)
+
+// vethOwner reads which sandbox the host veth named name wires.
+func vethOwner(name string, key api.Key) (ownership, string, error) {
+	if name == "" {
+		return vethMissing, "", nil
+	}
+	link, err := netlinksafe.LinkByName(name)
+	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if errors.As(err, &nf) {
+			return vethMissing, "", nil
+		}
+		return vethMissing, "", fmt.Errorf("find host veth %s: %w", name, err)
+	}
+	switch alias := link.Attrs().Alias; alias {
+	case Identity(key):
+		return vethOurs, alias, nil
+	case "":
+		return vethUnmarked, "", nil
+	default:
+		return vethOther, alias, nil
+	}
+}
+
+// ownVeth is the host veth name to send the daemon for matching a re-held
+// assignment (api.ReleaseRequest.HostVeth): the attachment's veth when it
+// is marked as this key's or unmarked, "" when it wires another sandbox of
+// the same pod (adopting by name would hand that sandbox's address to this
+// key, then free it).
+func (in *invocation) ownVeth() string {
+	own, alias, err := vethOwner(in.hostVeth(), in.key)
+	switch {
+	case err != nil:
+		in.log.Warn("cannot read the host veth's sandbox", "error", err)
+		return ""
+	case own == vethOther:
+		in.log.Info("host veth wires another sandbox of this pod", "hostVeth", in.hostVeth(), "sandbox", alias)
+		return ""
+	case own == vethMissing:
+		return ""
+	}
+	return in.hostVeth()
+}

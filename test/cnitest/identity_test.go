@@ -1,0 +1,95 @@
+package cnitest
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// sameSandboxPod is a new sandbox of p's pod: same namespace and name (so
+// the same host veth name), its own container ID and netns.
+func sameSandboxPod(t testing.TB, e *Env, p *Pod) *Pod {
+	q := e.NewPod(t, "x")
+	q.Namespace, q.Name = p.Namespace, p.Name
+	return q
+}
+
+// A repeated, stale DEL of a pod's old sandbox c1, carrying c1's prevResult,
+// arrives after c2 (a new sandbox of the same pod, hence the same host veth
+// name) got the same address. It exits 0 and leaves c2's veth, route, rules
+// and record alone (issue kind 1: a sandbox is known by its container ID,
+// which the host veth carries, not by its pod's name).
+func TestStaleDELOfOldSandboxKeepsNewSandbox(t *testing.T) {
+	RequireRoot(t)
+	e, d := fakeEnv(t, FakePool(1)) // one address: c2 gets c1's
+	c1 := e.NewPod(t, "same")
+	e.MustAdd(t, c1)
+	stale := e.pluginStdin(t, c1)
+	mustDel(t, e, c1)
+	DeleteNetns(c1.NetnsName)
+	c2 := sameSandboxPod(t, e, c1)
+	e.MustAdd(t, c2)
+	if c2.Address != c1.Address || e.HostVeth(c2) != e.HostVeth(c1) {
+		t.Fatalf("setup: c2 got %v on %s, want c1's %v on %s", c2.Address, e.HostVeth(c2), c1.Address, e.HostVeth(c1))
+	}
+	if _, stderr, err := e.Exec(t, e.delEnv(c1), stale); err != nil {
+		t.Fatalf("stale DEL of c1: %v: %s", err, stderr)
+	}
+	AssertPodWired(t, e, c2, 0, 9001)
+	if a, ok := d.Held()[e.key(c2)]; !ok || a.Address != c2.Address {
+		t.Errorf("daemon record of c2: %+v (held %v), want %v", a, ok, c2.Address)
+	}
+	if err := e.Check(t, c2); err != nil {
+		t.Errorf("CHECK c2 after the stale DEL of c1: %v", err)
+	}
+	mustDel(t, e, c2)
+	AssertNodeClean(t, e)
+}
+
+// After a lost checkpoint the daemon re-holds a live sandbox's address from
+// its host route under a placeholder. A late DEL for an older sandbox of the
+// same pod (same host veth name) must not adopt that placeholder and free
+// it: the live sandbox stays wired, its own CHECK adopts the address, and no
+// other pod is given it (issue kind 2).
+func TestLateDELOfOldSandboxAfterLostCheckpoint(t *testing.T) {
+	RequireRoot(t)
+	if testing.Short() {
+		t.Skip("starts vpcsim and vpcipd")
+	}
+	v := startVPC(t, "m5.large", 1)
+	node, d := v.nodes[0], v.daemons[0]
+	e := NewEnv(t, node, d)
+	e.Chain = false
+	s1 := e.NewPod(t, "crashy")
+	e.MustAdd(t, s1)
+	s1Stale := e.pluginStdin(t, s1)
+	// The runtime restarted and made s2 without a DEL of s1.
+	s2 := sameSandboxPod(t, e, s1)
+	e.MustAdd(t, s2)
+	d.Stop(t)
+	if err := os.WriteFile(filepath.Join(d.dir, "ipam.json"), []byte("{not json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d.env = append(d.env, "IP_COOLDOWN_PERIOD=0") // a wrongly freed address would be handed out at once
+	d.Start(t)
+	if _, stderr, err := e.Exec(t, e.delEnv(s1), s1Stale); err != nil {
+		t.Fatalf("late DEL of s1: %v: %s", err, stderr)
+	}
+	if err := e.Check(t, s2); err != nil { // adopts s2's placeholder by its veth
+		t.Errorf("CHECK s2: %v", err)
+	}
+	a := mustHeld(t, e, s2)
+	AssertPodWired(t, e, s2, a.RouteTable, mtuOf(e, a))
+	others := make([]*Pod, 0, 8)
+	for range 8 {
+		p := e.NewPod(t, "next")
+		e.MustAdd(t, p)
+		if p.Address == s2.Address {
+			t.Fatalf("pod %s was given %v, which live sandbox s2 uses", p.Name, p.Address)
+		}
+		others = append(others, p)
+	}
+	for _, p := range append(others, s2) {
+		mustDel(t, e, p)
+	}
+}

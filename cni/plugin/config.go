@@ -44,7 +44,8 @@ const (
 
 // Config is the network configuration the runtime hands the plugin on stdin.
 // Keys are the CNI spec's (cniVersion, name, type, prevResult, runtimeConfig,
-// cni.dev/valid-attachments) plus ours.
+// cni.dev/valid-attachments, and cni.dev/attachments, the name runtimes also
+// sent while spec 1.1 settled) plus ours.
 type Config struct {
 	CNIVersion string `json:"cniVersion"`
 	Name       string `json:"name"`
@@ -64,8 +65,10 @@ type Config struct {
 	// MTUSet reports whether mtu was given in the config; when it was not,
 	// the daemon's MTU (Assignment.MTU) wins over DefaultMTU.
 	MTUSet bool `json:"-"`
-	// HasValidAttachments reports whether cni.dev/valid-attachments was given
-	// (an empty list is valid and means "nothing is valid").
+	// HasValidAttachments reports whether cni.dev/valid-attachments or
+	// cni.dev/attachments was given (an empty list is valid and means
+	// "nothing is valid"). With both, ValidAttachments is their union, so
+	// nothing either lists is released.
 	HasValidAttachments bool `json:"-"`
 	// LogLevel is PluginLogLevel parsed.
 	LogLevel slog.Level `json:"-"`
@@ -139,8 +142,10 @@ func ParseConfig(stdin []byte) (*Config, error) {
 	if _, ok := raw["mtu"]; ok {
 		c.MTUSet = true
 	}
-	if _, ok := raw["cni.dev/valid-attachments"]; ok {
-		c.HasValidAttachments = true
+	for _, k := range []string{"cni.dev/valid-attachments", "cni.dev/attachments"} {
+		if _, ok := raw[k]; ok {
+			c.HasValidAttachments = true
+		}
 	}
 	if err := c.defaultsAndValidate(); err != nil {
 		return nil, err
@@ -176,8 +181,13 @@ func decodeField(c *Config, key string, val json.RawMessage) error {
 		dst = &c.RuntimeConfig
 	case "prevResult":
 		dst = &c.RawPrevResult
-	case "cni.dev/valid-attachments":
-		dst = &c.ValidAttachments
+	case "cni.dev/valid-attachments", "cni.dev/attachments":
+		var list []types.GCAttachment
+		if err := json.Unmarshal(val, &list); err != nil && !bytes.Equal(bytes.TrimSpace(val), []byte("null")) {
+			return fmt.Errorf("wrong type: %s", jsonTypeError(err))
+		}
+		c.ValidAttachments = append(c.ValidAttachments, list...)
+		return nil
 	default:
 		return nil
 	}

@@ -12,7 +12,7 @@ import (
 )
 
 // GC is CNI GC (spec 1.1 §GC): it hands the runtime's valid attachments
-// (cni.dev/valid-attachments) for this network to vpcipd, which releases
+// (cni.dev/valid-attachments, or cni.dev/attachments) for this network to vpcipd, which releases
 // every other assignment of the network, and removes the host routes, rules
 // and veths of what was released. A config without the list is an error
 // (code 7) rather than "nothing is valid".

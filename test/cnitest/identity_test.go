@@ -1,6 +1,7 @@
 package cnitest
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
@@ -91,5 +92,37 @@ func TestLateDELOfOldSandboxAfterLostCheckpoint(t *testing.T) {
 	}
 	for _, p := range append(others, s2) {
 		mustDel(t, e, p)
+	}
+}
+
+// GC takes the runtime's valid attachments under either name runtimes sent
+// while CNI 1.1 settled: cni.dev/valid-attachments or cni.dev/attachments.
+func TestGCAcceptsAttachmentsKey(t *testing.T) {
+	RequireRoot(t)
+	for _, field := range []string{"cni.dev/valid-attachments", "cni.dev/attachments"} {
+		t.Run(field, func(t *testing.T) {
+			e, d := fakeEnv(t, FakePool(4))
+			keep, drop := e.NewPod(t, "keep"), e.NewPod(t, "drop")
+			e.MustAdd(t, keep)
+			e.MustAdd(t, drop)
+			c := e.PluginConf()
+			c["cniVersion"], c["name"] = "1.1.0", Network
+			c[field] = []map[string]string{{"containerID": keep.ContainerID, "ifname": keep.IfName}}
+			stdin, _ := json.Marshal(c)
+			if _, stderr, err := e.Exec(t, map[string]string{"CNI_COMMAND": "GC"}, stdin); err != nil {
+				t.Fatalf("GC with %s: %v: %s", field, err, stderr)
+			}
+			held := d.Held()
+			if _, ok := held[e.key(keep)]; !ok {
+				t.Errorf("GC released %s, which %s lists", keep.Name, field)
+			}
+			if _, ok := held[e.key(drop)]; ok {
+				t.Errorf("GC kept %s, which %s does not list", drop.Name, field)
+			}
+			AssertHostSideGone(t, e, drop, drop.Address)
+			AssertPodWired(t, e, keep, 0, 9001)
+			mustDel(t, e, keep)
+			DeleteNetns(drop.NetnsName) // its sandbox is gone, as GC assumed
+		})
 	}
 }

@@ -12,6 +12,7 @@ for extra in "$@"; do
 	containerd) command -v containerd >/dev/null 2>&1 || need+=(containerd) ;;
 	runc) command -v runc >/dev/null 2>&1 || need+=(runc) ;;
 	promtool) command -v promtool >/dev/null 2>&1 || need+=(prometheus) ;;
+	valgrind) command -v valgrind >/dev/null 2>&1 || need+=(valgrind) ;;
 	*) need+=("$extra") ;;
 	esac
 done

@@ -2,8 +2,11 @@
 // figures, each next to a reference measured in the same run on the same
 // machine where one exists. It prints a table and writes JSON under --out.
 //
-//	(a) warm ADD and DEL latency, p50/p99: vpcip-cni vs the reference ptp+host-local chain
-//	(b) 30 concurrent ADDs on one node: p50/p99 and wall time, vs the same burst through ptp+host-local
+//	(a) warm ADD and DEL latency, p50/p99, and CPU time per ADD and DEL: vpcip-cni (+ vpcipd's share)
+//	    vs the reference ptp+host-local chain
+//	(b) 30 concurrent ADDs on one node: p50/p99, wall time and CPU time per ADD, vs the same burst
+//	    through ptp+host-local
+//	(e) user-space instructions of one ADD and one DEL (cachegrind), ours vs the reference chain
 //	(c) vpcipd resident memory with 250 pods
 //	(d) EC2 calls per 100 pod starts and per 100 pod deletes, default settings
 package main
@@ -16,6 +19,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -28,6 +32,7 @@ type Figure struct {
 	Ref   float64 `json:"reference,omitempty"` // the reference's value, same unit
 	Ratio float64 `json:"ratio,omitempty"`     // Value / Ref
 	Goal  string  `json:"goal,omitempty"`
+	Note  string  `json:"note,omitempty"` // a second value or a caveat, printed after the goal
 }
 
 func main() {
@@ -35,6 +40,8 @@ func main() {
 	out := flag.String("out", "results", "directory for the JSON results")
 	rounds := flag.Int("rounds", 3, "sequential ADD/DEL rounds of 20 pods for (a)")
 	smoke := flag.Bool("smoke", false, "a quick run with small counts, to check the bench itself works (make test runs it)")
+	only := flag.String("only", "", "comma-separated steps to run (latency, instructions, memory, calls); empty: all")
+	profiles := flag.String("cachegrind-out", "", "keep the cachegrind profiles of (e) under this directory (vpcip|reference/add|del/cachegrind.<pid>; read them with cg_annotate)")
 	flag.Parse()
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "bench: needs root")
@@ -43,11 +50,14 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	binAbs, _ := filepath.Abs(*bin)
-	b := &bench{bin: binAbs, rounds: *rounds, memPods: 250, callPods: 100, deleteWindow: 90 * time.Second}
+	if *profiles != "" {
+		*profiles, _ = filepath.Abs(*profiles)
+	}
+	b := &bench{bin: binAbs, profileDir: *profiles, rounds: *rounds, memPods: 250, callPods: 100, deleteWindow: 90 * time.Second}
 	if *smoke {
 		b.rounds, b.memPods, b.callPods, b.deleteWindow = 1, 20, 10, 3*time.Second
 	}
-	if err := b.run(ctx); err != nil {
+	if err := b.run(ctx, *only); err != nil {
 		fmt.Fprintln(os.Stderr, "bench failed:", err)
 		os.Exit(1)
 	}
@@ -60,6 +70,7 @@ func main() {
 
 type bench struct {
 	bin          string
+	profileDir   string        // (e): where cachegrind profiles are kept; "": removed
 	rounds       int           // (a): sequential rounds of 20 pods
 	memPods      int           // (c): pods on the node whose RSS is read
 	callPods     int           // (d): pods started and deleted
@@ -74,16 +85,26 @@ func (b *bench) add(f Figure) {
 	b.figures = append(b.figures, f)
 }
 
-func (b *bench) run(ctx context.Context) error {
+func (b *bench) run(ctx context.Context, only string) error {
 	steps := []struct {
-		name string
-		fn   func(context.Context) error
+		key, name string
+		fn        func(context.Context) error
 	}{
-		{"plugin latency and burst", b.latency},
-		{fmt.Sprintf("daemon memory with %d pods", b.memPods), b.memory},
-		{fmt.Sprintf("EC2 calls per %d pods", b.callPods), b.cloudCalls},
+		{"latency", "plugin latency, burst and CPU time", b.latency},
+		{"instructions", "instructions of one ADD and DEL (cachegrind)", b.instructions},
+		{"memory", fmt.Sprintf("daemon memory with %d pods", b.memPods), b.memory},
+		{"calls", fmt.Sprintf("EC2 calls per %d pods", b.callPods), b.cloudCalls},
+	}
+	want := map[string]bool{}
+	for _, k := range strings.Split(only, ",") {
+		if k = strings.TrimSpace(k); k != "" {
+			want[k] = true
+		}
 	}
 	for _, s := range steps {
+		if len(want) > 0 && !want[s.key] {
+			continue
+		}
 		fmt.Printf("==> %s\n", s.name)
 		if err := s.fn(ctx); err != nil {
 			return fmt.Errorf("%s: %w", s.name, err)
@@ -100,7 +121,8 @@ func (b *bench) print() {
 			ref = fmt.Sprintf("%.2f %s", f.Ref, f.Unit)
 			ratio = fmt.Sprintf("%.2f×", f.Ratio)
 		}
-		fmt.Printf("%-44s %12s %12s %8s  %s\n", f.Name, fmt.Sprintf("%.2f %s", f.Value, f.Unit), ref, ratio, f.Goal)
+		fmt.Printf("%-44s %12s %12s %8s  %s\n", f.Name, fmt.Sprintf("%.2f %s", f.Value, f.Unit), ref, ratio,
+			strings.TrimSpace(f.Goal+"  "+f.Note))
 	}
 }
 

@@ -34,13 +34,13 @@ func (b *bench) latency(ctx context.Context) error {
 	}
 	defer c.Close()
 	node := c.Nodes[0]
-	ref, err := referenceNode(ctx, work)
+	ref, err := referenceNode(ctx, work, "vblref")
 	if err != nil {
 		return err
 	}
 	defer podruntime.CleanupNetns("vblref")
 
-	var ours, theirs timings
+	ours, theirs := timings{cpu: cpuMeter{daemonPID: node.DaemonPID()}}, timings{}
 	for r := range b.rounds {
 		if err := waitWarm(ctx, node, 20); err != nil {
 			return err
@@ -56,10 +56,11 @@ func (b *bench) latency(ctx context.Context) error {
 	b.add(Figure{Name: "(a) warm ADD p99", Value: ours.p(0.99, ours.add), Ref: theirs.p(0.99, theirs.add), Unit: "ms", Goal: "≤ 0.8×"})
 	b.add(Figure{Name: "(a) DEL p50", Value: ours.p(0.5, ours.del), Ref: theirs.p(0.5, theirs.del), Unit: "ms"})
 	b.add(Figure{Name: "(a) DEL p99", Value: ours.p(0.99, ours.del), Ref: theirs.p(0.99, theirs.del), Unit: "ms"})
+	b.addCPU("(a)", &ours, &theirs)
 
 	// One burst is 30 samples on a 2-core machine: repeat it (b.rounds
 	// times) and report percentiles over all of them and the median wall time.
-	var bo, bt timings
+	bo, bt := timings{cpu: ours.cpu}, timings{}
 	var wallsOurs, wallsRef []time.Duration
 	for range b.rounds {
 		if err := waitWarm(ctx, node, burst); err != nil {
@@ -79,17 +80,33 @@ func (b *bench) latency(ctx context.Context) error {
 	b.add(Figure{Name: "(b) 30 concurrent ADDs p50", Value: bo.p(0.5, bo.add), Ref: bt.p(0.5, bt.add), Unit: "ms", Goal: "≤ 0.5×"})
 	b.add(Figure{Name: "(b) 30 concurrent ADDs p99", Value: bo.p(0.99, bo.add), Ref: bt.p(0.99, bt.add), Unit: "ms"})
 	b.add(Figure{Name: "(b) 30 concurrent ADDs wall time (median)", Value: ms(wallOurs), Ref: ms(wallRef), Unit: "ms"})
+	b.addCPU("(b)", &bo, &bt)
 	return nil
 }
 
-// referenceNode is a plain netns whose conflist is ptp + host-local.
-func referenceNode(ctx context.Context, work string) (*podruntime.Node, error) {
+// addCPU adds the CPU time per ADD of ours (plugin + daemon) against the
+// reference chain's, our split between plugin and daemon, and the same for
+// DEL when DELs were measured.
+func (b *bench) addCPU(tag string, ours, ref *timings) {
+	b.add(Figure{Name: tag + " CPU time per ADD", Value: ours.perAdd(ours.addCPU + ours.addDaemonCPU),
+		Ref: ref.perAdd(ref.addCPU), Unit: "ms", Goal: "≤ 0.5×"})
+	b.add(Figure{Name: tag + " of which in vpcip-cni", Value: ours.perAdd(ours.addCPU), Unit: "ms",
+		Note: fmt.Sprintf("the rest in vpcipd: %.2f ms", ours.perAdd(ours.addDaemonCPU))})
+	if ours.cpuDels > 0 {
+		b.add(Figure{Name: tag + " CPU time per DEL", Value: ours.perDel(ours.delCPU + ours.delDaemonCPU),
+			Ref: ref.perDel(ref.delCPU), Unit: "ms"})
+	}
+}
+
+// referenceNode is a plain netns named netnsName whose conflist is ptp +
+// host-local.
+func referenceNode(ctx context.Context, work, netnsName string) (*podruntime.Node, error) {
 	dir, err := cluster.ReferencePlugins(ctx, "", "ptp", "host-local")
 	if err != nil {
 		return nil, err
 	}
-	n := &podruntime.Node{Netns: "vblref", ConfDir: filepath.Join(work, "ref-net.d"), BinDir: dir,
-		CacheDir: filepath.Join(work, "ref-cache"), Prefix: "vblref"}
+	n := &podruntime.Node{Netns: netnsName, ConfDir: filepath.Join(work, "ref-net.d"), BinDir: dir,
+		CacheDir: filepath.Join(work, "ref-cache"), Prefix: netnsName}
 	if err := os.MkdirAll(n.ConfDir, 0o755); err != nil {
 		return nil, err
 	}
@@ -107,6 +124,26 @@ func referenceNode(ctx context.Context, work string) (*podruntime.Node, error) {
 type timings struct {
 	mu       sync.Mutex
 	add, del []time.Duration
+
+	cpu                  cpuMeter
+	addCPU, addDaemonCPU time.Duration // summed over len(add) ADDs
+	delCPU, delDaemonCPU time.Duration // summed over cpuDels DELs
+	cpuDels              int
+}
+
+// perAdd and perDel are CPU milliseconds per operation.
+func (t *timings) perAdd(d time.Duration) float64 {
+	if len(t.add) == 0 {
+		return 0
+	}
+	return ms(d) / float64(len(t.add))
+}
+
+func (t *timings) perDel(d time.Duration) float64 {
+	if t.cpuDels == 0 {
+		return 0
+	}
+	return ms(d) / float64(t.cpuDels)
 }
 
 func (t *timings) p(q float64, d []time.Duration) float64 {
@@ -130,17 +167,23 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 func sequential(ctx context.Context, n *podruntime.Node, count int, tag string, t *timings) error {
 	var pods []*podruntime.Pod
 	for i := range count {
+		s := t.cpu.now()
 		p, err := n.Add(ctx, podruntime.PodSpec{Namespace: "bench", Name: fmt.Sprintf("%s-%d", tag, i)})
 		if err != nil {
 			return err
 		}
+		chain, daemon := t.cpu.since(s)
+		t.addCPU, t.addDaemonCPU = t.addCPU+chain, t.addDaemonCPU+daemon
 		t.add = append(t.add, p.AddTime)
 		pods = append(pods, p)
 	}
 	for _, p := range pods {
+		s := t.cpu.now()
 		if err := n.Del(ctx, p); err != nil {
 			return err
 		}
+		chain, daemon := t.cpu.since(s)
+		t.delCPU, t.delDaemonCPU, t.cpuDels = t.delCPU+chain, t.delDaemonCPU+daemon, t.cpuDels+1
 		t.del = append(t.del, p.DelTime)
 	}
 	return nil
@@ -150,6 +193,7 @@ func concurrent(ctx context.Context, n *podruntime.Node, count int, t *timings) 
 	pods := make([]*podruntime.Pod, count)
 	errs := make([]error, count)
 	var wg sync.WaitGroup
+	s := t.cpu.now()
 	start := time.Now()
 	for i := range count {
 		wg.Add(1)
@@ -160,6 +204,8 @@ func concurrent(ctx context.Context, n *podruntime.Node, count int, t *timings) 
 	}
 	wg.Wait()
 	wall := time.Since(start)
+	chain, daemon := t.cpu.since(s)
+	t.addCPU, t.addDaemonCPU = t.addCPU+chain, t.addDaemonCPU+daemon
 	for i, p := range pods {
 		if errs[i] != nil {
 			return 0, errs[i]

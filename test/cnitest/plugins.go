@@ -67,8 +67,11 @@ func BuildPlugin(t testing.TB) string {
 		if buildErr = os.MkdirAll(buildDir, 0o755); buildErr != nil {
 			return
 		}
-		out, err := exec.Command("go", "build", "-o", filepath.Join(buildDir, "vpcip-cni"),
-			"github.com/vpcip/vpcip/cmd/vpcip-cni").CombinedOutput()
+		// As the Makefile builds it: stripped and static.
+		cmd := exec.Command("go", "build", "-ldflags=-s -w", "-o", filepath.Join(buildDir, "vpcip-cni"),
+			"github.com/vpcip/vpcip/cmd/vpcip-cni")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		out, err := cmd.CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("go build cmd/vpcip-cni: %v\n%s", err, out)
 		}

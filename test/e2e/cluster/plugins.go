@@ -57,12 +57,23 @@ func ReferencePlugins(ctx context.Context, dir string, names ...string) (string,
 }
 
 // BuildBinaries builds vpcipd, vpcip-cni and vpcipctl into dir as `make
-// build` does (stripped: the plugin starts for every pod).
+// build` does: stripped, and the plugin, which starts for every pod,
+// statically linked (PluginBuildEnv).
 func BuildBinaries(ctx context.Context, dir string) error {
 	cmd := exec.CommandContext(ctx, "go", "build", "-ldflags=-s -w", "-o", dir+"/",
-		"github.com/vpcip/vpcip/cmd/vpcipd", "github.com/vpcip/vpcip/cmd/vpcip-cni", "github.com/vpcip/vpcip/cmd/vpcipctl")
+		"github.com/vpcip/vpcip/cmd/vpcipd", "github.com/vpcip/vpcip/cmd/vpcipctl")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("go build: %v\n%s", err, out)
 	}
+	cmd = exec.CommandContext(ctx, "go", "build", "-ldflags=-s -w", "-o", dir+"/", "github.com/vpcip/vpcip/cmd/vpcip-cni")
+	cmd.Env = append(os.Environ(), PluginBuildEnv...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build cmd/vpcip-cni: %v\n%s", err, out)
+	}
 	return nil
 }
+
+// PluginBuildEnv is the environment the plugin is built with (as the
+// Makefile does): no cgo, so the binary is static and skips the dynamic
+// loader at every start.
+var PluginBuildEnv = []string{"CGO_ENABLED=0"}

@@ -1,0 +1,190 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// serve runs handler as an HTTP server on a unix socket in a temp dir, the
+// way vpcipd serves the API, and returns the socket path.
+func serve(t *testing.T, handler http.Handler) string {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "s.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: handler}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	return sock
+}
+
+// serveRaw answers every connection with answer after reading the request
+// headers, then closes it.
+func serveRaw(t *testing.T, answer string) string {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "r.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			buf := make([]byte, 4096)
+			_, _ = c.Read(buf)
+			_, _ = io.WriteString(c, answer)
+			c.Close()
+		}
+	}()
+	return sock
+}
+
+func TestClientAssignRoundTrip(t *testing.T) {
+	var got AssignRequest
+	var gotMethod, gotType string
+	sock := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		gotMethod, gotType = r.Method+" "+r.URL.Path, r.Header.Get("Content-Type")
+		if err := json.NewDecoder(r.Body).Decode(&got); err != nil {
+			t.Errorf("decode request: %v", err)
+		}
+		json.NewEncoder(w).Encode(Assignment{Version: Version, Key: got.Key, Address: netip.MustParseAddr("100.64.1.9"), RouteTable: 2, MTU: 9001})
+	}))
+	key := Key{Network: "vpcip", ContainerID: "c1", IfName: "eth0"}
+	a, err := NewClient(sock, time.Second).Assign(context.Background(), AssignRequest{Key: key, Netns: "/var/run/netns/p1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gotMethod != "POST /v1/assign" || gotType != "application/json" {
+		t.Errorf("request %q with Content-Type %q, want POST /v1/assign, application/json", gotMethod, gotType)
+	}
+	if got.Version != Version || got.Key != key || got.Netns != "/var/run/netns/p1" {
+		t.Errorf("daemon got %+v", got)
+	}
+	if a.Address != netip.MustParseAddr("100.64.1.9") || a.RouteTable != 2 || a.Key != key {
+		t.Errorf("assignment %+v", a)
+	}
+}
+
+// A Go server chunks answers above 2 KiB to HTTP/1.1 requests; the client's
+// HTTP/1.0 requests get them whole.
+func TestClientLargeAnswer(t *testing.T) {
+	var released []Assignment
+	for i := range 2000 {
+		released = append(released, Assignment{Key: Key{Network: "vpcip", ContainerID: strings.Repeat("c", 60) + string(rune('a'+i%26)), IfName: "eth0"}})
+	}
+	sock := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		enc := json.NewEncoder(w)
+		enc.Encode(GCResponse{Version: Version, Released: released})
+	}))
+	resp, err := NewClient(sock, 5*time.Second).GC(context.Background(), GCRequest{Network: "vpcip"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Released) != len(released) || resp.Released[1999].Key != released[1999].Key {
+		t.Errorf("got %d released, want %d", len(resp.Released), len(released))
+	}
+}
+
+func TestClientStatusGET(t *testing.T) {
+	sock := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet || r.URL.Path != "/v1/status" || r.ContentLength > 0 {
+			t.Errorf("got %s %s with %d body bytes", r.Method, r.URL.Path, r.ContentLength)
+		}
+		json.NewEncoder(w).Encode(Status{Version: Version, Ready: true, Warm: 7})
+	}))
+	st, err := NewClient(sock, time.Second).Status(context.Background())
+	if err != nil || !st.Ready || st.Warm != 7 {
+		t.Fatalf("Status = %+v, %v", st, err)
+	}
+}
+
+func TestClientErrors(t *testing.T) {
+	refusal := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		json.NewEncoder(w).Encode(Error{Version: Version, Code: CodeNoAddress, Cause: CauseENILimit, Message: "no address: ENI limit"})
+	}))
+	garbage := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "upstream exploded", http.StatusBadGateway)
+	}))
+	slow := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-time.After(5 * time.Second):
+		}
+	}))
+	tests := []struct {
+		name       string
+		socket     string
+		answer     string // raw answer instead of socket, when set
+		timeout    time.Duration
+		code       Code // want an *Error with this code
+		unreached  bool // want ErrUnreachable
+		retryable  bool
+		msgContain string
+	}{
+		{name: "daemon refusal", socket: refusal, code: CodeNoAddress, retryable: true, msgContain: "ENI limit"},
+		{name: "non-JSON error", socket: garbage, code: CodeInternal, msgContain: "HTTP 502: upstream exploded"},
+		{name: "no socket", socket: filepath.Join(t.TempDir(), "missing.sock"), unreached: true, msgContain: "missing.sock"},
+		{name: "timeout", socket: slow, timeout: 200 * time.Millisecond, unreached: true, msgContain: "deadline"},
+		{name: "truncated body", answer: "HTTP/1.0 200 OK\r\nContent-Length: 100\r\n\r\n{\"version\":", unreached: true, msgContain: "ends after"},
+		{name: "not HTTP", answer: "SSH-2.0-OpenSSH\r\n\r\n", unreached: true, msgContain: "malformed status line"},
+		{name: "chunked", answer: "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n", unreached: true, msgContain: "Transfer-Encoding"},
+		{name: "bad JSON answer", answer: "HTTP/1.0 200 OK\r\n\r\n{not json", code: CodeInternal, msgContain: "decode vpcipd answer"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sock := tt.socket
+			if tt.answer != "" {
+				sock = serveRaw(t, tt.answer)
+			}
+			timeout := tt.timeout
+			if timeout == 0 {
+				timeout = 2 * time.Second
+			}
+			_, err := NewClient(sock, timeout).Release(context.Background(), ReleaseRequest{Key: Key{Network: "n", ContainerID: "c", IfName: "eth0"}})
+			if err == nil {
+				t.Fatal("no error")
+			}
+			if !strings.Contains(err.Error(), tt.msgContain) {
+				t.Errorf("error %q lacks %q", err, tt.msgContain)
+			}
+			if got := errors.Is(err, ErrUnreachable); got != tt.unreached {
+				t.Errorf("errors.Is(%v, ErrUnreachable) = %v, want %v", err, got, tt.unreached)
+			}
+			if tt.code != "" {
+				var e *Error
+				if !errors.As(err, &e) || e.Code != tt.code || e.Retryable() != tt.retryable {
+					t.Errorf("error %#v, want *Error code %s retryable %v", err, tt.code, tt.retryable)
+				}
+			}
+		})
+	}
+}
+
+// Cancelling the caller's context ends a call the daemon has not answered.
+func TestClientCancel(t *testing.T) {
+	sock := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		<-r.Context().Done()
+	}))
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(100*time.Millisecond, cancel)
+	_, err := NewClient(sock, time.Minute).Check(ctx, CheckRequest{Key: Key{Network: "n", ContainerID: "c", IfName: "eth0"}})
+	if !errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), "canceled") {
+		t.Fatalf("err = %v, want ErrUnreachable mentioning the cancellation", err)
+	}
+}

@@ -1,0 +1,178 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/vpcip/vpcip/test/e2e/cluster"
+	"github.com/vpcip/vpcip/test/vpcsim/podruntime"
+)
+
+// instructions measures (e): the user-space instructions one warm ADD and
+// one DEL execute in the plugin processes, ours against the reference
+// chain, counted by valgrind's cachegrind. Unlike times, the count barely
+// moves when other work shares the machine, so it shows a change in the
+// plugin's own cost on a noisy machine. It leaves out the kernel (netlink,
+// veth creation: see the CPU time figures) and vpcipd's share.
+func (b *bench) instructions(ctx context.Context) error {
+	if _, err := exec.LookPath("valgrind"); err != nil {
+		return errors.New("valgrind is not installed (scripts/deps.sh valgrind)")
+	}
+	work, err := os.MkdirTemp("", "vpcip-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	c, err := cluster.Start(ctx, cluster.Options{
+		Prefix: "vbi", Nodes: 1, InstanceType: "m5.large", BinDir: b.bin, WorkDir: work,
+		DaemonEnv: []string{"WARM_IP_TARGET=4"},
+	})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	node := c.Nodes[0]
+	ref, err := referenceNode(ctx, work, "vbiref")
+	if err != nil {
+		return err
+	}
+	defer podruntime.CleanupNetns("vbiref")
+	if err := waitWarm(ctx, node, 2); err != nil {
+		return err
+	}
+
+	ours := *node.Runtime
+	ours.Prefix = "vbi-cg"
+	if ours.BinDir, err = cachegrindBinDir(work, "ours", node.Runtime.BinDir, "vpcip-cni"); err != nil {
+		return err
+	}
+	theirs := *ref
+	if theirs.BinDir, err = cachegrindBinDir(work, "ref", ref.BinDir, "ptp", "host-local"); err != nil {
+		return err
+	}
+	profiles := work
+	if b.profileDir != "" {
+		profiles = b.profileDir
+	}
+	oa, od, err := countPods(ctx, &ours, filepath.Join(profiles, "vpcip"))
+	if err != nil {
+		return fmt.Errorf("vpcip-cni under cachegrind: %w", err)
+	}
+	ra, rd, err := countPods(ctx, &theirs, filepath.Join(profiles, "reference"))
+	if err != nil {
+		return fmt.Errorf("reference chain under cachegrind: %w", err)
+	}
+	b.add(Figure{Name: "(e) instructions per ADD (user space)", Value: oa / 1e6, Ref: ra / 1e6, Unit: "M"})
+	b.add(Figure{Name: "(e) instructions per DEL (user space)", Value: od / 1e6, Ref: rd / 1e6, Unit: "M"})
+	return nil
+}
+
+// cachegrindBinDir makes a CNI bin dir under work whose first plugin runs
+// under cachegrind (following the plugins it executes, as ptp does
+// host-local) and whose others are links to the real binaries in from.
+// Profiles are written to $VPCIP_CACHEGRIND_DIR. Go's asynchronous
+// preemption signals are turned off: valgrind's tools mishandle them, and a
+// process of a few milliseconds does not need them. (callgrind, which
+// would give call graphs, aborts on the SIGCHLD ptp gets from host-local.)
+func cachegrindBinDir(work, name, from string, plugins ...string) (string, error) {
+	dir := filepath.Join(work, "cg-bin-"+name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	script := fmt.Sprintf(`#!/bin/sh
+export GODEBUG=asyncpreemptoff=1
+exec valgrind --tool=cachegrind --cache-sim=no --trace-children=yes --log-file="$VPCIP_CACHEGRIND_DIR/log.%%p" \
+	--cachegrind-out-file="$VPCIP_CACHEGRIND_DIR/cachegrind.%%p" %q "$@"
+`, filepath.Join(from, plugins[0]))
+	if err := os.WriteFile(filepath.Join(dir, plugins[0]), []byte(script), 0o755); err != nil {
+		return "", err
+	}
+	for _, p := range plugins[1:] {
+		if err := os.Symlink(filepath.Join(from, p), filepath.Join(dir, p)); err != nil {
+			return "", err
+		}
+	}
+	return dir, nil
+}
+
+// cachegrindPods is how many pods (e) starts and stops per chain; the
+// count of one ADD varies by about 1% with goroutine scheduling.
+const cachegrindPods = 3
+
+// countPods runs cachegrindPods pods' ADD and DEL, one after the other,
+// through n (a cachegrind bin dir) and returns the instructions per ADD
+// and per DEL, summed over every process the chain ran.
+func countPods(ctx context.Context, n *podruntime.Node, dir string) (add, del float64, err error) {
+	defer os.Unsetenv("VPCIP_CACHEGRIND_DIR")
+	addDir, delDir := filepath.Join(dir, "add"), filepath.Join(dir, "del")
+	for _, d := range []string{addDir, delDir} {
+		if err := os.RemoveAll(d); err != nil {
+			return 0, 0, err
+		}
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return 0, 0, err
+		}
+	}
+	for i := range cachegrindPods {
+		os.Setenv("VPCIP_CACHEGRIND_DIR", addDir)
+		p, err := n.Add(ctx, podruntime.PodSpec{Namespace: "bench", Name: fmt.Sprintf("cachegrind-%d", i)})
+		if err != nil {
+			return 0, 0, err
+		}
+		os.Setenv("VPCIP_CACHEGRIND_DIR", delDir)
+		if err := n.Del(ctx, p); err != nil {
+			return 0, 0, err
+		}
+	}
+	if add, err = sumInstructions(addDir); err != nil {
+		return 0, 0, err
+	}
+	del, err = sumInstructions(delDir)
+	return add / cachegrindPods, del / cachegrindPods, err
+}
+
+// sumInstructions adds the "summary:" (instructions executed) of every
+// cachegrind profile in dir.
+func sumInstructions(dir string) (float64, error) {
+	files, _ := filepath.Glob(filepath.Join(dir, "cachegrind.*"))
+	if len(files) == 0 {
+		logs, _ := filepath.Glob(filepath.Join(dir, "log.*"))
+		var tail []byte
+		if len(logs) > 0 {
+			tail, _ = os.ReadFile(logs[0])
+		}
+		return 0, fmt.Errorf("cachegrind wrote no profile in %s: %.600s", dir, tail)
+	}
+	var total float64
+	for _, f := range files {
+		n, err := summary(f)
+		if err != nil {
+			return 0, err
+		}
+		total += n
+	}
+	return total, nil
+}
+
+func summary(path string) (float64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "summary:"); ok {
+			return strconv.ParseFloat(strings.TrimSpace(v), 64)
+		}
+	}
+	return 0, fmt.Errorf("%s: no summary line (cachegrind died?)", path)
+}

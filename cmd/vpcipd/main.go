@@ -49,6 +49,7 @@ import (
 	"github.com/vpcip/vpcip/ipamd/checkpoint"
 	"github.com/vpcip/vpcip/ipamd/config"
 	"github.com/vpcip/vpcip/ipamd/fleetmetrics"
+	"github.com/vpcip/vpcip/ipamd/podsubnet"
 	awsprovider "github.com/vpcip/vpcip/provider/aws"
 )
 
@@ -119,12 +120,15 @@ func daemon(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	// New ENIs are placed by subnet discovery (or in the node's subnet).
+	placer := podsubnet.NewPlacer(prov, podsubnet.Settings{Discovery: cfg.SubnetDiscovery, Cluster: cfg.ClusterName},
+		nil, log.With("component", "podsubnet"), nil)
 	var host ipamd.Host = ipamd.NodeHost{}
 	if !cfg.HostNetwork {
 		host = ipamd.NoHost{}
 	}
 	d, err := ipamd.New(ipamd.Options{
-		Config: cfg, Provider: prov, Host: host, Logger: log,
+		Config: cfg, Provider: &podsubnet.Provider{Provider: prov, Placer: placer}, Host: host, Logger: log,
 		Metrics: metrics, Gatherer: reg, Version: version,
 	})
 	if err != nil {

@@ -49,8 +49,11 @@ type Config struct {
 
 	LogLevel slog.Level // AWS_VPC_K8S_CNI_LOGLEVEL: DEBUG, INFO, WARN, ERROR; default INFO
 
+	// Where new ENIs go (package ipamd/podsubnet).
+	SubnetDiscovery bool // ENABLE_SUBNET_DISCOVERY: new ENIs in the zone's subnet with most free addresses among the node's and those tagged kubernetes.io/role/cni; default true
+
 	// Daemon plumbing.
-	ClusterName           string        // VPCIP_CLUSTER_NAME, tagged on the ENIs the daemon creates; default "vpcip"
+	ClusterName           string        // VPCIP_CLUSTER_NAME (alias CLUSTER_NAME), tagged on the ENIs the daemon creates and matched against kubernetes.io/cluster/<name> subnet tags; default "vpcip"
 	NodeName              string        // MY_NODE_NAME, the Kubernetes node name (tagged on ENIs, shown by introspection); default empty
 	Socket                string        // VPCIP_SOCKET, plugin API unix socket; default /run/vpcip/ipamd.sock
 	Checkpoint            string        // VPCIP_CHECKPOINT, allocation state file; default /var/run/vpcip/ipam.json

@@ -69,8 +69,11 @@ var Vars = []Var{
 	setting("VPCIP_HOSTNET", "false", func(c *Config) *bool { return &c.HostNetwork }, boolean(true), strconv.FormatBool),
 	setting("AWS_VPC_K8S_CNI_LOGLEVEL", "DEBUG", func(c *Config) *slog.Level { return &c.LogLevel }, logLevel(slog.LevelInfo), levelName),
 
+	// Where new ENIs go.
+	setting("ENABLE_SUBNET_DISCOVERY", "false", func(c *Config) *bool { return &c.SubnetDiscovery }, boolean(true), strconv.FormatBool),
+
 	// Daemon plumbing.
-	setting("VPCIP_CLUSTER_NAME", "blue-cluster", func(c *Config) *string { return &c.ClusterName }, name("vpcip"), plain),
+	withAliases(setting("VPCIP_CLUSTER_NAME", "blue-cluster", func(c *Config) *string { return &c.ClusterName }, name("vpcip"), plain), "CLUSTER_NAME"),
 	setting("MY_NODE_NAME", "node-7", func(c *Config) *string { return &c.NodeName }, name(""), plain),
 	setting("VPCIP_SOCKET", "/run/x/ipamd.sock", func(c *Config) *string { return &c.Socket }, path(DefaultSocket), plain),
 	setting("VPCIP_CHECKPOINT", "/run/x/ipam.json", func(c *Config) *string { return &c.Checkpoint }, path(DefaultCheckpoint), plain),

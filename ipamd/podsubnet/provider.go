@@ -1,0 +1,54 @@
+package podsubnet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/vpcip/vpcip/provider"
+)
+
+// Provider is a provider.Provider whose CreateENI places every ENI that
+// names no subnet with its Placer: it tries the decision's targets in order
+// and moves to the next when EC2 refuses one as full
+// (provider.ErrSubnetFull, or ErrInsufficientCIDR for prefixes), so that when
+// a subnet fills the next ENI goes to the next subnet. Every other method is
+// the wrapped provider's.
+type Provider struct {
+	provider.Provider
+	Placer *Placer
+}
+
+var _ provider.Provider = (*Provider)(nil)
+
+// CreateENI creates the ENI in req.SubnetID when set; otherwise where the
+// Placer decides (see Placer.Place for its errors). When every target
+// refuses, the last refusal is returned. Under custom networking an ENIConfig
+// security group EC2 does not know (InvalidGroup.NotFound) is
+// ErrInvalidENIConfig.
+func (w *Provider) CreateENI(ctx context.Context, req provider.CreateENIRequest) (provider.ENI, error) {
+	if req.SubnetID != "" || w.Placer == nil {
+		return w.Provider.CreateENI(ctx, req)
+	}
+	d, err := w.Placer.Place(ctx)
+	if err != nil {
+		return provider.ENI{}, err
+	}
+	var last error
+	for _, t := range d.Targets {
+		r := req
+		r.SubnetID, r.SecurityGroups = t.SubnetID, t.SecurityGroups
+		e, err := w.Provider.CreateENI(ctx, r)
+		if errors.Is(err, provider.ErrSubnetFull) || errors.Is(err, provider.ErrInsufficientCIDR) {
+			w.Placer.refused(t, err)
+			last = err
+			continue
+		}
+		if err != nil && d.Mode == ModeCustom && errors.Is(err, provider.ErrNotFound) {
+			err = fmt.Errorf("%w: ENIConfig %q: EC2 refused its subnet or security groups: %v", ErrInvalidENIConfig, d.ENIConfig, err)
+			w.Placer.record(Decision{At: d.At, Mode: d.Mode, ENIConfig: d.ENIConfig, Reason: d.Reason, Problem: err.Error()}, err)
+		}
+		return e, err
+	}
+	return provider.ENI{}, last
+}

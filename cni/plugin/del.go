@@ -116,7 +116,8 @@ func localAddrs(in *invocation, ifName string, podAddrs []netip.Addr) []netip.Ad
 	return slices.Compact(local)
 }
 
-// removeHostSide removes the host route, rules and veth of addr when they are
+// removeHostSide removes the host route, rules, veth and conntrack entries
+// of addr when they are
 // key's: the route is gone (rules left over), or it leads to a veth marked as
 // key's sandbox (Identity), or to an unmarked veth (made before veths were
 // marked) named as one of owners, the names the attachment may have (from
@@ -157,6 +158,10 @@ func removeHostSide(log *slog.Logger, addr netip.Addr, key api.Key, owners ...st
 	if err != nil {
 		errs = append(errs, err)
 	}
-	log.Debug("host side removed", "address", addr.String(), "rules", n, "routeLink", link)
+	flows, err := flushConntrack(addr)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	log.Debug("host side removed", "address", addr.String(), "rules", n, "routeLink", link, "conntrackEntries", flows)
 	return errors.Join(errs...)
 }

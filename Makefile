@@ -6,7 +6,7 @@ export GOFLAGS ?= -buildvcs=false
 
 BINARIES := vpcipd vpcip-cni vpcipctl vpcsim
 
-.PHONY: all build deps test-deps containerd-setup demo demo-containerd test lint bench clean
+.PHONY: all build deps test-deps containerd-setup demo demo-containerd test lint bench clean dashboards
 
 all: build
 
@@ -45,6 +45,11 @@ lint:
 	@fmt=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$fmt" ]; then echo "gofmt needed:"; echo "$$fmt"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) test -count=1 ./test/deps
+	cd tools/dashboards && $(GO) vet . && $(GO) run . -check -out $(CURDIR)/charts/vpcip/files/dashboards
+
+## dashboards: regenerate the Grafana dashboards from tools/dashboards (grafana-foundation-sdk) into the chart.
+dashboards:
+	cd tools/dashboards && $(GO) run . -out $(CURDIR)/charts/vpcip/files/dashboards
 
 ## test: lint, then every package's tests (netns, iptables and e2e tests need root).
 test: test-deps containerd-setup lint

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 
 	"github.com/vpcip/vpcip/ipamd/hostnet"
+	"github.com/vpcip/vpcip/routing"
 )
 
 // Host is the node's networking as the daemon drives it: package hostnet on a
@@ -42,8 +43,8 @@ func (NodeHost) RemoveENI(e hostnet.ENI) error            { return hostnet.Remov
 func (NodeHost) EnsureSNAT(c hostnet.SNATConfig) error    { return hostnet.EnsureSNAT(c) }
 func (NodeHost) LinkName(mac string) (string, error)      { return linkByMAC(mac) }
 func (NodeHost) PodRoutes() ([]hostnet.PodRoute, error)   { return hostnet.PodRoutes() }
-func (NodeHost) RemovePodRules(a netip.Addr) (int, error) { return hostnet.RemovePodRules(a) }
-func (NodeHost) PodRuleAddresses() ([]netip.Addr, error)  { return hostnet.PodRuleAddresses() }
+func (NodeHost) RemovePodRules(a netip.Addr) (int, error) { return routing.RemovePodRules(a) }
+func (NodeHost) PodRuleAddresses() ([]netip.Addr, error)  { return routing.PodRuleAddresses() }
 
 // NoHost is Host for VPCIP_HOSTNET=false (tests and development without root):
 // it changes nothing and sees no pods.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/vpcip/vpcip/ipamd/api"
 	"github.com/vpcip/vpcip/ipamd/datastore"
+	"github.com/vpcip/vpcip/routing"
 )
 
 // maxRequest bounds a request body; a GC list of 10,000 keys fits.
@@ -162,9 +163,9 @@ func (d *Daemon) wire(a datastore.Assignment) api.Assignment {
 	d.mu.Lock()
 	vpc := d.self.VPCCIDRs
 	d.mu.Unlock()
-	table := 0
+	table := 0 // the wire's "main table, no from rule"
 	if a.DeviceNumber > 0 {
-		table = a.DeviceNumber + 1
+		table = routing.TableForDevice(a.DeviceNumber)
 	}
 	return api.Assignment{
 		Version: api.Version, Key: a.Key, Pod: a.Pod, Address: a.Address,

@@ -4,10 +4,8 @@ import (
 	"net/netip"
 
 	"github.com/vpcip/vpcip/ipamd/introspect"
+	"github.com/vpcip/vpcip/routing"
 )
-
-// mainTable is the kernel's main route table, used by the primary ENI.
-const mainTable = 254
 
 // State is the daemon's introspection view: node, pool numbers, ENIs with
 // their addresses, assignments with pod names, cooling addresses, effective
@@ -44,12 +42,9 @@ func (d *Daemon) State() introspect.State {
 		Time:        now,
 	}
 	for _, e := range enis {
-		ie := introspect.ENI{ID: e.ID, MAC: e.MAC, DeviceNumber: e.DeviceNumber, RouteTable: e.DeviceNumber + 1,
+		ie := introspect.ENI{ID: e.ID, MAC: e.MAC, DeviceNumber: e.DeviceNumber, RouteTable: routing.TableForDevice(e.DeviceNumber),
 			LinkName: links[e.ID], SubnetID: e.SubnetID, SubnetCIDR: e.SubnetCIDR, PrimaryIP: e.PrimaryIP,
 			Addresses: []netip.Addr{}, Capacity: eniCapacity(e, lim, d.slotSize(lim))}
-		if e.Primary() {
-			ie.RouteTable = mainTable
-		}
 		for _, s := range e.Slots {
 			if s.Bits() < s.Addr().BitLen() {
 				ie.Prefixes = append(ie.Prefixes, s)

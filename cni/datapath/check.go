@@ -9,6 +9,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
+	"github.com/vpcip/vpcip/routing"
 )
 
 // Check verifies that a's wiring is all present, reading only (CNI CHECK
@@ -78,21 +79,16 @@ func checkHostRoute(a Attachment, host netlink.Link) []error {
 }
 
 func checkRules(a Attachment) []error {
-	have, err := rulesFor(a.PodIP)
+	missing, stale, err := routing.DiffPodRules(a.PodIP, a.RouteTable)
 	if err != nil {
 		return []error{err}
 	}
-	want := wantedRules(a)
 	var p []error
-	for _, r := range want {
-		if !containsRule(have, r) {
-			p = append(p, fmt.Errorf("rule %q missing", describeRule(r)))
-		}
+	for _, r := range missing {
+		p = append(p, fmt.Errorf("rule %q missing", routing.Describe(r)))
 	}
-	for _, r := range have {
-		if !containsRule(want, r) {
-			p = append(p, fmt.Errorf("unexpected rule %q", describeRule(r)))
-		}
+	for _, r := range stale {
+		p = append(p, fmt.Errorf("unexpected rule %q", routing.Describe(r)))
 	}
 	return p
 }

@@ -1,9 +1,9 @@
 // Package datapath wires and unwires the routed-veth datapath of docs/design.md §4
 // with netlink: a veth pair created inside the pod netns with its host end
 // placed directly in the node netns, a /32 on the pod side behind the
-// link-local gateway 169.254.1.1, a host /32 route to the veth, and policy
-// rules (priority 512 "to <podIP> lookup main"; priority 1536 "from <podIP>
-// lookup <ENI table>" for addresses on secondary ENIs).
+// link-local gateway 169.254.1.1, a host /32 route to the veth, and the pod's
+// policy rules, whose priorities and shape package routing defines for the
+// plugin and the daemon alike.
 //
 // Functions take the netns they work in explicitly or run in the calling
 // goroutine's current netns (the node netns, where the plugin runs). Removal
@@ -17,6 +17,7 @@ import (
 	"net"
 	"net/netip"
 
+	"github.com/vpcip/vpcip/routing"
 	"golang.org/x/sys/unix"
 )
 
@@ -24,17 +25,6 @@ import (
 // permanent neighbour entry holding the host veth's MAC, so it never needs an
 // address on the host.
 var Gateway = netip.MustParseAddr("169.254.1.1")
-
-// Policy rule priorities (docs/design.md §4). 512 sends traffic to a pod through
-// the main table before the ENI rules; 1536 sends a secondary-ENI pod's
-// traffic to its ENI's route table. SNAT's fwmark rule sits between at 1024.
-const (
-	PriorityToPod   = 512
-	PriorityFromPod = 1536
-)
-
-// mainTable is the kernel's main routing table (RT_TABLE_MAIN).
-const mainTable = unix.RT_TABLE_MAIN
 
 // HostVethName returns the host-side veth name: prefix + the first 11 hex
 // characters of sha1("<namespace>.<pod>"), or of sha1(containerID) when there
@@ -53,7 +43,7 @@ func HostVethName(prefix, namespace, pod, containerID string) string {
 // Attachment is what one pod's wiring needs.
 type Attachment struct {
 	PodIP      netip.Addr // IPv4, used as /32
-	RouteTable int        // ENI route table for rule 1536; 0 = primary ENI (main table, no rule)
+	RouteTable int        // ENI route table of the "from" rule (routing.TableForDevice); 0 = primary ENI (main table, no rule)
 	MTU        int        // bytes, both veth ends
 	HostVeth   string     // host-side veth name (HostVethName)
 	IfName     string     // pod-side name (CNI_IFNAME)
@@ -69,7 +59,7 @@ func (a Attachment) validate() error {
 		return fmt.Errorf("host veth name %q is empty or longer than %d bytes", a.HostVeth, unix.IFNAMSIZ-1)
 	case a.IfName == "":
 		return fmt.Errorf("pod interface name is empty")
-	case a.RouteTable < 0 || a.RouteTable == mainTable:
+	case a.RouteTable < 0 || a.RouteTable == routing.MainTable:
 		return fmt.Errorf("route table %d is not an ENI table", a.RouteTable)
 	}
 	return nil

@@ -11,6 +11,7 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
+	"github.com/vpcip/vpcip/routing"
 )
 
 // newNetns makes a throwaway "vct-dp-*" netns removed at cleanup.
@@ -61,7 +62,7 @@ func TestSetupCheckTeardown(t *testing.T) {
 		t.Run(map[int]string{0: "primary ENI", 3: "secondary ENI table 3"}[table], func(t *testing.T) {
 			world(t, func(node, pod ns.NetNS, podName string) {
 				a := attachment(table)
-				w, err := Setup(node, pod, a)
+				w, err := setup(node, pod, a)
 				if err != nil {
 					t.Fatalf("Setup: %v", err)
 				}
@@ -75,11 +76,11 @@ func TestSetupCheckTeardown(t *testing.T) {
 				if table != 0 {
 					wantRules = 2
 				}
-				if rs, _ := rulesFor(a.PodIP); len(rs) != wantRules {
+				if rs, _ := routing.FindPodRules(a.PodIP); len(rs) != wantRules {
 					t.Errorf("%d rules for %v, want %d", len(rs), a.PodIP, wantRules)
 				}
 				// A retried Setup for the same attachment converges.
-				if _, err := Setup(node, pod, a); err != nil {
+				if _, err := setup(node, pod, a); err != nil {
 					t.Fatalf("second Setup: %v", err)
 				}
 				if _, err := Check(pod, a); err != nil {
@@ -88,7 +89,7 @@ func TestSetupCheckTeardown(t *testing.T) {
 				if err := Teardown(pod.Path(), a); err != nil {
 					t.Fatalf("Teardown: %v", err)
 				}
-				if rs, _ := rulesFor(a.PodIP); len(rs) != 0 {
+				if rs, _ := routing.FindPodRules(a.PodIP); len(rs) != 0 {
 					t.Errorf("rules left: %v", rs)
 				}
 				if l, _ := HostRouteLink(a.PodIP); l != "" {
@@ -109,7 +110,7 @@ func TestSetupCheckTeardown(t *testing.T) {
 func TestCheckNamesFaults(t *testing.T) {
 	world(t, func(node, pod ns.NetNS, podName string) {
 		a := attachment(2)
-		if _, err := Setup(node, pod, a); err != nil {
+		if _, err := setup(node, pod, a); err != nil {
 			t.Fatal(err)
 		}
 		// Checked as a primary-ENI address, the 1536 rule is one too many.
@@ -118,9 +119,9 @@ func TestCheckNamesFaults(t *testing.T) {
 		if _, err := Check(pod, b); err == nil || !strings.Contains(err.Error(), `unexpected rule "1536: from 100.64.7.9/32 lookup 2"`) {
 			t.Errorf("Check with the wrong table: %v", err)
 		}
-		rs, _ := rulesFor(a.PodIP)
+		rs, _ := routing.FindPodRules(a.PodIP)
 		for _, r := range rs {
-			if r.Priority == PriorityFromPod {
+			if r.Priority == routing.PriorityFromPod {
 				if err := netlink.RuleDel(&r); err != nil {
 					t.Fatal(err)
 				}
@@ -145,14 +146,14 @@ func TestSetupReplacesStaleRule(t *testing.T) {
 	world(t, func(node, pod ns.NetNS, podName string) {
 		a := attachment(3)
 		stale := netlink.NewRule()
-		stale.Priority, stale.Src, stale.Table = PriorityFromPod, host32(a.PodIP), 7
+		stale.Priority, stale.Src, stale.Table = routing.PriorityFromPod, host32(a.PodIP), 7
 		if err := netlink.RuleAdd(stale); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := Setup(node, pod, a); err != nil {
+		if _, err := setup(node, pod, a); err != nil {
 			t.Fatal(err)
 		}
-		rs, _ := rulesFor(a.PodIP)
+		rs, _ := routing.FindPodRules(a.PodIP)
 		for _, r := range rs {
 			if r.Table == 7 {
 				t.Errorf("stale rule to table 7 kept: %v", rs)
@@ -169,17 +170,17 @@ func TestSetupReplacesStaleRule(t *testing.T) {
 func TestRemoveOnlyTouchesTheAddress(t *testing.T) {
 	world(t, func(node, pod ns.NetNS, podName string) {
 		a := attachment(2)
-		if _, err := Setup(node, pod, a); err != nil {
+		if _, err := setup(node, pod, a); err != nil {
 			t.Fatal(err)
 		}
 		other := netip.MustParseAddr("100.64.7.10")
-		if n, err := RemoveRules(other); n != 0 || err != nil {
-			t.Errorf("RemoveRules(other) = %d, %v", n, err)
+		if n, err := routing.RemovePodRules(other); n != 0 || err != nil {
+			t.Errorf("routing.RemovePodRules(other) = %d, %v", n, err)
 		}
 		if err := RemoveHostRoute(a.PodIP, "eniother"); err != nil {
 			t.Fatal(err)
 		}
-		if n, err := RemoveRules(netip.Addr{}); n != 0 || err != nil {
+		if n, err := routing.RemovePodRules(netip.Addr{}); n != 0 || err != nil {
 			t.Errorf("RemoveRules(zero) = %d, %v", n, err)
 		}
 		if _, err := Check(pod, a); err != nil {
@@ -219,4 +220,19 @@ func TestDeleteHostVethRefusesOtherLinks(t *testing.T) {
 			t.Errorf("DeleteHostVeth(missing) = %v, %v", existed, err)
 		}
 	})
+}
+
+// setup wires one pod as ADD does: CreatePair, then Configure. It must be called with
+// hostNS as the current netns. On error the caller undoes with Teardown.
+func setup(hostNS, podNS ns.NetNS, a Attachment) (Wired, error) {
+	if err := a.validate(); err != nil {
+		return Wired{}, err
+	}
+	replaced, err := CreatePair(hostNS, podNS, a.HostVeth, a.IfName, a.MTU)
+	if err != nil {
+		return Wired{}, err
+	}
+	w, err := Configure(podNS, a)
+	w.ReplacedHostVeth = replaced
+	return w, err
 }

@@ -1,7 +1,6 @@
 package datapath
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -11,7 +10,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
-	"golang.org/x/sys/unix"
+	"github.com/vpcip/vpcip/routing"
 )
 
 // Wired describes the interfaces Setup made, read back after the last change
@@ -23,21 +22,6 @@ type Wired struct {
 	// was removed first (a previous sandbox of the same pod whose DEL never
 	// came, or a retried ADD).
 	ReplacedHostVeth bool
-}
-
-// Setup wires one pod: CreatePair, then Configure. It must be called with
-// hostNS as the current netns. On error the caller undoes with Teardown.
-func Setup(hostNS, podNS ns.NetNS, a Attachment) (Wired, error) {
-	if err := a.validate(); err != nil {
-		return Wired{}, err
-	}
-	replaced, err := CreatePair(hostNS, podNS, a.HostVeth, a.IfName, a.MTU)
-	if err != nil {
-		return Wired{}, err
-	}
-	w, err := Configure(podNS, a)
-	w.ReplacedHostVeth = replaced
-	return w, err
 }
 
 // CreatePair creates the veth pair inside podNS with the peer placed directly
@@ -172,39 +156,11 @@ func setupHostSide(a Attachment, host netlink.Link) error {
 	if err := ensureForwarding(); err != nil {
 		return err
 	}
-	r := &netlink.Route{LinkIndex: host.Attrs().Index, Dst: host32(a.PodIP), Scope: netlink.SCOPE_LINK, Table: mainTable}
+	r := &netlink.Route{LinkIndex: host.Attrs().Index, Dst: host32(a.PodIP), Scope: netlink.SCOPE_LINK, Table: routing.MainTable}
 	if err := netlink.RouteReplace(r); err != nil {
 		return fmt.Errorf("add host route %v/32 dev %s: %w", a.PodIP, a.HostVeth, err)
 	}
-	return ensureRules(a)
-}
-
-// ensureRules makes the pod's policy rules exactly the wanted set: rules at
-// our priorities for this address that differ (another table left by an
-// earlier owner of the address) are removed, the wanted ones added, and an
-// identical existing rule is success (B28).
-func ensureRules(a Attachment) error {
-	want := wantedRules(a)
-	have, err := rulesFor(a.PodIP)
-	if err != nil {
-		return err
-	}
-	for _, r := range have {
-		if !containsRule(want, r) {
-			if err := netlink.RuleDel(&r); err != nil && !errors.Is(err, unix.ENOENT) {
-				return fmt.Errorf("remove stale rule %s: %w", describeRule(r), err)
-			}
-		}
-	}
-	for _, r := range want {
-		if containsRule(have, r) {
-			continue
-		}
-		if err := netlink.RuleAdd(&r); err != nil && !errors.Is(err, unix.EEXIST) {
-			return fmt.Errorf("add rule %s: %w", describeRule(r), err)
-		}
-	}
-	return nil
+	return routing.EnsurePodRules(a.PodIP, a.RouteTable)
 }
 
 // readBack reads both ends after the last change (B33).

@@ -8,6 +8,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
+	"github.com/vpcip/vpcip/routing"
 	"golang.org/x/sys/unix"
 )
 
@@ -34,7 +35,7 @@ func Teardown(podNSPath string, a Attachment) error {
 		if err := RemoveHostRoute(a.PodIP, ""); err != nil {
 			errs = append(errs, err)
 		}
-		if _, err := RemoveRules(a.PodIP); err != nil {
+		if _, err := routing.RemovePodRules(a.PodIP); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -156,34 +157,11 @@ func RemoveHostRoute(addr netip.Addr, hostVeth string) error {
 	return nil
 }
 
-// RemoveRules deletes the pod rules of addr (priorities 512 and 1536) and
-// returns how many it removed. Missing rules are success.
-func RemoveRules(addr netip.Addr) (int, error) {
-	if !addr.Is4() {
-		return 0, nil
-	}
-	rules, err := rulesFor(addr)
-	if err != nil {
-		return 0, err
-	}
-	n := 0
-	for _, r := range rules {
-		if err := netlink.RuleDel(&r); err != nil {
-			if errors.Is(err, unix.ENOENT) {
-				continue
-			}
-			return n, fmt.Errorf("delete rule %s: %w", describeRule(r), err)
-		}
-		n++
-	}
-	return n, nil
-}
-
 func hostRoutes(addr netip.Addr) ([]netlink.Route, error) {
 	if !addr.Is4() {
 		return nil, nil
 	}
-	filter := &netlink.Route{Dst: host32(addr), Table: mainTable}
+	filter := &netlink.Route{Dst: host32(addr), Table: routing.MainTable}
 	routes, err := netlinksafe.RouteListFiltered(netlink.FAMILY_V4, filter, netlink.RT_FILTER_DST|netlink.RT_FILTER_TABLE)
 	if err != nil {
 		return nil, fmt.Errorf("list routes to %v/32: %w", addr, err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/vpcip/vpcip/cni/datapath"
 	"github.com/vpcip/vpcip/ipamd/api"
+	"github.com/vpcip/vpcip/routing"
 )
 
 // Del is CNI DEL. It always releases the address by key, whether or not a
@@ -154,7 +155,7 @@ func removeHostSide(log *slog.Logger, addr netip.Addr, key api.Key, owners ...st
 	if err := datapath.RemoveHostRoute(addr, link); err != nil {
 		errs = append(errs, err)
 	}
-	n, err := datapath.RemoveRules(addr)
+	n, err := routing.RemovePodRules(addr)
 	if err != nil {
 		errs = append(errs, err)
 	}

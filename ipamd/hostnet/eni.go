@@ -11,6 +11,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/utils/sysctl"
 	"github.com/vishvananda/netlink"
+	"github.com/vpcip/vpcip/routing"
 	"golang.org/x/sys/unix"
 )
 
@@ -40,7 +41,7 @@ const rpFilterLoose = "2"
 // ENI is one secondary ENI as the node must see it.
 type ENI struct {
 	MAC          string       // MAC of the ENI ("0a:1b:2c:3d:4e:5f", any case); its link is found by it
-	DeviceNumber int          // EC2 attachment device number, ≥ 1; route table is DeviceNumber+1
+	DeviceNumber int          // EC2 attachment device number, ≥ 1; route table routing.TableForDevice(DeviceNumber)
 	PrimaryIP    netip.Addr   // the ENI's primary private IPv4 address
 	SubnetCIDR   netip.Prefix // IPv4 CIDR of the ENI's subnet
 	Gateway      netip.Addr   // subnet gateway, by EC2 convention the subnet's first address + 1
@@ -85,10 +86,10 @@ func (e ENI) validate() error {
 //   - puts e.PrimaryIP/<subnet bits> on it without a prefix route
 //     (IFA_F_NOPREFIXROUTE: the subnet route lives in the ENI's table only,
 //     so pods on the primary ENI never reach the subnet by this link),
-//   - fills table DeviceNumber+1 with exactly "<gateway>/32 scope link",
+//   - fills the ENI's table (routing.TableForDevice) with exactly "<gateway>/32 scope link",
 //     "<subnet> scope link src <primary>" and "default via <gateway>", all on
 //     the link, removing any other route there,
-//   - adds the rule "from <primary>/32 lookup <table>" at PriorityENI,
+//   - adds the rule "from <primary>/32 lookup <table>" at routing.PriorityENI,
 //     removing any other rule at that priority for the same table.
 //
 // Re-running it changes nothing when the host already matches. Bad input
@@ -124,7 +125,7 @@ func EnsureENI(e ENI) (linkName string, err error) {
 }
 
 // RemoveENI undoes EnsureENI for the ENI at e.DeviceNumber: it deletes every
-// route in table DeviceNumber+1, every rule at PriorityENI that looks up that
+// route in the ENI's table, every rule at routing.PriorityENI that looks up that
 // table, and e.PrimaryIP from the link if the link is still there. Link MTU
 // and state are left alone (the link usually disappears on detach). What is
 // already gone is success, so it is safe before or after EC2
@@ -133,7 +134,7 @@ func RemoveENI(e ENI) error {
 	if e.DeviceNumber < 1 {
 		return fmt.Errorf("ENI %s: device number %d: a secondary ENI has device number ≥ 1", e.MAC, e.DeviceNumber)
 	}
-	table := TableForDevice(e.DeviceNumber)
+	table := routing.TableForDevice(e.DeviceNumber)
 	eniMu.Lock()
 	defer eniMu.Unlock()
 	var errs []error
@@ -264,7 +265,7 @@ func removeAddr(link netlink.Link, a netip.Addr) error {
 
 // eniRoutes is the spec of an ENI's route table.
 func eniRoutes(link netlink.Link, e ENI) []netlink.Route {
-	idx, table := link.Attrs().Index, TableForDevice(e.DeviceNumber)
+	idx, table := link.Attrs().Index, routing.TableForDevice(e.DeviceNumber)
 	return []netlink.Route{
 		{LinkIndex: idx, Table: table, Scope: netlink.SCOPE_LINK, Dst: hostPrefix(e.Gateway)},
 		{LinkIndex: idx, Table: table, Scope: netlink.SCOPE_LINK, Dst: ipNet(e.SubnetCIDR), Src: net.IP(e.PrimaryIP.AsSlice())},
@@ -289,7 +290,7 @@ func sameRoute(a, b netlink.Route) bool {
 // always reachable.
 func ensureENIRoutes(link netlink.Link, e ENI) error {
 	want := eniRoutes(link, e)
-	table := TableForDevice(e.DeviceNumber)
+	table := routing.TableForDevice(e.DeviceNumber)
 	have, err := tableRoutes(table)
 	if err != nil {
 		return err
@@ -338,28 +339,28 @@ func tableRoutes(table int) ([]netlink.Route, error) {
 	return rs, nil
 }
 
-// eniRules lists the IPv4 rules at PriorityENI that look up table.
+// eniRules lists the IPv4 rules at routing.PriorityENI that look up table.
 func eniRules(table int) ([]netlink.Rule, error) {
 	rs, err := netlinksafe.RuleListFiltered(netlink.FAMILY_V4,
-		&netlink.Rule{Priority: PriorityENI, Table: table}, netlink.RT_FILTER_PRIORITY|netlink.RT_FILTER_TABLE)
+		&netlink.Rule{Priority: routing.PriorityENI, Table: table}, netlink.RT_FILTER_PRIORITY|netlink.RT_FILTER_TABLE)
 	if err != nil {
 		return nil, fmt.Errorf("list rules of table %d: %w", table, err)
 	}
 	return rs, nil
 }
 
-// ensureENIRule keeps exactly one rule at PriorityENI for the ENI's table,
+// ensureENIRule keeps exactly one rule at routing.PriorityENI for the ENI's table,
 // "from <primary>/32 lookup <table>"; rules there for the same table with
 // another source (a former ENI at this device number) are deleted.
 func ensureENIRule(e ENI) error {
-	table := TableForDevice(e.DeviceNumber)
+	table := routing.TableForDevice(e.DeviceNumber)
 	have, err := eniRules(table)
 	if err != nil {
 		return err
 	}
 	want := netlink.NewRule()
 	want.Family = netlink.FAMILY_V4
-	want.Priority = PriorityENI
+	want.Priority = routing.PriorityENI
 	want.Table = table
 	want.Src = hostPrefix(e.PrimaryIP)
 	return keepOneRule(have, want, func(r netlink.Rule) bool {

@@ -11,14 +11,9 @@
 // left alone, what differs is replaced, nothing is ever added twice. Every
 // Remove function treats what is already gone as success.
 //
-// Policy rule priorities on a vpcip node (lower runs first):
-//
-//	 512  to <pod>/32 lookup main             (plugin, per pod: PriorityToPod)
-//	1024  fwmark <mark>/<mark> lookup main     (EnsureSNAT: PriorityMark)
-//	1535  from <ENI primary>/32 lookup <d+1>   (EnsureENI: PriorityENI)
-//	1536  from <pod>/32 lookup <d+1>           (plugin, pods on secondary ENIs: PriorityFromPod)
-//
-// Route table of the ENI at device number d is d+1 (TableForDevice).
+// Rule priorities and ENI route table numbers are package routing's, the
+// contract shared with the plugin: EnsureENI uses routing.PriorityENI and
+// routing.TableForDevice, EnsureSNAT routing.PriorityMark.
 //
 // iptables chains, all vpcip's own and rewritten to spec by EnsureSNAT:
 // mangle ChainConnmark (from PREROUTING) and ChainEgress, nat ChainSNAT (from
@@ -30,30 +25,6 @@ import (
 	"net"
 	"net/netip"
 )
-
-// Policy rule priorities used on a vpcip node; see the package comment.
-const (
-	// PriorityToPod is the plugin's per-pod rule "to <pod>/32 lookup main",
-	// so traffic to a local pod always takes its host veth route.
-	PriorityToPod = 512
-	// PriorityMark is the rule "fwmark <mark>/<mark> lookup main": marked
-	// packets (pod egress leaving the VPC, replies to connections that came
-	// in on the primary ENI) leave by the primary ENI, ahead of the per-pod
-	// "from" rules.
-	PriorityMark = 1024
-	// PriorityENI is the rule "from <ENI primary address>/32 lookup <d+1>"
-	// for each secondary ENI, so the node's own traffic from that address
-	// leaves by that ENI. It is distinct from PriorityFromPod so a scan of
-	// the pod rules never sees ENI rules.
-	PriorityENI = 1535
-	// PriorityFromPod is the plugin's rule "from <pod>/32 lookup <d+1>" for
-	// a pod whose address lives on the secondary ENI at device number d.
-	PriorityFromPod = 1536
-)
-
-// TableForDevice is the route table of the ENI at device number d: d+1
-// (docs/design.md §4). Device number 0, the primary ENI, uses the main table.
-func TableForDevice(deviceNumber int) int { return deviceNumber + 1 }
 
 // ipNet converts a prefix to the net.IPNet netlink expects; the one place
 // where netip meets net for this package.

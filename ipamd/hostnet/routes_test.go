@@ -2,8 +2,6 @@ package hostnet
 
 import (
 	"net/netip"
-	"slices"
-	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -37,44 +35,5 @@ func TestPodRoutes(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, got, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
 		t.Fatalf("PodRoutes (-want +got):\n%s", diff)
-	}
-}
-
-// TestRemovePodRules deletes exactly the plugin's rules of one address and
-// leaves every other rule, including another pod's, alone.
-func TestRemovePodRules(t *testing.T) {
-	needRoot(t)
-	n := newNS(t, "podrules")
-	for _, r := range [][]string{
-		{"to", "10.0.0.50/32", "lookup", "main", "priority", "512"},
-		{"from", "10.0.0.50/32", "lookup", "2", "priority", "1536"},
-		{"to", "10.0.0.51/32", "lookup", "main", "priority", "512"},
-		{"from", "10.0.0.51/32", "lookup", "3", "priority", "1536"},
-		{"from", "10.0.0.50/32", "lookup", "2", "priority", "1535"}, // an ENI rule, not a pod's
-	} {
-		n.run(t, append([]string{"ip", "rule", "add"}, r...)...)
-	}
-	var listed []netip.Addr
-	n.do(t, func() (err error) { listed, err = PodRuleAddresses(); return err })
-	if want := []netip.Addr{netip.MustParseAddr("10.0.0.50"), netip.MustParseAddr("10.0.0.51")}; !slices.Equal(listed, want) {
-		t.Errorf("PodRuleAddresses = %v, want %v", listed, want)
-	}
-	var removed int
-	n.do(t, func() (err error) { removed, err = RemovePodRules(netip.MustParseAddr("10.0.0.50")); return err })
-	if removed != 2 {
-		t.Errorf("removed %d rules, want 2", removed)
-	}
-	got := n.run(t, "ip", "rule", "show")
-	for _, want := range []string{"512:\tfrom all to 10.0.0.51 lookup main", "1536:\tfrom 10.0.0.51 lookup 3", "1535:\tfrom 10.0.0.50 lookup 2"} {
-		if !strings.Contains(got, want) {
-			t.Errorf("rule %q gone:\n%s", want, got)
-		}
-	}
-	if strings.Contains(got, "to 10.0.0.50 ") || strings.Contains(got, "1536:\tfrom 10.0.0.50 ") {
-		t.Errorf("a rule of 10.0.0.50 is left:\n%s", got)
-	}
-	n.do(t, func() (err error) { removed, err = RemovePodRules(netip.MustParseAddr("10.0.0.50")); return err })
-	if removed != 0 {
-		t.Errorf("second call removed %d rules, want 0", removed)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/coreos/go-iptables/iptables"
 	"github.com/vishvananda/netlink"
+	"github.com/vpcip/vpcip/routing"
 	"golang.org/x/sys/unix"
 )
 
@@ -19,7 +20,7 @@ const (
 	// the connection mark on connections entering by the primary ENI to a
 	// local address (NodePort), sends new pod connections through
 	// ChainEgress, and restores the connection mark onto packets arriving on
-	// any other link, so rule PriorityMark routes them by the main table.
+	// any other link, so rule routing.PriorityMark routes them by the main table.
 	ChainConnmark = "VPCIP-CONNMARK"
 	// ChainEgress (mangle, jumped to from ChainConnmark; absent with external
 	// SNAT) returns for VPC and excluded CIDRs and marks every other new pod
@@ -88,7 +89,7 @@ func (c SNATConfig) validate() error {
 //     a secondary ENI (NodePort DNAT, B15; replies to SNATed egress, B17)
 //     fail the strict reverse-path check, whose reverse lookup from the pod
 //     address hits the pod's "from" rule and so the pod's ENI,
-//   - the rule "fwmark <mark>/<mark> lookup main" at PriorityMark,
+//   - the rule "fwmark <mark>/<mark> lookup main" at routing.PriorityMark,
 //   - mangle ChainConnmark (always: NodePort replies keep their ENI),
 //   - unless c.External: mangle ChainEgress and nat ChainSNAT, so a pod
 //     connection to anything outside c.VPCCIDRs and c.ExcludeCIDRs is marked,
@@ -147,7 +148,7 @@ func EnsureSNAT(c SNATConfig) error {
 
 // RemoveSNAT deletes everything EnsureSNAT made except the rp_filter value:
 // the jumps, ChainSNAT, ChainEgress, ChainConnmark and the fwmark rule at
-// PriorityMark. What is already gone is success.
+// routing.PriorityMark. What is already gone is success.
 func RemoveSNAT() error {
 	ipt, err := iptables.New()
 	if err != nil {
@@ -232,13 +233,13 @@ func snatRules(c SNATConfig, randomFully bool) snatRuleSet {
 	}
 }
 
-// markRules lists the rules at PriorityMark that send fwmarked packets to
+// markRules lists the rules at routing.PriorityMark that send fwmarked packets to
 // the main table: ours, whatever mark an earlier spec used.
 func markRules() ([]netlink.Rule, error) {
 	rs, err := netlinksafe.RuleListFiltered(netlink.FAMILY_V4,
-		&netlink.Rule{Priority: PriorityMark, Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_PRIORITY|netlink.RT_FILTER_TABLE)
+		&netlink.Rule{Priority: routing.PriorityMark, Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_PRIORITY|netlink.RT_FILTER_TABLE)
 	if err != nil {
-		return nil, fmt.Errorf("list rules at priority %d: %w", PriorityMark, err)
+		return nil, fmt.Errorf("list rules at priority %d: %w", routing.PriorityMark, err)
 	}
 	var out []netlink.Rule
 	for _, r := range rs {
@@ -250,7 +251,7 @@ func markRules() ([]netlink.Rule, error) {
 }
 
 // ensureMarkRule keeps exactly one "fwmark mark/mark lookup main" rule at
-// PriorityMark; fwmark rules there with another mark are deleted.
+// routing.PriorityMark; fwmark rules there with another mark are deleted.
 func ensureMarkRule(mark uint32) error {
 	have, err := markRules()
 	if err != nil {
@@ -258,7 +259,7 @@ func ensureMarkRule(mark uint32) error {
 	}
 	want := netlink.NewRule()
 	want.Family = netlink.FAMILY_V4
-	want.Priority = PriorityMark
+	want.Priority = routing.PriorityMark
 	want.Table = unix.RT_TABLE_MAIN
 	want.Mark = mark
 	mask := mark

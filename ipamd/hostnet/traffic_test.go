@@ -3,6 +3,7 @@ package hostnet
 import (
 	"errors"
 	"fmt"
+	"github.com/vpcip/vpcip/routing"
 	"net"
 	"net/netip"
 	"strings"
@@ -75,9 +76,9 @@ func (v *vpc) addPod(t *testing.T, pod *testNS, hostVeth, ip string, device int)
 	}
 	pod.run(t, "ip", "neigh", "add", "169.254.1.1", "lladdr", mac, "dev", "eth0", "nud", "permanent")
 	n.run(t, "ip", "route", "add", ip+"/32", "dev", hostVeth, "scope", "link")
-	n.run(t, "ip", "rule", "add", "to", ip+"/32", "lookup", "main", "priority", fmt.Sprint(PriorityToPod))
+	n.run(t, "ip", "rule", "add", "to", ip+"/32", "lookup", "main", "priority", fmt.Sprint(routing.PriorityToPod))
 	if device > 0 {
-		n.run(t, "ip", "rule", "add", "from", ip+"/32", "lookup", fmt.Sprint(TableForDevice(device)), "priority", fmt.Sprint(PriorityFromPod))
+		n.run(t, "ip", "rule", "add", "from", ip+"/32", "lookup", fmt.Sprint(routing.TableForDevice(device)), "priority", fmt.Sprint(routing.PriorityFromPod))
 	}
 }
 

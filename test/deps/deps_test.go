@@ -4,6 +4,7 @@ package deps
 
 import (
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -58,6 +59,23 @@ func TestPluginStaysLight(t *testing.T) {
 				t.Errorf("the plugin links %s: it must not import %s (docs/conventions.md habit 12)", dep, f)
 			}
 		}
+	}
+}
+
+// TestRoutingContractIsSmall: package routing, the datapath contract the
+// plugin and the daemon share, links only the standard library and netlink
+// (with netlink's own dependencies), so the plugin may import it.
+func TestRoutingContractIsSmall(t *testing.T) {
+	allowed := []string{"github.com/vishvananda/netlink", "github.com/vishvananda/netns", "golang.org/x/sys/"}
+	full := module + "/routing"
+	for dep := range goList(t, full) {
+		if dep == full || slices.ContainsFunc(allowed, func(a string) bool { return strings.HasPrefix(dep, a) }) {
+			continue
+		}
+		t.Errorf("routing imports %s: it may use only the standard library and netlink", dep)
+	}
+	if !goList(t, module+"/cni/datapath")[full] || !goList(t, module+"/ipamd/hostnet")[full] {
+		t.Errorf("cni/datapath and ipamd/hostnet must both use the routing contract")
 	}
 }
 

@@ -83,6 +83,22 @@ func (l Limits) PodAddressesPerENI() int {
 	return l.IPv4PerENI - 1
 }
 
+// PodENIs is how many of the instance's ENIs hold pod addresses: MaxENIs,
+// capped by maxENI when maxENI > 0 (MAX_ENI), minus one under custom
+// networking, where the primary ENI holds none (AWS VPC CNI issue #331,
+// field failure B19). The daemon's pool limits and `vpcipctl max-pods` both
+// use it, so the node's budget and kubelet's max-pods agree.
+func (l Limits) PodENIs(maxENI int, customNetworking bool) int {
+	n := l.MaxENIs
+	if maxENI > 0 && maxENI < n {
+		n = maxENI
+	}
+	if customNetworking {
+		n--
+	}
+	return max(n, 0)
+}
+
 // MaxPods is the reference formula ENIs × (IPv4 per ENI − 1) + 2 (the two are
 // host-network pods), in pods.
 func (l Limits) MaxPods() int { return l.MaxENIs*l.PodAddressesPerENI() + 2 }

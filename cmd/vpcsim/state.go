@@ -27,6 +27,16 @@ type state struct {
 	OutsideAddr  string `json:"outsideAddr,omitempty"`
 	OutsideNetns string `json:"outsideNetns,omitempty"`
 	Nodes        []node `json:"nodes"`
+	// PodSubnets and PodSecurityGroup exist with --pod-subnets.
+	PodSubnets       []subnetState `json:"podSubnets,omitempty"`
+	PodSecurityGroup string        `json:"podSecurityGroup,omitempty"`
+}
+
+// subnetState is one subnet for pod ENIs.
+type subnetState struct {
+	ID   string `json:"id"`
+	CIDR string `json:"cidr"`
+	Zone string `json:"zone"`
 }
 
 // node is one launched instance.
@@ -39,6 +49,7 @@ type node struct {
 	MAC          string `json:"mac"`
 	ENI          string `json:"eni"`
 	SubnetID     string `json:"subnetId"`
+	Zone         string `json:"zone"`
 }
 
 func statePath(c commonFlags) string {

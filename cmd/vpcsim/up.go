@@ -8,8 +8,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -24,6 +26,8 @@ func runUp(args []string) error {
 	itype := fs.String("instance-type", "m5.large", "EC2 instance type of every node")
 	outside := fs.Bool("outside", false, "add the outside host 203.0.113.10, reachable from node primary addresses")
 	seed := fs.Int64("seed", 0, "non-zero: deterministic IDs and MACs")
+	zones := fs.Int("zones", 1, "spread the nodes over this many zones (1-3), each node in its zone's subnet")
+	podSubnets := fs.Bool("pod-subnets", false, "add the secondary VPC CIDR 100.65.0.0/16 with one /20 per zone tagged kubernetes.io/role/cni=1, and a \"pods\" security group")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -32,6 +36,9 @@ func runUp(args []string) error {
 	}
 	if *nodes < 1 {
 		return fmt.Errorf("--nodes %d: want at least 1", *nodes)
+	}
+	if *zones < 1 || *zones > 3 {
+		return fmt.Errorf("--zones %d: want 1 to 3", *zones)
 	}
 	if s, err := readState(statePath(c)); err == nil {
 		if upRunning(s.PID) {
@@ -43,7 +50,7 @@ func runUp(args []string) error {
 	defer stop()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	r := &upRun{flags: c, log: log}
-	err := r.start(vpcsim.Config{Seed: *seed}, *nodes, *itype, *outside)
+	err := r.start(simConfig(*seed, *podSubnets), *nodes, *zones, *itype, *outside)
 	if err == nil {
 		r.print(os.Stdout)
 		<-ctx.Done()
@@ -62,7 +69,33 @@ type upRun struct {
 	state   state
 }
 
-func (r *upRun) start(cfg vpcsim.Config, nodes int, itype string, outside bool) error {
+// Layout of `vpcsim up`: node subnets are the default /20 per zone of
+// 100.64.0.0/16; --pod-subnets adds podsCIDR with a /20 per zone.
+var (
+	zoneLetters = []string{"a", "b", "c"}
+	podsCIDR    = netip.MustParsePrefix("100.65.0.0/16")
+)
+
+// simConfig is the VPC of `vpcsim up`: the default layout, plus the pod
+// subnets and their security group with podSubnets.
+func simConfig(seed int64, podSubnets bool) vpcsim.Config {
+	cfg := vpcsim.Config{Seed: seed}
+	if !podSubnets {
+		return cfg
+	}
+	cfg.SecondaryVPCCIDRs = []netip.Prefix{podsCIDR}
+	for i, z := range zoneLetters {
+		a := podsCIDR.Addr().As4()
+		a[2] = byte(16 * i)
+		cfg.Subnets = append(cfg.Subnets, vpcsim.SubnetSpec{CIDR: netip.MustParsePrefix("100.64." + strconv.Itoa(16*i) + ".0/20"), AvailabilityZone: "us-west-2" + z})
+		cfg.Subnets = append(cfg.Subnets, vpcsim.SubnetSpec{CIDR: netip.PrefixFrom(netip.AddrFrom4(a), 20), AvailabilityZone: "us-west-2" + z,
+			Tags: map[string]string{"kubernetes.io/role/cni": "1", "Name": "pods-" + z}})
+	}
+	cfg.SecurityGroups = []vpcsim.SecurityGroupSpec{{Name: "pods", Description: "pod ENIs"}}
+	return cfg
+}
+
+func (r *upRun) start(cfg vpcsim.Config, nodes, zones int, itype string, outside bool) error {
 	cloud, err := vpcsim.New(cfg)
 	if err != nil {
 		return err
@@ -95,8 +128,21 @@ func (r *upRun) start(cfg vpcsim.Config, nodes int, itype string, outside bool) 
 		}
 		r.state.OutsideAddr, r.state.OutsideNetns = addr.String(), r.fab.OutsideNetns()
 	}
+	var nodeSubnets []string // by zone
+	for _, sub := range cloud.Subnets() {
+		if _, pod := sub.Tags["kubernetes.io/role/cni"]; pod {
+			r.state.PodSubnets = append(r.state.PodSubnets, subnetState{ID: sub.ID, CIDR: sub.CIDR.String(), Zone: sub.AvailabilityZone})
+		} else if len(nodeSubnets) < zones {
+			nodeSubnets = append(nodeSubnets, sub.ID)
+		}
+	}
+	for _, g := range cloud.SecurityGroups() {
+		if g.Name == "pods" {
+			r.state.PodSecurityGroup = g.ID
+		}
+	}
 	for i := range nodes {
-		inst, err := cloud.LaunchInstance(itype, "")
+		inst, err := cloud.LaunchInstance(itype, nodeSubnets[i%len(nodeSubnets)])
 		if err != nil {
 			return fmt.Errorf("launch node%d: %w", i+1, err)
 		}
@@ -104,6 +150,7 @@ func (r *upRun) start(cfg vpcsim.Config, nodes int, itype string, outside bool) 
 		r.state.Nodes = append(r.state.Nodes, node{
 			Name: fmt.Sprintf("node%d", i+1), InstanceID: inst.ID, InstanceType: inst.Type,
 			Netns: r.fab.NodeNetns(inst.ID), PrimaryIP: eni.PrimaryIP.String(), MAC: eni.MAC, ENI: eni.ID, SubnetID: inst.SubnetID,
+			Zone: inst.AvailabilityZone,
 		})
 	}
 	if err := r.fab.Err(); err != nil {
@@ -153,8 +200,11 @@ func (r *upRun) print(w io.Writer) {
 	if s.OutsideAddr != "" {
 		fmt.Fprintf(w, "  outside  %s (netns %s), reachable from node primary addresses\n", s.OutsideAddr, s.OutsideNetns)
 	}
+	for _, p := range s.PodSubnets {
+		fmt.Fprintf(w, "  pods     %s %s in %s, tagged kubernetes.io/role/cni=1 (security group %s)\n", p.ID, p.CIDR, p.Zone, s.PodSecurityGroup)
+	}
 	for _, n := range s.Nodes {
-		fmt.Fprintf(w, "  %s  %s %s  %s  netns %s\n", n.Name, n.InstanceID, n.InstanceType, n.PrimaryIP, n.Netns)
+		fmt.Fprintf(w, "  %s  %s %s  %s  %s  netns %s\n", n.Name, n.InstanceID, n.InstanceType, n.Zone, n.PrimaryIP, n.Netns)
 		fmt.Fprintf(w, "         vpcsim exec --prefix %s %s -- <command>\n", s.Prefix, n.Name)
 	}
 	fmt.Fprintf(w, "stop with Ctrl-C or vpcsim down --prefix %s\n", s.Prefix)

@@ -96,7 +96,7 @@ func upDown(t *testing.T, bin string, c commonFlags, crash bool) {
 	}
 
 	var upOut bytes.Buffer
-	up := exec.Command(bin, append([]string{"up", "--nodes", "2", "--outside"}, flags...)...)
+	up := exec.Command(bin, append([]string{"up", "--nodes", "2", "--outside", "--zones", "2", "--pod-subnets"}, flags...)...)
 	up.Stdout, up.Stderr = &upOut, &upOut
 	if err := up.Start(); err != nil {
 		t.Fatal(err)
@@ -107,6 +107,10 @@ func upDown(t *testing.T, bin string, c commonFlags, crash bool) {
 	s := waitState(t, statePath(c), upDone, &upOut)
 	if len(s.Nodes) != 2 || s.PID != up.Process.Pid {
 		t.Fatalf("state: %+v", s)
+	}
+	if s.Nodes[0].Zone != "us-west-2a" || s.Nodes[1].Zone != "us-west-2b" || len(s.PodSubnets) != 3 ||
+		s.PodSubnets[1].CIDR != "100.65.16.0/20" || s.PodSubnets[1].Zone != "us-west-2b" || !strings.HasPrefix(s.PodSecurityGroup, "sg-") {
+		t.Errorf("--zones 2 --pod-subnets: nodes %+v, pod subnets %+v, group %q", s.Nodes, s.PodSubnets, s.PodSecurityGroup)
 	}
 	if got := leftovers(t, c.prefix); len(got) != len(s.Nodes)+2 {
 		t.Errorf("while up, host sees %v; want only the netns of router, outside host and nodes", got)

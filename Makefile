@@ -6,7 +6,7 @@ export GOFLAGS ?= -buildvcs=false
 
 BINARIES := vpcipd vpcip-cni vpcipctl vpcsim
 
-.PHONY: all build deps test-deps containerd-setup demo demo-containerd test lint bench clean dashboards
+.PHONY: all build deps test-deps containerd-setup demo demo-containerd test lint bench soak clean dashboards
 
 all: build
 
@@ -54,6 +54,10 @@ dashboards:
 ## test: lint, then every package's tests (netns, iptables and e2e tests need root).
 test: test-deps containerd-setup lint
 	VPCIP_REQUIRE_CONTAINERD=1 VPCIP_REQUIRE_CONTAINERD2=1 $(GO) test -count=1 -timeout 18m ./...
+
+## soak: the kill campaign with 100 kill -9 of vpcipd during churn on two vpcsim nodes (make test runs 6).
+soak: deps
+	VPCIP_KILLS=100 $(GO) test -count=1 -timeout 60m -run '^TestKillCampaign$$' -v ./test/e2e/
 
 ## bench: plugin latency, CPU time and instructions vs the reference chain, burst latency, daemon RSS, EC2 calls per 100 pods.
 bench: deps build containerd-setup

@@ -62,7 +62,9 @@ func start(t *testing.T, opts cluster.Options) *cluster.Cluster {
 	t.Helper()
 	requireRoot(t)
 	opts.BinDir = binaries(t)
-	opts.Prefix = fmt.Sprintf("ve%d%d", os.Getpid()%100, prefixN.Add(1))
+	if opts.Prefix == "" {
+		opts.Prefix = fmt.Sprintf("ve%d%d", os.Getpid()%100, prefixN.Add(1))
+	}
 	opts.WorkDir = t.TempDir()
 	opts.Logf = t.Logf
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -14,6 +14,8 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/google/go-cmp/cmp"
 	"github.com/vishvananda/netlink"
+
+	"github.com/vpcip/vpcip/test/netnsdir"
 )
 
 func TestTableForDevice(t *testing.T) {
@@ -99,10 +101,10 @@ func inNetns(t *testing.T, setup [][]string, f func() error) string {
 		}
 		return string(out)
 	}
-	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
-		t.Fatalf("ip netns add %s: %v: %s", name, err, out)
+	if err := netnsdir.Create(name); err != nil {
+		t.Fatal(err)
 	}
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", name).Run() })
+	t.Cleanup(func() { netnsdir.Delete(name) })
 	for _, args := range setup {
 		ip(args...)
 	}

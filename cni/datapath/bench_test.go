@@ -2,12 +2,13 @@ package datapath
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
+
+	"github.com/vpcip/vpcip/test/netnsdir"
 )
 
 // BenchmarkSetupTeardown measures the in-process datapath work of one ADD
@@ -18,15 +19,15 @@ func BenchmarkSetupTeardown(b *testing.B) {
 		b.Skip("needs root")
 	}
 	open := func(name string) ns.NetNS {
-		_ = exec.Command("ip", "netns", "del", name).Run()
-		if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
-			b.Fatalf("%v %s", err, out)
+		_ = netnsdir.Delete(name)
+		if err := netnsdir.Create(name); err != nil {
+			b.Fatal(err)
 		}
 		h, err := ns.GetNS(filepath.Join("/var/run/netns", name))
 		if err != nil {
 			b.Fatal(err)
 		}
-		b.Cleanup(func() { h.Close(); _ = exec.Command("ip", "netns", "del", name).Run() })
+		b.Cleanup(func() { h.Close(); _ = netnsdir.Delete(name) })
 		return h
 	}
 	node, pod := open("vct-dpb-node"), open("vct-dpb-pod")

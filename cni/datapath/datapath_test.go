@@ -4,7 +4,6 @@ import (
 	"errors"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -12,6 +11,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 	"github.com/vpcip/vpcip/routing"
+	"github.com/vpcip/vpcip/test/netnsdir"
 )
 
 // newNetns makes a throwaway "vct-dp-*" netns removed at cleanup.
@@ -24,9 +24,9 @@ func newNetns(t *testing.T) (string, ns.NetNS) {
 	if len(name) > 40 {
 		name = name[:40]
 	}
-	_ = exec.Command("ip", "netns", "del", name).Run()
-	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
-		t.Fatalf("ip netns add: %v %s", err, out)
+	_ = netnsdir.Delete(name)
+	if err := netnsdir.Create(name); err != nil {
+		t.Fatal(err)
 	}
 	h, err := ns.GetNS(filepath.Join("/var/run/netns", name))
 	if err != nil {
@@ -34,7 +34,7 @@ func newNetns(t *testing.T) (string, ns.NetNS) {
 	}
 	t.Cleanup(func() {
 		h.Close()
-		_ = exec.Command("ip", "netns", "del", name).Run()
+		_ = netnsdir.Delete(name)
 	})
 	return name, h
 }

@@ -6,7 +6,7 @@ export GOFLAGS ?= -buildvcs=false
 
 BINARIES := vpcipd vpcip-cni vpcipctl vpcsim
 
-.PHONY: all build deps test-deps containerd-setup demo demo-containerd test lint bench soak clean dashboards
+.PHONY: all build deps test-deps containerd-setup demo demo-containerd test lint bench soak clean dashboards readme-picture
 
 all: build
 
@@ -46,6 +46,12 @@ lint:
 	$(GO) vet ./...
 	$(GO) test -count=1 ./test/deps
 	cd tools/dashboards && $(GO) vet . && $(GO) run . -check -out $(CURDIR)/charts/vpcip/files/dashboards
+
+## readme-picture: run the monitoring scenario (root) and draw docs/fleet-dashboard.png from the Fleet dashboard's query results.
+readme-picture: test-deps
+	@mkdir -p results
+	VPCIP_PANELS_OUT=$(CURDIR)/results/panels.json $(GO) test -count=1 -run TestMonitoringScenario ./test/monitoring
+	cd tools/dashboards && $(GO) run ./picture -in $(CURDIR)/results/panels.json -out $(CURDIR)/docs/fleet-dashboard.png
 
 ## dashboards: regenerate the Grafana dashboards from tools/dashboards (grafana-foundation-sdk) into the chart.
 dashboards:

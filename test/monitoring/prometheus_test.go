@@ -139,6 +139,7 @@ func (p *prometheus) targetsUp(ctx context.Context) (int, error) {
 type series struct {
 	labels map[string]string
 	values []float64
+	times  []float64 // unix seconds of values
 }
 
 func (s series) last() float64 { return s.values[len(s.values)-1] }
@@ -182,7 +183,8 @@ func (p *prometheus) instant(ctx context.Context, expr string, at time.Time) ([]
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, series{labels: r.Metric, values: []float64{v}})
+		t, _ := r.Value[0].(float64)
+		out = append(out, series{labels: r.Metric, values: []float64{v}, times: []float64{t}})
 	}
 	return out, nil
 }
@@ -209,7 +211,8 @@ func (p *prometheus) span(ctx context.Context, expr string, start, end time.Time
 			if err != nil {
 				return nil, err
 			}
-			s.values = append(s.values, v)
+			t, _ := smp[0].(float64)
+			s.values, s.times = append(s.values, v), append(s.times, t)
 		}
 		out = append(out, s)
 	}

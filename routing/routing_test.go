@@ -183,3 +183,29 @@ func TestEnsurePodRulesReplacesStale(t *testing.T) {
 		t.Errorf("rules:\n%s\nwant exactly\n%s", got, want)
 	}
 }
+
+func TestSandboxAliasRoundTrip(t *testing.T) {
+	tests := []struct {
+		network, id, ifName string
+		ok                  bool
+	}{
+		{"vpcip", "c1", "eth0", true},
+		{"team/net", "0123abcd", "net1", true}, // a "/" in the network name
+		{"vpcip", strings.Repeat("a", 300), "eth0", false},
+	}
+	for _, tt := range tests {
+		alias := SandboxAlias(tt.network, tt.id, tt.ifName)
+		if len(alias) > 255 {
+			t.Errorf("alias of %s is %d bytes, over the kernel's 255", tt.id, len(alias))
+		}
+		n, id, ifn, ok := ParseSandboxAlias(alias)
+		if ok != tt.ok || (ok && (n != tt.network || id != tt.id || ifn != tt.ifName)) {
+			t.Errorf("ParseSandboxAlias(%q) = %q %q %q %v", alias, n, id, ifn, ok)
+		}
+	}
+	for _, bad := range []string{"", "other", "vpcip ", "vpcip a/b", "vpcip /c/eth0", "vpcip n//eth0", "vpcip n/c/"} {
+		if _, _, _, ok := ParseSandboxAlias(bad); ok {
+			t.Errorf("ParseSandboxAlias(%q) accepted", bad)
+		}
+	}
+}

@@ -1,8 +1,6 @@
 package plugin
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 
@@ -10,32 +8,14 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/vpcip/vpcip/ipamd/api"
+	"github.com/vpcip/vpcip/routing"
 )
 
-// A host veth's name is derived from its pod's name, so every sandbox of a
-// pod gets the same one. Which sandbox a veth wires is therefore recorded on
-// the veth itself, as its interface alias (IFLA_IFALIAS, `ip link show`
-// prints it): "vpcip <network>/<container ID>/<ifname>", the attachment key.
-// DEL, CHECK and GC touch a host veth, its route and rules only when the
-// alias names their own key, so an operation for an old sandbox can never
-// undo a newer sandbox's wiring.
-
-// identityPrefix starts every alias the plugin writes.
-const identityPrefix = "vpcip "
-
-// maxAlias is the kernel's limit on an interface alias (IFALIASZ 256, with
-// the terminating NUL).
-const maxAlias = 255
-
-// Identity is the alias that marks a host veth as key's. A key too long
-// for an alias is recorded by its SHA-256.
+// Identity is the alias that marks a host veth as key's sandbox
+// (routing.SandboxAlias: the veth's name is the pod's, the same for every
+// sandbox of it; the alias tells them apart).
 func Identity(key api.Key) string {
-	id := identityPrefix + key.String()
-	if len(id) <= maxAlias {
-		return id
-	}
-	sum := sha256.Sum256([]byte(key.String()))
-	return identityPrefix + "sha256:" + hex.EncodeToString(sum[:])
+	return routing.SandboxAlias(key.Network, key.ContainerID, key.IfName)
 }
 
 // markVeth records key on the host veth (in the node netns).

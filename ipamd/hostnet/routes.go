@@ -7,6 +7,8 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/vishvananda/netlink"
+
+	"github.com/vpcip/vpcip/routing"
 )
 
 // PodRoute is one host route to a pod as the node shows it: the plugin's
@@ -14,7 +16,18 @@ import (
 type PodRoute struct {
 	Address  netip.Addr // the pod's IPv4 address
 	HostVeth string     // name of the host end of the pod's veth pair
+	// Sandbox is the attachment the veth's alias names
+	// (routing.SandboxAlias); zero when the veth carries none.
+	Sandbox Sandbox
 }
+
+// Sandbox is a CNI attachment key as a host veth records it.
+type Sandbox struct {
+	Network, ContainerID, IfName string
+}
+
+// Known reports whether the veth named its sandbox.
+func (s Sandbox) Known() bool { return s.ContainerID != "" }
 
 // PodRoutes lists the host routes to pod veths in the current netns: IPv4
 // main-table routes with a /32 destination, scope link, whose device is a
@@ -29,9 +42,13 @@ func PodRoutes() ([]PodRoute, error) {
 		return nil, fmt.Errorf("list links: %w", err)
 	}
 	veths := map[int]string{}
+	sandboxes := map[int]Sandbox{}
 	for _, l := range links {
 		if l.Type() == "veth" {
 			veths[l.Attrs().Index] = l.Attrs().Name
+			if n, id, ifn, ok := routing.ParseSandboxAlias(l.Attrs().Alias); ok {
+				sandboxes[l.Attrs().Index] = Sandbox{Network: n, ContainerID: id, IfName: ifn}
+			}
 		}
 	}
 	routes, err := netlinksafe.RouteList(nil, netlink.FAMILY_V4)
@@ -48,7 +65,7 @@ func PodRoutes() ([]PodRoute, error) {
 		if err != nil || dst.Bits() != 32 || !dst.Addr().Is4() || dst.Addr().IsLinkLocalUnicast() {
 			continue
 		}
-		out = append(out, PodRoute{Address: dst.Addr(), HostVeth: name})
+		out = append(out, PodRoute{Address: dst.Addr(), HostVeth: name, Sandbox: sandboxes[r.LinkIndex]})
 	}
 	slices.SortFunc(out, func(a, b PodRoute) int { return a.Address.Compare(b.Address) })
 	return out, nil

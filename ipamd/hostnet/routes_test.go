@@ -16,6 +16,7 @@ func TestPodRoutes(t *testing.T) {
 	for _, l := range []string{"enib2c3d4e5f60", "eni0123456789a", "eth0"} {
 		n.run(t, "ip", "link", "set", l, "up")
 	}
+	n.run(t, "ip", "link", "set", "enib2c3d4e5f60", "alias", "vpcip vpcip/c51/eth0") // the plugin marks its veths
 	for _, r := range [][]string{
 		{"10.0.0.51/32", "dev", "enib2c3d4e5f60", "scope", "link"},
 		{"10.0.0.50/32", "dev", "eni0123456789a", "scope", "link"},
@@ -31,7 +32,7 @@ func TestPodRoutes(t *testing.T) {
 	n.do(t, func() (err error) { got, err = PodRoutes(); return err })
 	want := []PodRoute{
 		{Address: netip.MustParseAddr("10.0.0.50"), HostVeth: "eni0123456789a"},
-		{Address: netip.MustParseAddr("10.0.0.51"), HostVeth: "enib2c3d4e5f60"},
+		{Address: netip.MustParseAddr("10.0.0.51"), HostVeth: "enib2c3d4e5f60", Sandbox: Sandbox{"vpcip", "c51", "eth0"}},
 	}
 	if diff := cmp.Diff(want, got, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
 		t.Fatalf("PodRoutes (-want +got):\n%s", diff)

@@ -50,6 +50,15 @@ func TestMetricsOfTheRunningDaemon(t *testing.T) {
 			t.Errorf("%s = %v (found %v), want %v", name, got, ok, v)
 		}
 	}
+	if bytes.Contains(body, []byte("\nawscni_")) {
+		t.Error("awscni_* gauges exported without VPCIP_METRICS_AWSCNI_NAMES=true")
+	}
+	if got, ok := sample(body, "vpcip_addresses_without_pod"); !ok || got != 0 {
+		t.Errorf("vpcip_addresses_without_pod = %v (found %v), want 0 without the Kubernetes part", got, ok)
+	}
+	if !regexp.MustCompile(`(?m)^vpcip_build_info\{.*version="dev".*\} 1$`).Match(body) {
+		t.Error("vpcip_build_info{version=\"dev\"} 1 missing")
+	}
 	if got, ok := sample(body, `vpcip_provider_calls_total{operation="CreateNetworkInterface",outcome="ok"}`); !ok || got < 1 {
 		t.Errorf("no successful CreateNetworkInterface counted though 5 pods need a second ENI on a t3.small (got %v)", got)
 	}

@@ -10,6 +10,8 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
 	"github.com/vpcip/vpcip/routing"
 )
 
@@ -41,7 +43,12 @@ func CreatePair(hostNS, podNS ns.NetNS, hostVeth, ifName string, mtu int) (repla
 		return false, err
 	}
 	defer pod.Close()
-	replaced, err = DeleteHostVeth(hostVeth)
+	host, err := hostHandle()
+	if err != nil {
+		return false, err
+	}
+	defer host.Close()
+	replaced, err = deleteVeth(host, hostVeth)
 	if err != nil {
 		return false, fmt.Errorf("remove stale host veth %s: %w", hostVeth, err)
 	}
@@ -51,11 +58,11 @@ func CreatePair(hostNS, podNS ns.NetNS, hostVeth, ifName string, mtu int) (repla
 	if err := createVeth(pod, probe, hostNS); err != nil {
 		return replaced, err
 	}
-	host, err := netlinksafe.LinkByName(hostVeth)
+	link, err := host.LinkByName(hostVeth)
 	if err != nil {
 		return replaced, fmt.Errorf("find host veth %s: %w", hostVeth, err)
 	}
-	if err := netlink.LinkSetUp(host); err != nil {
+	if err := host.LinkSetUp(link); err != nil {
 		return replaced, fmt.Errorf("set host veth %s up: %w", hostVeth, err)
 	}
 	return replaced, nil
@@ -74,24 +81,43 @@ func Configure(podNS ns.NetNS, a Attachment) (Wired, error) {
 		return Wired{}, err
 	}
 	defer pod.Close()
-	host, err := netlinksafe.LinkByName(a.HostVeth)
+	host, err := hostHandle()
+	if err != nil {
+		return Wired{}, err
+	}
+	defer host.Close()
+	hostLink, err := host.LinkByName(a.HostVeth)
 	if err != nil {
 		return Wired{}, fmt.Errorf("find host veth %s: %w", a.HostVeth, err)
 	}
-	if err := setupPodSide(pod, a, host.Attrs().HardwareAddr); err != nil {
+	if err := setupPodSide(pod, a, hostLink.Attrs().HardwareAddr); err != nil {
 		return Wired{}, err
 	}
-	if err := setupHostSide(a, host); err != nil {
+	if err := setupHostSide(host, a, hostLink); err != nil {
 		return Wired{}, err
 	}
-	return readBack(pod, a)
+	return readBack(host, pod, a)
 }
 
-// handleAt opens a netlink socket in the given netns.
+// handleAt opens a route netlink socket in the given netns. Only
+// NETLINK_ROUTE: by default a handle opens one socket per family the
+// netlink package knows (route, xfrm, netfilter), each by switching the
+// thread into the netns and back.
 func handleAt(n ns.NetNS) (netlinksafe.Handle, error) {
-	h, err := netlinksafe.NewHandleAt(netns.NsHandle(int(n.Fd())))
+	h, err := netlinksafe.NewHandleAt(netns.NsHandle(int(n.Fd())), unix.NETLINK_ROUTE)
 	if err != nil {
 		return h, fmt.Errorf("netlink socket in %s: %w", n.Path(), err)
+	}
+	return h, nil
+}
+
+// hostHandle opens a route netlink socket in the calling thread's netns
+// (the node's), so a sequence of requests shares one socket; the netlink
+// package's functions open and close a socket per request.
+func hostHandle() (netlinksafe.Handle, error) {
+	h, err := netlinksafe.NewHandle(unix.NETLINK_ROUTE)
+	if err != nil {
+		return h, fmt.Errorf("netlink socket in the node netns: %w", err)
 	}
 	return h, nil
 }
@@ -147,9 +173,9 @@ func setupPodSide(pod netlinksafe.Handle, a Attachment, hostMAC net.HardwareAddr
 
 // setupHostSide runs in the node netns: MTU and up (already done by
 // SetupVethWithName, re-asserted), the /32 route, the rules.
-func setupHostSide(a Attachment, host netlink.Link) error {
+func setupHostSide(h netlinksafe.Handle, a Attachment, host netlink.Link) error {
 	if host.Attrs().MTU != a.MTU {
-		if err := netlink.LinkSetMTU(host, a.MTU); err != nil {
+		if err := h.LinkSetMTU(host, a.MTU); err != nil {
 			return fmt.Errorf("set %s MTU %d: %w", a.HostVeth, a.MTU, err)
 		}
 	}
@@ -157,16 +183,16 @@ func setupHostSide(a Attachment, host netlink.Link) error {
 		return err
 	}
 	r := &netlink.Route{LinkIndex: host.Attrs().Index, Dst: host32(a.PodIP), Scope: netlink.SCOPE_LINK, Table: routing.MainTable}
-	if err := netlink.RouteReplace(r); err != nil {
+	if err := h.RouteReplace(r); err != nil {
 		return fmt.Errorf("add host route %v/32 dev %s: %w", a.PodIP, a.HostVeth, err)
 	}
 	return routing.EnsurePodRules(a.PodIP, a.RouteTable)
 }
 
 // readBack reads both ends after the last change (B33).
-func readBack(pod netlinksafe.Handle, a Attachment) (Wired, error) {
+func readBack(hostH, pod netlinksafe.Handle, a Attachment) (Wired, error) {
 	var w Wired
-	host, err := netlinksafe.LinkByName(a.HostVeth)
+	host, err := hostH.LinkByName(a.HostVeth)
 	if err != nil {
 		return w, fmt.Errorf("read back host veth %s: %w", a.HostVeth, err)
 	}

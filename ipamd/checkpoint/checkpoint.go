@@ -32,9 +32,16 @@ const maxSize = 16 << 20
 
 // State is the checkpoint's content.
 type State struct {
-	Version     int          `json:"version"`
-	InstanceID  string       `json:"instanceID,omitempty"` // the instance that wrote it
-	Written     time.Time    `json:"written"`
+	Version    int       `json:"version"`
+	InstanceID string    `json:"instanceID,omitempty"` // the instance that wrote it
+	Written    time.Time `json:"written"`
+	// Writer is the daemon that wrote the file (Save fills it in), so a
+	// restore can tell a file another build left behind.
+	Writer Writer `json:"writer,omitzero"`
+	// Generation counts the changes recorded in this file over its life: a
+	// restored store continues from it, so a copy of an older file has a
+	// lower generation than the host state that outlived it.
+	Generation  uint64       `json:"generation,omitempty"`
 	Assignments []Assignment `json:"assignments"`
 	Cooling     []Cooling    `json:"cooling,omitempty"`
 }
@@ -104,7 +111,7 @@ func Load(path string) (st State, dropped []string, err error) {
 		// not written by this daemon and carries no release times either.
 		return State{}, nil, &CorruptError{Path: path, Reason: `no "assignments" list`}
 	}
-	st = State{Version: raw.Version, InstanceID: raw.InstanceID, Written: raw.Written}
+	st = State{Version: raw.Version, InstanceID: raw.InstanceID, Written: raw.Written, Writer: raw.Writer, Generation: raw.Generation}
 	st.Assignments, dropped = decodeEntries[Assignment](raw.Assignments, "assignment", dropped)
 	st.Cooling, dropped = decodeEntries[Cooling](raw.Cooling, "cooldown record", dropped)
 	var more []string
@@ -118,6 +125,8 @@ type rawState struct {
 	Version     int               `json:"version"`
 	InstanceID  string            `json:"instanceID"`
 	Written     time.Time         `json:"written"`
+	Writer      Writer            `json:"writer"`
+	Generation  uint64            `json:"generation"`
 	Assignments []json.RawMessage `json:"assignments"`
 	Cooling     []json.RawMessage `json:"cooling"`
 }
@@ -201,6 +210,9 @@ func validate(as []Assignment, cs []Cooling) ([]Assignment, []Cooling, []string)
 // rename, fsync of the directory. The directory is created (0700) if missing.
 func Save(path string, st State) error {
 	st.Version = Version
+	if st.Writer == (Writer{}) {
+		st.Writer = Self()
+	}
 	if st.Assignments == nil {
 		st.Assignments = []Assignment{}
 	}

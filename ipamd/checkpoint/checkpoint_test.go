@@ -24,6 +24,8 @@ func sample() State {
 		Version:    Version,
 		InstanceID: "i-0123",
 		Written:    t0,
+		Writer:     Writer{Program: "vpcipd", Build: "v1.2.3 abc", PID: 42},
+		Generation: 17,
 		Assignments: []Assignment{
 			{Key: api.Key{Network: "vpcip", ContainerID: "c1", IfName: "eth0"}, Pod: api.Pod{Namespace: "default", Name: "p1"},
 				Address: netip.MustParseAddr("100.64.0.11"), ENI: "eni-a", AssignedAt: t0},
@@ -249,8 +251,29 @@ func FuzzLoad(f *testing.F) {
 		if err != nil || len(dropped) > 0 {
 			t.Fatalf("reload: %v %v", err, dropped)
 		}
+		if st.Writer == (Writer{}) {
+			st.Writer = Self() // Save names the writer when the state does not
+		}
 		if d := cmp.Diff(st, again, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); d != "" {
 			t.Fatalf("round trip (-first +second):\n%s", d)
 		}
 	})
+}
+
+// Save names the daemon that wrote the file when the state does not, so a
+// restore can tell a file left by another build or process.
+func TestSaveRecordsItsWriter(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ipam.json")
+	st := sample()
+	st.Writer = Writer{}
+	if err := Save(path, st); err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Writer != Self() || got.Writer.PID != os.Getpid() || got.Writer.Build == "" || got.Generation != 17 {
+		t.Errorf("writer %+v generation %d, want %+v and 17", got.Writer, got.Generation, Self())
+	}
 }

@@ -16,7 +16,7 @@ import (
 func (s *Store) Checkpoint(now time.Time) (checkpoint.State, uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := checkpoint.State{Version: checkpoint.Version, Written: now, Assignments: []checkpoint.Assignment{}}
+	st := checkpoint.State{Version: checkpoint.Version, Written: now, Generation: s.gen, Assignments: []checkpoint.Assignment{}}
 	for addr, a := range s.addrs {
 		switch {
 		case a.owner != nil:
@@ -51,7 +51,7 @@ func (s *Store) Restore(st checkpoint.State) error {
 			s.addrs[c.Address] = &address{unassignedAt: c.UnassignedAt}
 		}
 	}
-	s.gen++
+	s.gen = max(s.gen, st.Generation) + 1 // generations keep rising across restarts
 	return nil
 }
 

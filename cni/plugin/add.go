@@ -62,12 +62,35 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		return err
 	}
 	in.log.Info("added", "mtu", att.MTU, "assignMs", ms(assigned.Sub(began)), "wireMs", ms(time.Since(assigned)))
+	in.releaseReplaced(pair)
 	return nil
+}
+
+// releaseReplaced gives back the address of the older sandbox of this pod
+// whose veth ADD replaced (its pod interface went with it, so nothing can
+// use the address any more): a crash-looping pod whose sandboxes are
+// recreated without a DEL (a runtime restart) would otherwise hold one
+// address per sandbox until GC. The release is by that sandbox's own key,
+// read from the veth it wired; a failure is logged, GC reclaims it.
+func (in *invocation) releaseReplaced(pair pairing) {
+	if !pair.replaced || pair.previous.ContainerID == "" || pair.previous == in.key {
+		return
+	}
+	ctx, cancel := in.ctx(in.conf.Timeouts.Release)
+	defer cancel()
+	resp, err := in.client.Release(ctx, api.ReleaseRequest{Key: pair.previous})
+	switch {
+	case err != nil:
+		in.log.Warn("release of the replaced sandbox failed; GC reclaims it", "sandbox", pair.previous.String(), "error", err)
+	case resp.Assignment != nil:
+		in.log.Info("released the replaced sandbox's address", "sandbox", pair.previous.String(), "address", resp.Assignment.Address.String())
+	}
 }
 
 // pairing is the outcome of datapath.CreatePair.
 type pairing struct {
 	replaced bool
+	previous api.Key // the sandbox the replaced veth recorded (zero: none)
 	err      error
 }
 
@@ -79,12 +102,13 @@ func (in *invocation) assignWhilePairing(args *skel.CmdArgs, hostNS, podNS ns.Ne
 	hostVeth := in.hostVeth()
 	done := make(chan pairing, 1)
 	go func() {
+		previous := in.vethSandbox(hostVeth)
 		replaced, err := datapath.CreatePair(hostNS, podNS, hostVeth, args.IfName, in.conf.MTU)
 		if err == nil {
 			// Before any route leads to it: every wired veth names its sandbox.
 			err = markVeth(hostVeth, in.key)
 		}
-		done <- pairing{replaced, err}
+		done <- pairing{replaced, previous, err}
 	}()
 	ctx, cancel := in.ctx(in.conf.Timeouts.Assign)
 	defer cancel()

@@ -63,6 +63,20 @@ func vethOwner(name string, key api.Key) (ownership, string, error) {
 	}
 }
 
+// vethSandbox is the attachment the host veth named name records, or the
+// zero Key.
+func (in *invocation) vethSandbox(name string) api.Key {
+	own, alias, err := vethOwner(name, in.key)
+	if err != nil || own != vethOther {
+		return api.Key{}
+	}
+	n, id, ifn, ok := routing.ParseSandboxAlias(alias)
+	if !ok || n != in.key.Network {
+		return api.Key{}
+	}
+	return api.Key{Network: n, ContainerID: id, IfName: ifn}
+}
+
 // ownVeth is the host veth name to send the daemon for matching a re-held
 // assignment (api.ReleaseRequest.HostVeth): the attachment's veth when it
 // is marked as this key's or unmarked, "" when it wires another sandbox of

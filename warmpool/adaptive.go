@@ -17,9 +17,10 @@ import (
 //	margin = max(MinWarm, ⌈rate × refill⌉, ⌈BurstShare × burst⌉)
 //	         refill: AssignLatency while an attached ENI has room, else
 //	         ENILatency
-//	ahead  = burst − arrivals within BurstWindow, while a burst is under
+//	ahead  = typical − arrivals within BurstWindow, while a burst is under
 //	         way (at least BurstStart arrivals within BurstWindow): the
-//	         rest of a burst as large as the largest recent one
+//	         rest of a burst as large as the typical recent one (the
+//	         median of the minutes' largest bursts of BurstStart or more)
 //	low    = need + ahead + margin   grow when fewer are available
 //	high   = low + chunk             what one growth call fills up to
 //	keep   = high + band             release only what is held (available +
@@ -43,13 +44,18 @@ const (
 	// CreateNetworkInterface, AttachNetworkInterface and instance metadata
 	// (about 4 s) plus the pool loop.
 	ENILatency = 5 * time.Second
+	// GrowInterval: under WARM_IP_TARGET/MINIMUM_IP_TARGET, growth that no
+	// waiting pod needs is made at most once per GrowInterval.
+	GrowInterval = 5 * time.Second
 	// RateWindow is how far back arrivals count toward the rate.
 	RateWindow = 2 * time.Minute
 	// BurstWindow is the span within which arrivals count as one burst.
 	BurstWindow = 10 * time.Second
-	// BurstStart is how many arrivals within BurstWindow mean a burst is
-	// under way.
-	BurstStart = 3
+	// BurstStart is how many arrivals within BurstOnset mean a burst is
+	// under way; bursts smaller than that are not typical ones.
+	BurstStart = 2
+	// BurstOnset is the span of BurstStart arrivals that starts a burst.
+	BurstOnset = 2 * time.Second
 	// BurstMemory is how long the largest recent burst shapes the margin:
 	// longer than an hour, so hourly rollouts and jobs are remembered.
 	BurstMemory = 75 * time.Minute
@@ -62,8 +68,19 @@ const (
 	// ENI's slots divided by this beyond low, and as much is kept beyond
 	// that before release.
 	ChunkShare = 3
+	// ChunkMemory bounds chunk by the arrivals within it: a node without
+	// churn keeps no hysteresis.
+	ChunkMemory = 30 * time.Minute
+	// PeakMemory is how long the most addresses in use at once are kept
+	// (free ones beyond margin) for the next rise.
+	PeakMemory = 20 * time.Minute
 	// ReleaseDelay is how long after the last growth surplus is kept.
 	ReleaseDelay = 3 * time.Minute
+	// ENIDeleteDelay is how long after the last growth an unneeded ENI is
+	// kept: deleting and creating one again costs five EC2 calls.
+	ENIDeleteDelay = 15 * time.Minute
+	// MinBand is the least surplus worth a release call, in addresses.
+	MinBand = 2
 	// MinWarm is the least margin: addresses kept free for the next pod.
 	MinWarm = 1
 )
@@ -86,58 +103,73 @@ type demandTarget struct {
 	burst                                int
 }
 
-func demandOf(in Input, room int, prefixes bool) demandTarget {
+func demandOf(in Input, room int, prefixes bool, inUse int) demandTarget {
 	var d demandTarget
 	d.need = max(in.Pending, in.Demand.Unaddressed, 0)
 	h := in.Demand.History
 	d.rate = float64(h.within(in.Now, RateWindow)) / RateWindow.Seconds()
-	d.burst = h.burst(in.Now)
-	if now := h.within(in.Now, BurstWindow); now >= BurstStart {
-		d.ahead = max(d.burst-now, 0)
+	var typical int
+	d.burst, typical = h.bursts(in.Now)
+	if h.within(in.Now, BurstOnset) >= BurstStart {
+		d.ahead = max(typical-h.within(in.Now, BurstWindow), 0)
 	}
 	refill := ENILatency
 	if room > 0 {
 		refill = AssignLatency
 	}
-	d.margin = max(MinWarm, ceilF(d.rate*refill.Seconds()), ceilF(BurstShare*float64(d.burst)))
+	floor := MinWarm
+	if h.seen && h.within(in.Now, ChunkMemory) == 0 {
+		floor = 0 // a node quiet since pods came: the next pod waits for one assign call
+	}
+	d.margin = max(floor, ceilF(d.rate*refill.Seconds()), ceilF(BurstShare*float64(d.burst)))
 	d.low = d.need + d.ahead + d.margin
 	chunk := 0
 	if !prefixes {
 		chunk = max(ceilF(d.rate*ChunkSpan.Seconds()), in.Limits.SlotsPerENI/ChunkShare)
+		chunk = min(chunk, h.within(in.Now, ChunkMemory)) // no churn, no calls to save
 	}
 	d.high = d.low + chunk
 	d.keep = d.high + chunk
+	if peak := h.peak(in.Now); peak > 0 {
+		free := max(peak-inUse, 0) + d.margin
+		d.high = max(d.high, free)
+		d.keep = max(d.keep, free)
+	}
 	return d
 }
 
 // History is a summary of recent pod arrivals (first ADDs) for the
-// adaptive policy: the arrivals of the last RateWindow, and per minute the
-// largest burst seen, for BurstMemory. The zero value is empty. It holds
-// about RateWindow's arrivals plus 80 numbers; Record is amortized O(1).
+// adaptive policy: the arrivals of the last ChunkMemory, and per minute
+// the largest burst seen, for BurstMemory. The zero value is empty. It
+// holds ChunkMemory's arrivals plus 80 numbers; Record is amortized O(1).
 type History struct {
-	recent []time.Time // within RateWindow of the last Record, oldest first
+	recent []time.Time // within ChunkMemory of the last Record, oldest first
 	peaks  []peak      // per minute, oldest first, within BurstMemory
+	seen   bool        // an arrival was recorded
 }
 
 type peak struct {
 	minute time.Time
 	burst  int
+	inUse  int
 }
 
 // Record adds an arrival at t (not before the previous one) and returns
 // the updated history; the receiver's storage may be reused.
-func (h History) Record(t time.Time) History {
+func (h History) Record(t time.Time, inUse int) History {
 	cut := 0
-	for cut < len(h.recent) && t.Sub(h.recent[cut]) > RateWindow {
+	for cut < len(h.recent) && t.Sub(h.recent[cut]) > ChunkMemory {
 		cut++
 	}
 	h.recent = append(h.recent[cut:], t)
+	h.seen = true
 	b := h.within(t, BurstWindow)
 	m := t.Truncate(time.Minute)
 	if n := len(h.peaks); n > 0 && h.peaks[n-1].minute.Equal(m) {
 		h.peaks[n-1].burst = max(h.peaks[n-1].burst, b)
+		h.peaks[n-1].inUse = max(h.peaks[n-1].inUse, inUse)
 	} else {
-		h.peaks = append(h.peaks, peak{m, b})
+		h.peaks = append(h.peaks, peak{m, b, inUse})
 	}
 	cut = 0
 	for cut < len(h.peaks) && t.Sub(h.peaks[cut].minute) > BurstMemory {
@@ -162,15 +194,34 @@ func (h History) within(now time.Time, d time.Duration) int {
 	return n
 }
 
-// burst is the largest burst within BurstMemory of now.
-func (h History) burst(now time.Time) int {
-	b := 0
+// peak is the most addresses in use at an arrival within PeakMemory.
+func (h History) peak(now time.Time) int {
+	n := 0
 	for _, p := range h.peaks {
-		if now.Sub(p.minute) <= BurstMemory {
-			b = max(b, p.burst)
+		if now.Sub(p.minute) <= PeakMemory {
+			n = max(n, p.inUse)
 		}
 	}
-	return b
+	return n
+}
+
+// bursts are the largest burst within BurstMemory of now and the typical
+// one: the median of the minutes' largest bursts of BurstStart or more.
+func (h History) bursts(now time.Time) (largest, typical int) {
+	var sizes []int
+	for _, p := range h.peaks {
+		if now.Sub(p.minute) <= BurstMemory && p.burst >= BurstStart {
+			sizes = append(sizes, p.burst)
+		}
+		if now.Sub(p.minute) <= BurstMemory {
+			largest = max(largest, p.burst)
+		}
+	}
+	if len(sizes) == 0 {
+		return largest, 0
+	}
+	slices.Sort(sizes)
+	return largest, sizes[len(sizes)/2]
 }
 
 func ceilF(x float64) int { return int(math.Ceil(x - 1e-9)) }
@@ -264,7 +315,8 @@ func (s *state) adaptiveShrink(d demandTarget) (Plan, bool) {
 	}
 	for _, i := range s.order {
 		e, ep := &s.in.ENIs[i], s.enis[i]
-		if e.Primary || ep.assigned > 0 || ep.cooling > 0 || s.in.Now.Before(e.Attached.Add(minAge)) {
+		if e.Primary || ep.assigned > 0 || ep.cooling > 0 || s.in.Now.Before(e.Attached.Add(minAge)) ||
+			s.in.Now.Before(s.in.LastGrow.Add(ENIDeleteDelay)) {
 			continue
 		}
 		if held-ep.available >= d.keep || (len(e.Slots) == 0 && held >= d.high) {
@@ -272,8 +324,8 @@ func (s *state) adaptiveShrink(d demandTarget) (Plan, bool) {
 				d.describe() + ", " + s.poolText() + ")"}, true
 		}
 	}
-	if held <= d.keep {
-		return Plan{}, false
+	if held < d.keep+max(MinBand, d.keep-d.high) {
+		return Plan{}, false // too little to be worth a call
 	}
 	rel, from := s.adaptiveReleasable(d.high)
 	if len(rel) == 0 {

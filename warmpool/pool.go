@@ -85,9 +85,13 @@ func prefixMode(in Input) bool {
 	return in.Config.PrefixDelegation && in.Limits.PrefixSupported
 }
 
+// inUse is what the adaptive policy counts as taken: assigned and cooling
+// addresses.
+func inUse(p pool) int { return p.assigned + p.cooling }
+
 func targetOf(in Input) target {
 	c := in.Config
-	t := target{pending: max(in.Pending, 0)}
+	t := target{pending: max(in.Pending, in.Demand.Unaddressed, 0)}
 	switch {
 	case c.WarmIPTarget > 0 || c.MinimumIPTarget > 0:
 		t.policy = byIPTargets
@@ -95,7 +99,7 @@ func targetOf(in Input) target {
 		t.minIP = max(c.MinimumIPTarget, 0)
 	case c.Adaptive && c.WarmENITarget <= 0 && c.WarmPrefixTarget <= 0:
 		t.policy = byDemand
-		t.demand = demandOf(in, roomSlots(in), prefixMode(in))
+		t.demand = demandOf(in, roomSlots(in), prefixMode(in), inUse(poolOf(in.ENIs)))
 	case prefixMode(in):
 		t.policy = byPrefixTarget
 		t.warmPrefixes = c.WarmPrefixTarget

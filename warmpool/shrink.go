@@ -20,6 +20,11 @@ func (s *state) shrink() (p Plan, deferred bool) {
 	if !s.in.LastRelease.IsZero() && s.in.Now.Before(s.in.LastRelease.Add(interval)) {
 		due = s.in.LastRelease.Add(interval)
 	}
+	if s.tgt.policy == byIPTargets && !s.in.LastGrow.IsZero() && s.in.Now.Before(s.in.LastGrow.Add(interval)) {
+		// vpcip: no release within an interval of a growth, so a pod that
+		// leaves does not give back what the next one is assigned again.
+		due = latest(due, s.in.LastGrow.Add(interval))
+	}
 	// The strict target (whole free prefixes whenever prefix mode is
 	// configured, whatever the refusals) so a release never opens a
 	// shortfall that growth would refill once a refusal expires.

@@ -113,6 +113,9 @@ func Table(o Options) []Row {
 	return rows
 }
 
+// Log, when set, receives every action vpcipd's pool plans (for Run).
+var Log func(now time.Time, plan warmpool.Plan)
+
 // Run simulates one trace against one setup.
 func Run(tr poolsim.Trace, typ poolsim.InstanceType, prefix bool, s Setup, lat poolsim.Latencies, seed uint64) (poolsim.Result, error) {
 	return poolsim.Simulate(tr, typ, lat, s.Behavior, seed, func(clock *poolsim.Clock, cloud *poolsim.Cloud) poolsim.Pool {
@@ -126,7 +129,7 @@ func Run(tr poolsim.Trace, typ poolsim.InstanceType, prefix bool, s Setup, lat p
 		if s.WarmIP == 0 && s.MinIP == 0 {
 			cfg.Adaptive = true
 		}
-		return vpcipd.New(cloud, clock.Now, vpcipd.Settings{Pool: cfg, MaxPods: typ.MaxPods})
+		return vpcipd.New(cloud, clock.Now, vpcipd.Settings{Pool: cfg, MaxPods: typ.MaxPods, Log: Log})
 	})
 }
 

@@ -22,6 +22,7 @@ type Settings struct {
 	Cooldown     time.Duration // IP_COOLDOWN_PERIOD
 	PoolInterval time.Duration // VPCIP_POOL_INTERVAL
 	MaxPods      int           // VPCIP_MAX_PODS
+	Log          func(now time.Time, plan warmpool.Plan) // each action planned, when set
 }
 
 // Pool is one node's vpcipd pool.
@@ -78,11 +79,17 @@ func key(pod string) api.Key { return api.Key{Network: "vpcip", ContainerID: pod
 // Assign is the daemon's ADD: the datastore hands out an address. The
 // first ADD of each pod is an arrival for the adaptive policy.
 func (p *Pool) Assign(pod string, now time.Time) bool {
-	if !p.seen[pod] {
-		p.seen[pod] = true
-		p.history = p.history.Record(now)
-	}
+	first := !p.seen[pod]
+	p.seen[pod] = true
 	_, _, err := p.store.Assign(key(pod), api.Pod{Namespace: "default", Name: pod}, now)
+	if first {
+		c := p.store.Counts(now)
+		inUse := c.Assigned + c.Cooling
+		if err != nil {
+			inUse++
+		}
+		p.history = p.history.Record(now, inUse)
+	}
 	return err == nil
 }
 
@@ -107,6 +114,9 @@ func (p *Pool) Cycle(ctx context.Context, demand func() poolsim.Demand) time.Dur
 				next = min(next, max(plan.Until.Sub(now), 10*time.Millisecond))
 			}
 			return next
+		}
+		if p.set.Log != nil {
+			p.set.Log(now, plan)
 		}
 		if err := p.execute(ctx, plan); err != nil {
 			return time.Second

@@ -19,9 +19,9 @@ import (
 // Settings are the daemon's pool settings (its environment).
 type Settings struct {
 	Pool         warmpool.Config
-	Cooldown     time.Duration // IP_COOLDOWN_PERIOD
-	PoolInterval time.Duration // VPCIP_POOL_INTERVAL
-	MaxPods      int           // VPCIP_MAX_PODS
+	Cooldown     time.Duration                           // IP_COOLDOWN_PERIOD
+	PoolInterval time.Duration                           // VPCIP_POOL_INTERVAL
+	MaxPods      int                                     // VPCIP_MAX_PODS
 	Log          func(now time.Time, plan warmpool.Plan) // each action planned, when set
 }
 

@@ -23,7 +23,11 @@ import (
 // device number, from EC2 DescribeNetworkInterfaces (filter
 // attachment.instance-id, every page) and, for subnet CIDRs not yet cached,
 // one EC2 DescribeSubnets. Its answer is authoritative: MetadataENIs stops
-// reporting what it lacks.
+// reporting what it lacks. An ENI of this cluster (TagCluster) attached
+// without delete-on-termination, as a daemon killed between
+// AttachNetworkInterface and ModifyNetworkInterfaceAttribute leaves it, gets
+// it set (one EC2 ModifyNetworkInterfaceAttribute each; a failure is retried
+// at the next read), so it goes with the instance instead of leaking.
 func (c *Client) ENIs(ctx context.Context) ([]provider.ENI, error) {
 	id, err := c.identity(ctx)
 	if err != nil {
@@ -34,6 +38,7 @@ func (c *Client) ENIs(ctx context.Context) ([]provider.ENI, error) {
 	if err != nil {
 		return nil, err
 	}
+	c.fixDeleteOnTermination(ctx, nis)
 	enis, err := c.convertENIs(ctx, nis)
 	if err != nil {
 		return nil, err
@@ -47,6 +52,34 @@ func (c *Client) ENIs(ctx context.Context) ([]provider.ENI, error) {
 	slices.SortFunc(out, func(a, b provider.ENI) int { return a.DeviceNumber - b.DeviceNumber })
 	c.meta.snapshot(out, asOf)
 	return out, nil
+}
+
+// fixDeleteOnTermination sets delete-on-termination on the attached
+// secondary ENIs of this cluster that lack it (see ENIs).
+func (c *Client) fixDeleteOnTermination(ctx context.Context, nis []types.NetworkInterface) {
+	for _, ni := range nis {
+		att := ni.Attachment
+		if att == nil || aws.ToInt32(att.DeviceIndex) == 0 || aws.ToBool(att.DeleteOnTermination) || !c.ours(ni) {
+			continue
+		}
+		_, _ = call(ctx, c, actModifyNetworkInterface, func(ctx context.Context) (*ec2.ModifyNetworkInterfaceAttributeOutput, error) {
+			return c.ec2.ModifyNetworkInterfaceAttribute(ctx, &ec2.ModifyNetworkInterfaceAttributeInput{
+				NetworkInterfaceId: ni.NetworkInterfaceId,
+				Attachment: &types.NetworkInterfaceAttachmentChanges{
+					AttachmentId: att.AttachmentId, DeleteOnTermination: aws.Bool(true)},
+			})
+		})
+	}
+}
+
+// ours reports whether ni carries this cluster's TagCluster.
+func (c *Client) ours(ni types.NetworkInterface) bool {
+	for _, t := range ni.TagSet {
+		if aws.ToString(t.Key) == TagCluster && aws.ToString(t.Value) == c.opts.ClusterName {
+			return true
+		}
+	}
+	return false
 }
 
 // describeENIs runs EC2 DescribeNetworkInterfaces with filters over every

@@ -7,6 +7,10 @@
 //	vpcipd               run the daemon
 //	vpcipd install-cni   wait until the daemon is ready, then install the
 //	                     plugin binary and the conflist (DaemonSet init step)
+//	vpcipd install-cni -stay
+//	                     the same, then keep running until SIGTERM: the
+//	                     DaemonSet's sidecar container (charts/vpcip), since a
+//	                     container that exits is restarted by the kubelet
 //	vpcipd -version      print the version
 //
 // All settings come from the environment (package ipamd/config lists every
@@ -64,7 +68,7 @@ func run(args []string) int {
 	fs := flag.NewFlagSet("vpcipd", flag.ContinueOnError)
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: vpcipd [-version] [install-cni]\n\nSettings come from the environment (package ipamd/config):\n  %s\n"+
+		fmt.Fprintf(fs.Output(), "usage: vpcipd [-version] [install-cni [-stay]]\n\nSettings come from the environment (package ipamd/config):\n  %s\n"+
 			"and the AWS SDK's own (%s, credentials).\n",
 			strings.Join(config.Names(), "\n  "), strings.Join(config.SDKNames, ", "))
 	}
@@ -90,7 +94,15 @@ func run(args []string) int {
 	case "":
 		err = daemon(ctx, cfg, log)
 	case "install-cni":
-		err = installCNI(ctx, cfg, log)
+		sub := flag.NewFlagSet("vpcipd install-cni", flag.ContinueOnError)
+		stay := sub.Bool("stay", false, "after installing, keep running until SIGTERM (a DaemonSet sidecar)")
+		if err := sub.Parse(fs.Args()[1:]); err != nil {
+			return 2
+		}
+		if err = installCNI(ctx, cfg, log); err == nil && *stay {
+			log.Info("install-cni: installed; staying until SIGTERM")
+			<-ctx.Done()
+		}
 	default:
 		fs.Usage()
 		return 2

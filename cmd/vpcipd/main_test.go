@@ -319,6 +319,70 @@ func TestInstallCNIAfterReady(t *testing.T) {
 	}
 }
 
+// TestInstallCNIStay: with -stay (the chart's sidecar) install-cni installs,
+// keeps running and exits 0 on SIGTERM; a bad flag is a usage error.
+func TestInstallCNIStay(t *testing.T) {
+	bin := buildDaemon(t)
+	l := vpcsimtest.Start(t, vpcsim.Config{Seed: 9})
+	inst := l.Launch(t, "m5.large")
+	dir := shortDir(t)
+	confDir := filepath.Join(dir, "net.d")
+	plugin := filepath.Join(dir, "vpcip-cni-build")
+	if err := os.WriteFile(plugin, []byte("plugin"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	env := append(daemonEnv(l, inst.ID, dir), "VPCIP_CNI_BIN_DIR="+filepath.Join(dir, "bin"), "VPCIP_CNI_CONF_DIR="+confDir,
+		"VPCIP_CNI_PLUGIN_SRC="+plugin, "VPCIP_INSTALL_WAIT=20s")
+	if out, err := exec.Command(bin, "install-cni", "-bogus").CombinedOutput(); exitCode(err) != 2 {
+		t.Errorf("install-cni -bogus: %v %s, want exit 2", err, out)
+	}
+	startDaemon(t, bin, env, dir)
+	cmd := exec.Command(bin, "install-cni", "-stay")
+	cmd.Env = env
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if _, err := os.Stat(filepath.Join(confDir, "10-vpcip.conflist")); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatal("no conflist after 20s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("install-cni -stay exited after installing: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("install-cni -stay on SIGTERM: %v, want exit 0", err)
+		}
+	case <-time.After(10 * time.Second):
+		cmd.Process.Kill()
+		t.Fatal("install-cni -stay ignored SIGTERM")
+	}
+}
+
+func exitCode(err error) int {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		return -1
+	}
+	return 0
+}
+
 func compactJSON(t *testing.T, path string) string {
 	t.Helper()
 	b, err := os.ReadFile(path)

@@ -12,7 +12,13 @@
 //	/v1/enis    []ENI
 //	/v1/pods    Pods (assignments and addresses in cooldown)
 //	/v1/config  map[string]string
-//	/healthz    Health; 200 when ready, 503 otherwise
+//	/healthz    Health; 200 when ready, 503 otherwise (a readiness probe)
+//	/livez      Health; 200 whenever the daemon answers, ready or not (a
+//	            liveness probe: waiting for the cloud is not a reason to restart)
+//
+// Ready means start-up reconciliation succeeded once (instance, limits and
+// ENIs read from EC2, host set up); it stays true afterwards, also while the
+// warm pool is empty and growth waits for EC2, so neither probe fails then.
 //
 // The daemon builds a State from its datastore on every request; the handler
 // never changes anything.

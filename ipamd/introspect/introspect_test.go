@@ -94,6 +94,20 @@ func TestHealthzNotReady(t *testing.T) {
 	}
 }
 
+// A daemon still waiting for the cloud is alive: /livez answers 200 with the
+// reason, while /healthz keeps the node's readiness at 503.
+func TestLivezWhileWaitingForTheCloud(t *testing.T) {
+	srv := serve(t, introspect.State{Ready: false, Reason: "waiting for the cloud: RequestLimitExceeded"})
+	var h introspect.Health
+	code := getJSON(t, srv.URL+"/livez", &h)
+	if code != http.StatusOK || h.Ready || h.Reason != "waiting for the cloud: RequestLimitExceeded" {
+		t.Fatalf("/livez: %d %+v, want 200 with ready=false and the reason", code, h)
+	}
+	if code := getJSON(t, srv.URL+"/healthz", &h); code != http.StatusServiceUnavailable {
+		t.Fatalf("/healthz: %d, want 503", code)
+	}
+}
+
 // An empty node still answers arrays and objects, never null.
 func TestEmptyStateHasNoNulls(t *testing.T) {
 	srv := serve(t, introspect.State{ENIs: []introspect.ENI{{ID: "eni-1"}}})
@@ -127,6 +141,8 @@ func TestMethodsAndPaths(t *testing.T) {
 		{http.MethodDelete, "/v1/pods", http.StatusMethodNotAllowed},
 		{http.MethodGet, "/v1/nothing", http.StatusNotFound},
 		{http.MethodHead, "/healthz", http.StatusOK},
+		{http.MethodHead, "/livez", http.StatusOK},
+		{http.MethodPost, "/livez", http.StatusMethodNotAllowed},
 	}
 	for _, tt := range tests {
 		req, _ := http.NewRequest(tt.method, srv.URL+tt.path, nil)

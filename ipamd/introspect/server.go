@@ -30,6 +30,14 @@ func Handler(state func() State) http.Handler {
 		}
 		writeJSON(w, code, Health{Ready: s.Ready, Reason: s.Reason})
 	})
+	// Liveness answers 200 whatever the cloud does: a daemon waiting for EC2
+	// (start-up retries, throttled or failing pool growth) is alive and must
+	// not be restarted for it. It still reads the state, so a daemon whose
+	// lock is wedged stops answering and the probe's timeout catches it.
+	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, r *http.Request) {
+		s := state()
+		writeJSON(w, http.StatusOK, Health{Ready: s.Ready, Reason: s.Reason})
+	})
 	return mux
 }
 

@@ -6,7 +6,7 @@ export GOFLAGS ?= -buildvcs=false
 
 BINARIES := vpcipd vpcip-cni vpcipctl vpcsim
 
-.PHONY: all build deps test-deps containerd-setup demo demo-containerd test lint bench soak clean dashboards readme-picture
+.PHONY: all build deps test-deps containerd-setup image demo demo-containerd test lint bench soak clean dashboards readme-picture
 
 all: build
 
@@ -24,6 +24,16 @@ build:
 
 deps:
 	@bash scripts/deps.sh
+
+## image: vpcip's container image as an OCI archive (bin/vpcip-image.tar) for
+## `ctr -n k8s.io images import`, built without Docker: static binaries plus
+## Debian's iptables userland; reproducible (same inputs, same digest).
+IMAGE_VERSION ?= 0.1.0
+IMAGE_NAME ?= localhost/vpcip/vpcip:$(IMAGE_VERSION)
+image: deps
+	@mkdir -p $(BIN)/image
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='$(LDFLAGS) -X main.version=$(IMAGE_VERSION)' -o $(BIN)/image/ ./cmd/vpcipd ./cmd/vpcip-cni ./cmd/vpcipctl
+	$(GO) run ./build/mkimage -bin $(BIN)/image -root "$$(bash scripts/image-root.sh | tail -1)" -o $(BIN)/vpcip-image.tar -name $(IMAGE_NAME)
 
 test-deps:
 	@bash scripts/deps.sh promtool valgrind

@@ -1,36 +1,38 @@
 // Package ociarchive writes a single-platform container image as an OCI image
 // layout in one tar stream, the archive form that `ctr images import` reads.
 //
-// The test machines have no image registry, so the pod sandbox image is built
-// here from a locally compiled binary. The layout follows the OCI image-layout
-// specification 1.0: an `oci-layout` marker, an `index.json` naming one
-// manifest, and content-addressed blobs under `blobs/sha256/`. The single layer
-// is stored uncompressed, so its digest is also its diff ID. Output is
-// deterministic: the same Image always gives the same bytes and digests.
+// The test machines have no image registry, so images are built here from
+// locally compiled binaries (the pod sandbox image, vpcip's own image built by
+// `make image`). The image itself (layers, config, manifest, index, digests)
+// is modelled with go-containerregistry; this package lays it out as the OCI
+// image-layout specification 1.0 asks: an `oci-layout` marker, an
+// `index.json` naming one manifest, and content-addressed blobs under
+// `blobs/sha256/`. Output is deterministic: the same Image always gives the
+// same bytes and digests (fixed timestamps and owners, sorted entries, gzip
+// without a header time).
 package ociarchive
 
 import (
 	"archive/tar"
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
+	"compress/gzip"
 	"errors"
 	"fmt"
 	"io"
 	"path"
 	"sort"
 	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/static"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
-// Media types and annotation keys from the OCI image specification 1.0 and
-// containerd's importer.
+// Annotation keys of the index entry.
 const (
-	MediaTypeIndex    = "application/vnd.oci.image.index.v1+json"
-	MediaTypeManifest = "application/vnd.oci.image.manifest.v1+json"
-	MediaTypeConfig   = "application/vnd.oci.image.config.v1+json"
-	MediaTypeLayer    = "application/vnd.oci.image.layer.v1.tar"
-
 	// AnnotationImageName is the full reference containerd's importer gives
 	// the image ("io.containerd.image.name").
 	AnnotationImageName = "io.containerd.image.name"
@@ -41,11 +43,13 @@ const (
 // epoch is the modification time of every tar entry, for reproducible output.
 var epoch = time.Unix(0, 0).UTC()
 
-// File is one regular file of the image's only layer.
+// File is one entry of a layer: a regular file, or a symbolic link when
+// Link is set (Data is then ignored).
 type File struct {
 	Path string // absolute path inside the image, e.g. "/pause"
 	Mode int64  // permission bits, e.g. 0o755
 	Data []byte
+	Link string // symlink target, e.g. "xtables-nft-multi"; empty for a regular file
 }
 
 // Image describes the image to write.
@@ -54,123 +58,169 @@ type Image struct {
 	OS           string   // GOOS form, e.g. "linux"
 	Architecture string   // GOARCH form, e.g. "amd64"
 	Entrypoint   []string // e.g. ["/pause"]
-	Files        []File
-}
-
-// Descriptor is the OCI content descriptor (media type, digest, size in bytes).
-type Descriptor struct {
-	MediaType   string            `json:"mediaType"`
-	Digest      string            `json:"digest"`
-	Size        int64             `json:"size"`
-	Platform    *Platform         `json:"platform,omitempty"`
-	Annotations map[string]string `json:"annotations,omitempty"`
-}
-
-// Platform is the OCI platform of a manifest.
-type Platform struct {
-	Architecture string `json:"architecture"`
-	OS           string `json:"os"`
-}
-
-// Index is the OCI image index stored as index.json.
-type Index struct {
-	SchemaVersion int          `json:"schemaVersion"`
-	MediaType     string       `json:"mediaType"`
-	Manifests     []Descriptor `json:"manifests"`
-}
-
-// Manifest is the OCI image manifest.
-type Manifest struct {
-	SchemaVersion int          `json:"schemaVersion"`
-	MediaType     string       `json:"mediaType"`
-	Config        Descriptor   `json:"config"`
-	Layers        []Descriptor `json:"layers"`
-}
-
-// Config is the subset of the OCI image configuration this package writes.
-type Config struct {
-	Architecture string        `json:"architecture"`
-	OS           string        `json:"os"`
-	Config       ContainerSpec `json:"config"`
-	RootFS       RootFS        `json:"rootfs"`
-}
-
-// ContainerSpec is the execution part of the image configuration.
-type ContainerSpec struct {
-	Entrypoint []string `json:"Entrypoint,omitempty"`
-}
-
-// RootFS lists the layers' diff IDs (digests of the uncompressed layers).
-type RootFS struct {
-	Type    string   `json:"type"`
-	DiffIDs []string `json:"diff_ids"`
+	Env          []string // e.g. ["PATH=/usr/local/bin:/usr/sbin:/usr/bin"]
+	// Layers, bottom first; each is a list of files. Files is a shorthand
+	// for a single layer (used when Layers is empty).
+	Layers [][]File
+	Files  []File
+	// Gzip compresses the layers (application/vnd.oci.image.layer.v1.tar+gzip);
+	// otherwise they are stored uncompressed and a layer's digest is its diff ID.
+	Gzip bool
 }
 
 // Write writes img to w as an OCI image layout tar and returns the manifest
 // descriptor recorded in index.json. It fails on an image without a name,
-// platform or files, on a relative or duplicate file path, and on write errors.
-func Write(w io.Writer, img Image) (Descriptor, error) {
-	if err := validate(img); err != nil {
-		return Descriptor{}, err
+// platform or files, on a relative or duplicate path within a layer, and on
+// write errors.
+func Write(w io.Writer, img Image) (v1.Descriptor, error) {
+	layers := img.Layers
+	if len(layers) == 0 && len(img.Files) > 0 {
+		layers = [][]File{img.Files}
 	}
-	layer, err := layerTar(img.Files)
+	if err := validate(img, layers); err != nil {
+		return v1.Descriptor{}, err
+	}
+	image, err := build(img, layers)
 	if err != nil {
-		return Descriptor{}, err
+		return v1.Descriptor{}, err
 	}
-	layerDesc := describe(MediaTypeLayer, layer)
-	config, err := json.Marshal(Config{
-		Architecture: img.Architecture,
-		OS:           img.OS,
-		Config:       ContainerSpec{Entrypoint: img.Entrypoint},
-		RootFS:       RootFS{Type: "layers", DiffIDs: []string{layerDesc.Digest}},
+	index := mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex), mutate.IndexAddendum{
+		Add: image,
+		Descriptor: v1.Descriptor{
+			Platform:    &v1.Platform{OS: img.OS, Architecture: img.Architecture},
+			Annotations: map[string]string{AnnotationImageName: img.Name, AnnotationRefName: tagOf(img.Name)},
+		},
 	})
-	if err != nil {
-		return Descriptor{}, err
-	}
-	configDesc := describe(MediaTypeConfig, config)
-	manifest, err := json.Marshal(Manifest{
-		SchemaVersion: 2,
-		MediaType:     MediaTypeManifest,
-		Config:        configDesc,
-		Layers:        []Descriptor{layerDesc},
-	})
-	if err != nil {
-		return Descriptor{}, err
-	}
-	manifestDesc := describe(MediaTypeManifest, manifest)
-	manifestDesc.Platform = &Platform{Architecture: img.Architecture, OS: img.OS}
-	manifestDesc.Annotations = map[string]string{
-		AnnotationImageName: img.Name,
-		AnnotationRefName:   tagOf(img.Name),
-	}
-	index, err := json.Marshal(Index{SchemaVersion: 2, MediaType: MediaTypeIndex, Manifests: []Descriptor{manifestDesc}})
-	if err != nil {
-		return Descriptor{}, err
-	}
+	return writeLayout(w, index, image)
+}
 
-	tw := tar.NewWriter(w)
-	entries := []struct {
-		name string
-		data []byte
-	}{
-		{"oci-layout", []byte(`{"imageLayoutVersion":"1.0.0"}`)},
-		{"index.json", index},
-		{blobPath(layerDesc.Digest), layer},
-		{blobPath(configDesc.Digest), config},
-		{blobPath(manifestDesc.Digest), manifest},
+// build assembles the image: layers, then the config (platform, entrypoint,
+// environment; every time stamp zero).
+func build(img Image, layers [][]File) (v1.Image, error) {
+	base := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
+	var adds []v1.Layer
+	for _, files := range layers {
+		l, err := layer(files, img.Gzip)
+		if err != nil {
+			return nil, err
+		}
+		adds = append(adds, l)
 	}
-	for _, e := range entries {
-		if err := writeFile(tw, e.name, 0o644, e.data); err != nil {
-			return Descriptor{}, err
+	image, err := mutate.AppendLayers(base, adds...)
+	if err != nil {
+		return nil, fmt.Errorf("ociarchive: %w", err)
+	}
+	cf, err := image.ConfigFile()
+	if err != nil {
+		return nil, fmt.Errorf("ociarchive: %w", err)
+	}
+	cf = cf.DeepCopy()
+	cf.OS, cf.Architecture = img.OS, img.Architecture
+	cf.Config.Entrypoint, cf.Config.Env = img.Entrypoint, img.Env
+	image, err = mutate.ConfigFile(image, cf)
+	if err != nil {
+		return nil, fmt.Errorf("ociarchive: %w", err)
+	}
+	return image, nil
+}
+
+func layer(files []File, gz bool) (v1.Layer, error) {
+	data, err := layerTar(files)
+	if err != nil {
+		return nil, err
+	}
+	if !gz {
+		return static.NewLayer(data, types.OCIUncompressedLayer), nil
+	}
+	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil },
+		tarball.WithMediaType(types.OCILayer), tarball.WithCompressionLevel(gzip.BestCompression))
+	if err != nil {
+		return nil, fmt.Errorf("ociarchive: %w", err)
+	}
+	return l, nil
+}
+
+// writeLayout writes the layout tar: marker, index, then every blob once.
+func writeLayout(w io.Writer, index v1.ImageIndex, image v1.Image) (v1.Descriptor, error) {
+	im, err := index.IndexManifest()
+	if err != nil {
+		return v1.Descriptor{}, fmt.Errorf("ociarchive: %w", err)
+	}
+	rawIndex, err := index.RawManifest()
+	if err != nil {
+		return v1.Descriptor{}, fmt.Errorf("ociarchive: %w", err)
+	}
+	tw := tar.NewWriter(w)
+	put := func(name string, data []byte) error { return writeEntry(tw, File{Path: "/" + name, Mode: 0o644, Data: data}) }
+	if err := errors.Join(put("oci-layout", []byte(`{"imageLayoutVersion":"1.0.0"}`)), put("index.json", rawIndex)); err != nil {
+		return v1.Descriptor{}, err
+	}
+	blobs, err := blobsOf(image)
+	if err != nil {
+		return v1.Descriptor{}, err
+	}
+	seen := map[v1.Hash]bool{}
+	for _, b := range blobs {
+		if seen[b.digest] {
+			continue
+		}
+		seen[b.digest] = true
+		if err := put("blobs/sha256/"+b.digest.Hex, b.data); err != nil {
+			return v1.Descriptor{}, err
 		}
 	}
 	if err := tw.Close(); err != nil {
-		return Descriptor{}, fmt.Errorf("ociarchive: finish archive: %w", err)
+		return v1.Descriptor{}, fmt.Errorf("ociarchive: finish archive: %w", err)
 	}
-	return manifestDesc, nil
+	return im.Manifests[0], nil
 }
 
-func validate(img Image) error {
+type stored struct {
+	digest v1.Hash
+	data   []byte
+}
+
+// blobsOf returns the image's layers (as stored), config and manifest.
+func blobsOf(image v1.Image) ([]stored, error) {
+	var out []stored
+	layers, err := image.Layers()
+	if err != nil {
+		return nil, fmt.Errorf("ociarchive: %w", err)
+	}
+	for _, l := range layers {
+		d, err := l.Digest()
+		if err != nil {
+			return nil, fmt.Errorf("ociarchive: layer digest: %w", err)
+		}
+		rc, err := l.Compressed()
+		if err != nil {
+			return nil, fmt.Errorf("ociarchive: layer: %w", err)
+		}
+		data, err := io.ReadAll(rc)
+		rc.Close()
+		if err != nil {
+			return nil, fmt.Errorf("ociarchive: layer: %w", err)
+		}
+		out = append(out, stored{d, data})
+	}
+	for _, part := range []struct {
+		raw    func() ([]byte, error)
+		digest func() (v1.Hash, error)
+	}{{image.RawConfigFile, image.ConfigName}, {image.RawManifest, image.Digest}} {
+		data, err := part.raw()
+		if err != nil {
+			return nil, fmt.Errorf("ociarchive: %w", err)
+		}
+		d, err := part.digest()
+		if err != nil {
+			return nil, fmt.Errorf("ociarchive: %w", err)
+		}
+		out = append(out, stored{d, data})
+	}
+	return out, nil
+}
+
+func validate(img Image, layers [][]File) error {
 	var errs []error
 	if img.Name == "" {
 		errs = append(errs, errors.New("ociarchive: image name is empty"))
@@ -178,24 +228,32 @@ func validate(img Image) error {
 	if img.OS == "" || img.Architecture == "" {
 		errs = append(errs, errors.New("ociarchive: OS and Architecture are required"))
 	}
-	if len(img.Files) == 0 {
+	if len(layers) == 0 {
 		errs = append(errs, errors.New("ociarchive: image has no files"))
 	}
-	seen := map[string]bool{}
-	for _, f := range img.Files {
-		clean := path.Clean(f.Path)
-		if !path.IsAbs(f.Path) || clean == "/" {
-			errs = append(errs, fmt.Errorf("ociarchive: file path %q is not an absolute file path", f.Path))
+	if len(img.Layers) > 0 && len(img.Files) > 0 {
+		errs = append(errs, errors.New("ociarchive: set Files or Layers, not both"))
+	}
+	for i, files := range layers {
+		if len(files) == 0 {
+			errs = append(errs, fmt.Errorf("ociarchive: layer %d has no files", i))
 		}
-		if seen[clean] {
-			errs = append(errs, fmt.Errorf("ociarchive: file path %q given twice", f.Path))
+		seen := map[string]bool{}
+		for _, f := range files {
+			clean := path.Clean(f.Path)
+			if !path.IsAbs(f.Path) || clean == "/" {
+				errs = append(errs, fmt.Errorf("ociarchive: file path %q is not an absolute file path", f.Path))
+			}
+			if seen[clean] {
+				errs = append(errs, fmt.Errorf("ociarchive: file path %q given twice", f.Path))
+			}
+			seen[clean] = true
 		}
-		seen[clean] = true
 	}
 	return errors.Join(errs...)
 }
 
-// layerTar builds the uncompressed layer: files sorted by path, stored
+// layerTar builds one uncompressed layer: entries sorted by path, stored
 // relative to the root, owned by 0:0, with fixed timestamps.
 func layerTar(files []File) ([]byte, error) {
 	sorted := append([]File(nil), files...)
@@ -203,7 +261,7 @@ func layerTar(files []File) ([]byte, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	for _, f := range sorted {
-		if err := writeFile(tw, path.Clean(f.Path)[1:], f.Mode, f.Data); err != nil {
+		if err := writeEntry(tw, f); err != nil {
 			return nil, err
 		}
 	}
@@ -213,31 +271,22 @@ func layerTar(files []File) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-func writeFile(tw *tar.Writer, name string, mode int64, data []byte) error {
-	hdr := &tar.Header{
-		Typeflag: tar.TypeReg,
-		Name:     name,
-		Mode:     mode,
-		Size:     int64(len(data)),
-		ModTime:  epoch,
-		Format:   tar.FormatPAX,
+func writeEntry(tw *tar.Writer, f File) error {
+	name := path.Clean(f.Path)[1:]
+	hdr := &tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: f.Mode, Size: int64(len(f.Data)), ModTime: epoch, Format: tar.FormatPAX}
+	if f.Link != "" {
+		hdr.Typeflag, hdr.Linkname, hdr.Size, hdr.Mode = tar.TypeSymlink, f.Link, 0, 0o777
 	}
 	if err := tw.WriteHeader(hdr); err != nil {
 		return fmt.Errorf("ociarchive: write %s: %w", name, err)
 	}
-	if _, err := tw.Write(data); err != nil {
+	if f.Link != "" {
+		return nil
+	}
+	if _, err := tw.Write(f.Data); err != nil {
 		return fmt.Errorf("ociarchive: write %s: %w", name, err)
 	}
 	return nil
-}
-
-func describe(mediaType string, data []byte) Descriptor {
-	sum := sha256.Sum256(data)
-	return Descriptor{MediaType: mediaType, Digest: "sha256:" + hex.EncodeToString(sum[:]), Size: int64(len(data))}
-}
-
-func blobPath(digest string) string {
-	return "blobs/sha256/" + digest[len("sha256:"):]
 }
 
 // tagOf returns the tag of a reference ("latest" when it has none).

@@ -3,6 +3,7 @@ package ociarchive
 import (
 	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -11,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 )
 
 // readArchive returns every regular file of a tar stream by name.
@@ -35,14 +37,14 @@ func readArchive(t *testing.T, data []byte) map[string][]byte {
 }
 
 // blob returns the blob a descriptor names, after checking its digest and size.
-func blob(t *testing.T, files map[string][]byte, d Descriptor) []byte {
+func blob(t *testing.T, files map[string][]byte, d v1.Descriptor) []byte {
 	t.Helper()
-	body, ok := files[blobPath(d.Digest)]
+	body, ok := files["blobs/sha256/"+d.Digest.Hex]
 	if !ok {
 		t.Fatalf("blob %s missing from archive", d.Digest)
 	}
 	sum := sha256.Sum256(body)
-	if got := "sha256:" + hex.EncodeToString(sum[:]); got != d.Digest {
+	if got := "sha256:" + hex.EncodeToString(sum[:]); got != d.Digest.String() {
 		t.Fatalf("blob %s has digest %s", d.Digest, got)
 	}
 	if int64(len(body)) != d.Size {
@@ -66,11 +68,11 @@ func TestWriteLayoutResolves(t *testing.T) {
 	if got, want := string(files["oci-layout"]), `{"imageLayoutVersion":"1.0.0"}`; got != want {
 		t.Errorf("oci-layout = %s, want %s", got, want)
 	}
-	var index Index
+	var index v1.IndexManifest
 	if err := json.Unmarshal(files["index.json"], &index); err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff([]Descriptor{desc}, index.Manifests); diff != "" {
+	if diff := cmp.Diff([]v1.Descriptor{desc}, index.Manifests); diff != "" {
 		t.Errorf("index manifests differ from returned descriptor (-want +got):\n%s", diff)
 	}
 	if got := desc.Annotations[AnnotationImageName]; got != img.Name {
@@ -80,18 +82,18 @@ func TestWriteLayoutResolves(t *testing.T) {
 		t.Errorf("ref name annotation = %q, want 7", got)
 	}
 
-	var manifest Manifest
+	var manifest v1.Manifest
 	if err := json.Unmarshal(blob(t, files, desc), &manifest); err != nil {
 		t.Fatal(err)
 	}
-	var config Config
+	var config v1.ConfigFile
 	if err := json.Unmarshal(blob(t, files, manifest.Config), &config); err != nil {
 		t.Fatal(err)
 	}
 	if len(manifest.Layers) != 1 {
 		t.Fatalf("manifest has %d layers, want 1", len(manifest.Layers))
 	}
-	if diff := cmp.Diff([]string{manifest.Layers[0].Digest}, config.RootFS.DiffIDs); diff != "" {
+	if diff := cmp.Diff([]v1.Hash{manifest.Layers[0].Digest}, config.RootFS.DiffIDs); diff != "" {
 		t.Errorf("diff IDs of an uncompressed layer must equal its digest (-want +got):\n%s", diff)
 	}
 	if diff := cmp.Diff(img.Entrypoint, config.Config.Entrypoint); diff != "" {
@@ -159,6 +161,64 @@ func TestWriteRejectsBadImages(t *testing.T) {
 				t.Errorf("Write wrote %d bytes for a rejected image", buf.Len())
 			}
 		})
+	}
+}
+
+// A gzip, two-layer image with a symlink: layers are stored compressed, their
+// diff IDs are the digests of the uncompressed tars, and two writes agree.
+func TestWriteGzipLayers(t *testing.T) {
+	img := Image{
+		Name: "localhost/vpcip/vpcip:1", OS: "linux", Architecture: "amd64", Gzip: true,
+		Entrypoint: []string{"/usr/local/bin/d"}, Env: []string{"PATH=/usr/sbin"},
+		Layers: [][]File{
+			{{Path: "/usr/sbin/multi", Mode: 0o755, Data: bytes.Repeat([]byte("x"), 4096)}, {Path: "/usr/sbin/tool", Link: "multi"}},
+			{{Path: "/usr/local/bin/d", Mode: 0o755, Data: []byte("daemon")}},
+		},
+	}
+	var a, b bytes.Buffer
+	desc, err := Write(&a, img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Write(&b, img); err != nil || !bytes.Equal(a.Bytes(), b.Bytes()) {
+		t.Fatalf("two writes differ (err %v)", err)
+	}
+	files := readArchive(t, a.Bytes())
+	var manifest v1.Manifest
+	if err := json.Unmarshal(blob(t, files, desc), &manifest); err != nil {
+		t.Fatal(err)
+	}
+	var config v1.ConfigFile
+	if err := json.Unmarshal(blob(t, files, manifest.Config), &config); err != nil {
+		t.Fatal(err)
+	}
+	if len(manifest.Layers) != 2 || len(config.RootFS.DiffIDs) != 2 {
+		t.Fatalf("%d layers, %d diff IDs; want 2 and 2", len(manifest.Layers), len(config.RootFS.DiffIDs))
+	}
+	if diff := cmp.Diff(img.Env, config.Config.Env); diff != "" {
+		t.Errorf("env (-want +got):\n%s", diff)
+	}
+	for i, l := range manifest.Layers {
+		if l.MediaType != "application/vnd.oci.image.layer.v1.tar+gzip" {
+			t.Errorf("layer %d media type %s", i, l.MediaType)
+		}
+		zr, err := gzip.NewReader(bytes.NewReader(blob(t, files, l)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(zr)
+		sum := sha256.Sum256(raw)
+		if got := "sha256:" + hex.EncodeToString(sum[:]); got != config.RootFS.DiffIDs[i].String() {
+			t.Errorf("layer %d: diff ID %s, uncompressed digest %s", i, config.RootFS.DiffIDs[i], got)
+		}
+		if i == 0 {
+			tr := tar.NewReader(bytes.NewReader(raw))
+			tr.Next()
+			hdr, err := tr.Next()
+			if err != nil || hdr.Typeflag != tar.TypeSymlink || hdr.Name != "usr/sbin/tool" || hdr.Linkname != "multi" {
+				t.Errorf("second entry of layer 0: %+v %v, want symlink usr/sbin/tool -> multi", hdr, err)
+			}
+		}
 	}
 }
 

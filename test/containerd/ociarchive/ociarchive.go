@@ -151,7 +151,9 @@ func writeLayout(w io.Writer, index v1.ImageIndex, image v1.Image) (v1.Descripto
 		return v1.Descriptor{}, fmt.Errorf("ociarchive: %w", err)
 	}
 	tw := tar.NewWriter(w)
-	put := func(name string, data []byte) error { return writeEntry(tw, File{Path: "/" + name, Mode: 0o644, Data: data}) }
+	put := func(name string, data []byte) error {
+		return writeEntry(tw, File{Path: "/" + name, Mode: 0o644, Data: data})
+	}
 	if err := errors.Join(put("oci-layout", []byte(`{"imageLayoutVersion":"1.0.0"}`)), put("index.json", rawIndex)); err != nil {
 		return v1.Descriptor{}, err
 	}

@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"time"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
 	"github.com/vpcip/vpcip/test/containerd/ociarchive"
 )
 
@@ -165,7 +167,7 @@ func imageName(archive string) (string, error) {
 		if hdr.Name != "index.json" {
 			continue
 		}
-		var index ociarchive.Index
+		var index v1.IndexManifest
 		if err := json.NewDecoder(tr).Decode(&index); err != nil {
 			return "", fmt.Errorf("crinode: %s index.json: %w", archive, err)
 		}

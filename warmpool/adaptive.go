@@ -319,7 +319,7 @@ func (s *state) adaptiveShrink(d demandTarget) (Plan, bool) {
 			s.in.Now.Before(s.in.LastGrow.Add(ENIDeleteDelay)) {
 			continue
 		}
-		if held-ep.available >= d.keep || (len(e.Slots) == 0 && held >= d.high) {
+		if (held-ep.available >= d.keep && s.pool.available-ep.available >= d.high) || (len(e.Slots) == 0 && s.pool.available >= d.low) {
 			return Plan{Action: DeleteENI, ENI: e.ID, Reason: "ENI " + e.ID + " unneeded: no assigned or cooling address (" +
 				d.describe() + ", " + s.poolText() + ")"}, true
 		}
@@ -327,7 +327,7 @@ func (s *state) adaptiveShrink(d demandTarget) (Plan, bool) {
 	if held < d.keep+max(MinBand, d.keep-d.high) {
 		return Plan{}, false // too little to be worth a call
 	}
-	rel, from := s.adaptiveReleasable(d.high)
+	rel, from := s.adaptiveReleasable(d.high, d.keep)
 	if len(rel) == 0 {
 		return Plan{}, false
 	}
@@ -370,8 +370,8 @@ func (s *state) adaptiveUntil(d demandTarget) time.Time {
 
 // adaptiveReleasable picks free slots of one ENI (the one holding the
 // fewest assigned and cooling addresses, secondary first) whose release
-// leaves at least floor addresses available or cooling.
-func (s *state) adaptiveReleasable(floor int) ([]netip.Prefix, string) {
+// leaves at least high addresses available and keep available or cooling.
+func (s *state) adaptiveReleasable(high, keep int) ([]netip.Prefix, string) {
 	order := slices.Clone(s.order)
 	used := func(i int) int { return s.enis[i].assigned + s.enis[i].cooling }
 	slices.SortStableFunc(order, func(a, b int) int {
@@ -391,12 +391,13 @@ func (s *state) adaptiveReleasable(floor int) ([]netip.Prefix, string) {
 	for _, i := range order {
 		e := &s.in.ENIs[i]
 		var out []netip.Prefix
-		left := held
+		left, avail := held, s.pool.available
 		for _, sl := range freeSlots(e) {
-			if left-sl.Size() < floor {
+			if left-sl.Size() < keep || avail-sl.Size() < high {
 				continue
 			}
 			left -= sl.Size()
+			avail -= sl.Size()
 			out = append(out, sl.Prefix)
 		}
 		if len(out) > 0 {

@@ -1,0 +1,218 @@
+package warmpool
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+)
+
+// adaptiveSim is a random node under the adaptive policy: random ENIs and
+// slots (randomSim), a random arrival history and last growth.
+func adaptiveSim(r *rand.Rand) *sim {
+	s := randomSim(r)
+	s.in.Config.WarmENITarget, s.in.Config.WarmIPTarget, s.in.Config.MinimumIPTarget, s.in.Config.WarmPrefixTarget = 0, 0, 0, 0
+	s.in.Config.Adaptive = true
+	at := t0.Add(-time.Duration(r.IntN(3600)) * time.Second)
+	for range r.IntN(200) {
+		at = at.Add(time.Duration(r.ExpFloat64() * float64(time.Duration(1+r.IntN(60))*time.Second)))
+		if at.After(t0) {
+			break
+		}
+		s.in.Demand.History = s.in.Demand.History.Record(at, r.IntN(60))
+	}
+	if r.IntN(2) == 0 {
+		s.in.LastGrow = t0.Add(-time.Duration(r.IntN(600)) * time.Second)
+	}
+	if r.IntN(3) == 0 {
+		s.in.Demand.Unaddressed = r.IntN(20)
+	}
+	return s
+}
+
+// TestAdaptiveKeepsLimits: over random nodes, the adaptive policy never
+// exceeds an ENI, slot or max-pods limit, never releases an assigned or
+// cooling address, never deletes the primary, a busy or a young ENI, never
+// releases twice within the interval, honours every refusal in force, and a
+// shrink is never followed at once by growth.
+func TestAdaptiveKeepsLimits(t *testing.T) {
+	for seed := range uint64(3) {
+		r := rand.New(rand.NewPCG(seed, 0xada))
+		counts := map[ActionKind]int{}
+		for i := range 4000 {
+			s := adaptiveSim(r)
+			p := Next(s.in)
+			counts[p.Action]++
+			fail := func(err error) { t.Fatalf("seed %d case %d: %v\nplan %+v\ninput %+v", seed, i, err, p, s.in) }
+			if p.Reason == "" || strings.Contains(p.Reason, "\n") {
+				fail(fmt.Errorf("reason %q", p.Reason))
+			}
+			if p.Action == Wait && !strings.Contains(p.Reason, "cooling") {
+				if err := checkRefusals(s.in, p); err != nil {
+					fail(err)
+				}
+			}
+			if p.Action == Nothing || p.Action == Wait {
+				continue
+			}
+			after := s.clone()
+			if err := after.apply(p); err != nil {
+				fail(err)
+			}
+			if p.Action == Release || p.Action == DeleteENI {
+				if q := Next(after.in); q.Action == Assign || q.Action == CreateENI {
+					fail(fmt.Errorf("shrink followed at once by growth: %s", q.Reason))
+				}
+			}
+		}
+		for _, k := range []ActionKind{Nothing, Assign, CreateENI, Release, DeleteENI} {
+			if counts[k] == 0 {
+				t.Errorf("seed %d: no random case produced %v", seed, k)
+			}
+		}
+	}
+}
+
+// podEvent is a pod arriving (+1) or leaving (−1) at a time.
+type podEvent struct {
+	at   time.Time
+	sign int
+}
+
+// replay drives the adaptive policy through pod events as the daemon
+// would: an arrival takes a free address (or waits, counted in Pending),
+// every event is followed by plans until Nothing, and time jumps to the
+// next event or a plan's Until. It returns the actions applied.
+func replay(t *testing.T, s *sim, events []podEvent, end time.Time) []Plan {
+	t.Helper()
+	var applied []Plan
+	s.holdCooling = true
+	settle := func() {
+		for range 64 {
+			p := Next(s.in)
+			if p.Action == Nothing || p.Action == Wait {
+				return
+			}
+			if err := s.apply(p); err != nil {
+				t.Fatalf("at %v: %v: %v", s.in.Now.Sub(t0), p.Reason, err)
+			}
+			p.Until = s.in.Now // when it was applied
+			applied = append(applied, p)
+			s.startPending()
+		}
+		t.Fatalf("at %v: no fixed point in 64 plans", s.in.Now.Sub(t0))
+	}
+	i := 0
+	for s.in.Now.Before(end) {
+		for i < len(events) && !events[i].at.After(s.in.Now) {
+			if events[i].sign > 0 {
+				c := Summarize(s.in)
+				s.in.Demand.History = s.in.Demand.History.Record(s.in.Now, c.Assigned+c.Cooling+1)
+				if !s.addPod() {
+					s.in.Pending++
+				}
+			} else if !s.delPod() {
+				t.Fatalf("at %v: no pod to delete", s.in.Now.Sub(t0))
+			}
+			i++
+		}
+		settle()
+		next := end
+		if i < len(events) {
+			next = events[i].at
+		}
+		if p := Next(s.in); !p.Until.IsZero() && p.Until.Before(next) {
+			next = p.Until
+		}
+		if !s.coolEnd.IsZero() && s.coolEnd.Before(next) {
+			next = s.coolEnd
+		}
+		// The daemon plans again at least every VPCIP_POOL_INTERVAL: the
+		// policy's memory of arrivals fades without any event.
+		next = minTime(next, s.in.Now.Add(10*time.Second))
+		s.advance(max(next.Sub(s.in.Now), time.Millisecond))
+		s.startPending()
+	}
+	settle()
+	return applied
+}
+
+var m5xlarge = Limits{MaxENIs: 4, SlotsPerENI: 14, MaxPods: 58, PrefixSupported: true}
+
+// TestAdaptiveFlatLoadDoesNotOscillate: a flat load of 30 pods, one of them
+// replaced every 90 seconds for six hours: after the first hour the pool
+// neither grows after a shrink nor shrinks after a growth, in either mode.
+func TestAdaptiveFlatLoadDoesNotOscillate(t *testing.T) {
+	for _, prefixes := range []bool{false, true} {
+		t.Run(fmt.Sprintf("prefixes=%v", prefixes), func(t *testing.T) {
+			s := newSim(m5xlarge, Config{Adaptive: true, PrefixDelegation: prefixes})
+			var ev []podEvent
+			for i := range 30 {
+				ev = append(ev, podEvent{t0.Add(time.Duration(i) * 10 * time.Second), 1})
+			}
+			for at := t0.Add(10 * time.Minute); at.Before(t0.Add(6 * time.Hour)); at = at.Add(90 * time.Second) {
+				ev = append(ev, podEvent{at, -1}, podEvent{at.Add(15 * time.Second), 1})
+			}
+			applied := replay(t, s, ev, t0.Add(6*time.Hour))
+			last := Nothing
+			for _, p := range applied {
+				if p.Until.Before(t0.Add(time.Hour)) {
+					continue
+				}
+				grow := p.Action == Assign || p.Action == CreateENI
+				if (grow && (last == Release || last == DeleteENI)) || (!grow && (last == Assign || last == CreateENI)) {
+					t.Errorf("at %v: %v after %v on a flat load: %s", p.Until.Sub(t0), p.Action, last, p.Reason)
+				}
+				last = p.Action
+			}
+			if c := Summarize(s.in); c.Assigned != 30 || c.Total-c.Assigned > 16+m5xlarge.SlotsPerENI {
+				t.Errorf("end: %+v; want 30 assigned and less than an ENI and a prefix idle", c)
+			}
+		})
+	}
+}
+
+// TestAdaptiveConvergesAfterBurst: 10 long-lived pods, then a burst of 40
+// pods within 2 s that live 2 minutes: every burst pod gets an address, and
+// once the burst is out of memory the pool is back to at most one address
+// (or one /28) beyond the 10 pods, at a fixed point.
+func TestAdaptiveConvergesAfterBurst(t *testing.T) {
+	for _, prefixes := range []bool{false, true} {
+		t.Run(fmt.Sprintf("prefixes=%v", prefixes), func(t *testing.T) {
+			s := newSim(m5xlarge, Config{Adaptive: true, PrefixDelegation: prefixes})
+			var ev []podEvent
+			for i := range 10 {
+				ev = append(ev, podEvent{t0.Add(time.Duration(i) * 30 * time.Second), 1})
+			}
+			burst := t0.Add(20 * time.Minute)
+			for i := range 40 {
+				at := burst.Add(time.Duration(i) * 50 * time.Millisecond)
+				ev = append(ev, podEvent{at, 1})
+			}
+			for i := range 40 {
+				ev = append(ev, podEvent{burst.Add(2*time.Minute + time.Duration(i)*time.Millisecond), -1})
+			}
+			end := burst.Add(BurstMemory + PeakMemory + ChunkMemory + ReleaseDelay + ENIDeleteDelay)
+			replay(t, s, ev, end)
+			c := Summarize(s.in)
+			slack := 1
+			if prefixes {
+				slack = PrefixAddresses
+			}
+			if s.in.Pending != 0 || c.Assigned != 10 || c.Total > 10+slack || c.ENIs != 1 {
+				t.Errorf("after the burst: pending %d, %+v; want 10 assigned, at most %d held, 1 ENI", s.in.Pending, c, 10+slack)
+			}
+			if p := Next(s.in); p.Action != Nothing || !p.Until.IsZero() {
+				t.Errorf("after the burst: %v until %v (%s); want a fixed point", p.Action, p.Until, p.Reason)
+			}
+		})
+	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}

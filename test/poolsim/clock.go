@@ -95,6 +95,15 @@ func (c *Clock) Run(end time.Time) {
 	c.now = end
 }
 
+// RunWhile processes events while cond holds and events remain.
+func (c *Clock) RunWhile(cond func() bool) {
+	for cond() && c.q.Len() > 0 {
+		e := heap.Pop(&c.q).(event)
+		c.now = e.at
+		e.fn()
+	}
+}
+
 // Go runs fn on a goroutine of its own, as the daemon runs its pool loop,
 // and returns once fn has finished or parked in Sleep. A parked fn resumes
 // from an event at its wake-up time; the loop waits for it again then.

@@ -65,6 +65,8 @@ type Result struct {
 	Calls     int       // EC2 mutating calls
 	ByCall    map[string]int
 	MaxENIs   int // most ENIs attached at once
+	EndENIs   int // ENIs attached at the end
+	EndHeld   int // addresses held at the end (Cloud.Held)
 	Unstarted int // pods still without an address at the end
 }
 
@@ -129,8 +131,9 @@ func Simulate(trace Trace, typ InstanceType, lat Latencies, beh Behaviour, seed 
 	n.clock.Settled = n.retryWaiting
 	n.idleSince = n.clock.Now()
 	var startErr error
-	n.clock.Go(func() { startErr = n.pool.Start(n.ctx) })
-	n.clock.Run(n.clock.Now())
+	started := false
+	n.clock.Go(func() { startErr, started = n.pool.Start(n.ctx), true })
+	n.clock.RunWhile(func() bool { return !started })
 	if startErr != nil {
 		return Result{}, fmt.Errorf("pool start: %w", startErr)
 	}
@@ -144,6 +147,7 @@ func Simulate(trace Trace, typ InstanceType, lat Latencies, beh Behaviour, seed 
 	n.clock.Run(t0.Add(trace.Duration))
 	n.account()
 	n.res.ByCall, n.res.Calls = n.cloud.Calls()
+	n.res.EndENIs, n.res.EndHeld = n.cloud.ENICount(), n.cloud.Held()
 	slices.Sort(n.res.Waits)
 	for _, ps := range n.pods {
 		if !ps.started {

@@ -1,0 +1,38 @@
+package compare
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/vpcip/vpcip/test/poolsim"
+)
+
+// TestTableSmoke runs the rollout trace on an m5.large in both modes: every
+// pool starts every pod, the runs are deterministic, and the printed table
+// has a row per run with the ratios.
+func TestTableSmoke(t *testing.T) {
+	o := Options{Seed: 3, Traces: poolsim.Generators[1:2], Types: poolsim.InstanceTypes[:1]}
+	a, b := Table(o), Table(o)
+	if len(a) != 2 {
+		t.Fatalf("%d rows; want 2", len(a))
+	}
+	for i, r := range a {
+		if r.Err != nil {
+			t.Fatalf("%s/%s: %v", r.Trace, r.Type, r.Err)
+		}
+		for j, res := range r.Results {
+			if res.Starts == 0 || res.Unstarted != 0 {
+				t.Errorf("%s %v %s: %d starts, %d never started", r.Trace, r.Prefix, Setups[j].Name, res.Starts, res.Unstarted)
+			}
+			if res.IdleHours != b[i].Results[j].IdleHours || res.Calls != b[i].Results[j].Calls || res.Waited != b[i].Results[j].Waited {
+				t.Errorf("%s %v %s: two runs differ", r.Trace, r.Prefix, Setups[j].Name)
+			}
+		}
+	}
+	var out bytes.Buffer
+	Print(&out, a)
+	if got := strings.Count(out.String(), "rollout  m5.large"); got != 2 {
+		t.Errorf("table has %d rollout rows:\n%s", got, out.String())
+	}
+}

@@ -6,7 +6,7 @@ export GOFLAGS ?= -buildvcs=false
 
 BINARIES := vpcipd vpcip-cni vpcipctl vpcsim
 
-.PHONY: all build deps test-deps containerd-setup image demo demo-containerd test lint bench soak clean dashboards readme-picture
+.PHONY: all build deps test-deps containerd-setup image demo demo-containerd test lint bench bench-pool soak clean dashboards readme-picture
 
 all: build
 
@@ -80,6 +80,11 @@ bench: deps build containerd-setup
 	@bash scripts/deps.sh valgrind
 	$(GO) run ./test/bench --bin $(BIN) --out $(CURDIR)/results
 	$(GO) test -run '^$$' -bench RunPodSandbox -benchtime 3x ./test/containerd/
+	$(MAKE) bench-pool
+
+## bench-pool: warm-pool policies side by side on churn traces (virtual clock, in-memory EC2): idle address-hours, waits, EC2 calls.
+bench-pool:
+	$(GO) run ./test/poolsim/benchpool
 
 clean:
 	rm -rf $(BIN)

@@ -28,9 +28,8 @@ func main() {
 //     spinning thread looking for work; measured ~1 ms of CPU per ADD on a
 //     2-core node (user+sys, 100 ADDs), while blocking syscalls still hand
 //     the P over, so the pair and the daemon call still overlap;
-//   - the main goroutine's stack grown once, while shallow: it would
-//     otherwise be doubled and copied frame by frame several times as the
-//     JSON decoding and netlink calls deepen it (~0.12M instructions).
+//   - the main goroutine's stack grown once, while shallow
+//     (plugin.GrowStack).
 //
 // The garbage collector is left on: an ADD allocates less than the first
 // GC target (4 MiB), so it never runs.
@@ -38,19 +37,5 @@ func tuneRuntime() {
 	if os.Getenv("GOMAXPROCS") == "" {
 		runtime.GOMAXPROCS(1)
 	}
-	growStack()
-}
-
-// stackIndex is never changed; indexing with it keeps the compiler from
-// dropping growStack's array.
-var stackIndex int
-
-// growStack needs a 64 KiB frame, so the runtime gives the main goroutine a
-// 128 KiB stack in one step.
-//
-//go:noinline
-func growStack() byte {
-	var b [64 << 10]byte
-	b[stackIndex] = 1
-	return b[stackIndex+1]
+	plugin.GrowStack()
 }

@@ -102,6 +102,7 @@ func (in *invocation) assignWhilePairing(args *skel.CmdArgs, hostNS, podNS ns.Ne
 	hostVeth := in.hostVeth()
 	done := make(chan pairing, 1)
 	go func() {
+		GrowStack()
 		previous := in.vethSandbox(hostVeth)
 		replaced, err := datapath.CreatePair(hostNS, podNS, hostVeth, args.IfName, in.conf.MTU)
 		if err == nil {

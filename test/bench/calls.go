@@ -50,7 +50,7 @@ func (b *bench) cloudCalls(ctx context.Context) error {
 		return err
 	}
 	defer os.RemoveAll(work)
-	c, err := cluster.Start(ctx, cluster.Options{Prefix: "vbc", Nodes: 1, InstanceType: "m5.4xlarge", BinDir: b.bin, WorkDir: work})
+	c, err := cluster.Start(ctx, cluster.Options{Prefix: b.prefix("bc"), Nodes: 1, InstanceType: "m5.4xlarge", BinDir: b.bin, WorkDir: work})
 	if err != nil {
 		return err
 	}

@@ -31,7 +31,7 @@ func (b *bench) instructions(ctx context.Context) error {
 	}
 	defer os.RemoveAll(work)
 	c, err := cluster.Start(ctx, cluster.Options{
-		Prefix: "vbi", Nodes: 1, InstanceType: "m5.large", BinDir: b.bin, WorkDir: work,
+		Prefix: b.prefix("bi"), Nodes: 1, InstanceType: "m5.large", BinDir: b.bin, WorkDir: work,
 		DaemonEnv: []string{"WARM_IP_TARGET=4"},
 	})
 	if err != nil {
@@ -39,17 +39,17 @@ func (b *bench) instructions(ctx context.Context) error {
 	}
 	defer c.Close()
 	node := c.Nodes[0]
-	ref, err := referenceNode(ctx, work, "vbiref")
+	ref, err := referenceNode(ctx, work, b.prefix("bi")+"r")
 	if err != nil {
 		return err
 	}
-	defer podruntime.CleanupNetns("vbiref")
+	defer podruntime.CleanupNetns(ref.Netns)
 	if err := waitWarm(ctx, node, 2); err != nil {
 		return err
 	}
 
 	ours := *node.Runtime
-	ours.Prefix = "vbi-cg"
+	ours.Prefix = b.prefix("bi") + "cg"
 	if ours.BinDir, err = cachegrindBinDir(work, "ours", node.Runtime.BinDir, "vpcip-cni"); err != nil {
 		return err
 	}

@@ -53,7 +53,7 @@ func main() {
 	if *profiles != "" {
 		*profiles, _ = filepath.Abs(*profiles)
 	}
-	b := &bench{bin: binAbs, profileDir: *profiles, rounds: *rounds, memPods: 250, callPods: 100, deleteWindow: 90 * time.Second}
+	b := &bench{bin: binAbs, profileDir: *profiles, tag: fmt.Sprintf("%04d", os.Getpid()%10000), rounds: *rounds, memPods: 250, callPods: 100, deleteWindow: 90 * time.Second}
 	if *smoke {
 		b.rounds, b.memPods, b.callPods, b.deleteWindow = 1, 20, 10, 3*time.Second
 	}
@@ -71,12 +71,18 @@ func main() {
 type bench struct {
 	bin          string
 	profileDir   string        // (e): where cachegrind profiles are kept; "": removed
+	tag          string        // makes this run's netns names its own (prefix)
 	rounds       int           // (a): sequential rounds of 20 pods
 	memPods      int           // (c): pods on the node whose RSS is read
 	callPods     int           // (d): pods started and deleted
 	deleteWindow time.Duration // (d): how long calls are counted after the deletes
 	figures      []Figure
 }
+
+// prefix names the netns, links and pods of one step: two letters for the
+// step and this run's tag, 6 characters (cluster.Options.Prefix's limit),
+// so benches run side by side on one machine do not collide.
+func (b *bench) prefix(step string) string { return step + b.tag }
 
 func (b *bench) add(f Figure) {
 	if f.Ref > 0 {

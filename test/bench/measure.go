@@ -26,7 +26,7 @@ func (b *bench) latency(ctx context.Context) error {
 	}
 	defer os.RemoveAll(work)
 	c, err := cluster.Start(ctx, cluster.Options{
-		Prefix: "vbl", Nodes: 1, InstanceType: "m5.4xlarge", BinDir: b.bin, WorkDir: work,
+		Prefix: b.prefix("bl"), Nodes: 1, InstanceType: "m5.4xlarge", BinDir: b.bin, WorkDir: work,
 		DaemonEnv: []string{"WARM_IP_TARGET=" + strconv.Itoa(burst+2)},
 	})
 	if err != nil {
@@ -34,11 +34,11 @@ func (b *bench) latency(ctx context.Context) error {
 	}
 	defer c.Close()
 	node := c.Nodes[0]
-	ref, err := referenceNode(ctx, work, "vblref")
+	ref, err := referenceNode(ctx, work, b.prefix("bl")+"r")
 	if err != nil {
 		return err
 	}
-	defer podruntime.CleanupNetns("vblref")
+	defer podruntime.CleanupNetns(ref.Netns)
 
 	ours, theirs := timings{cpu: cpuMeter{daemonPID: node.DaemonPID()}}, timings{}
 	for r := range b.rounds {
@@ -240,7 +240,7 @@ func (b *bench) memory(ctx context.Context) error {
 	}
 	defer os.RemoveAll(work)
 	c, err := cluster.Start(ctx, cluster.Options{
-		Prefix: "vbm", Nodes: 1, InstanceType: "c5.18xlarge", BinDir: b.bin, WorkDir: work,
+		Prefix: b.prefix("bm"), Nodes: 1, InstanceType: "c5.18xlarge", BinDir: b.bin, WorkDir: work,
 		DaemonEnv: []string{"WARM_IP_TARGET=32"},
 	})
 	if err != nil {

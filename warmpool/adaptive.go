@@ -14,27 +14,33 @@ import (
 //	need   = max(Input.Pending, Demand.Unaddressed)   pods waiting now
 //	rate   = arrivals within RateWindow / RateWindow   (Demand.History)
 //	burst  = most arrivals within BurstWindow in the last BurstMemory
-//	margin = max(MinWarm, ⌈rate × refill⌉, ⌈BurstShare × burst⌉)
+//	margin = max(MinWarm, ⌈rate × refill⌉, min(⌈BurstShare × burst⌉, cap))
 //	         refill: AssignLatency while an attached ENI has room, else
-//	         ENILatency
+//	         ENILatency; cap: half an ENI's slots (secondary IPs) or half
+//	         a /28, half of what the reference keeps warm; MinWarm is 0
+//	         once a node that had pods saw none for ChunkMemory
 //	ahead  = typical − arrivals within BurstWindow, while a burst is under
-//	         way (at least BurstStart arrivals within BurstWindow): the
-//	         rest of a burst as large as the typical recent one (the
-//	         median of the minutes' largest bursts of BurstStart or more)
+//	         way (BurstStart arrivals within BurstOnset): the rest of a
+//	         burst as large as the typical recent one (the median of the
+//	         minutes' largest bursts of BurstStart or more)
 //	low    = need + ahead + margin   grow when fewer are available
-//	high   = low + chunk             what one growth call fills up to
-//	keep   = high + band             release only what is held (available +
-//	                                 cooling) beyond keep, down to high
+//	high   = low + chunk             one growth call fills up to this
+//	keep   = high + chunk            release only what is free or cooling
+//	                                 beyond keep (and MinBand), down to high
+//	peak   = most addresses assigned or cooling at an arrival within
+//	         PeakMemory: high and keep are at least peak − in use + margin
 //
-// chunk and band are the hysteresis between growth and release: in
-// secondary-IP mode max(⌈rate × ChunkSpan⌉, slots per ENI / ChunkShare),
-// so a growth call serves many pods and a dip does not release what the
-// next rise assigns again; in prefix mode 0, as the /28 granularity is
-// hysteresis enough. Shrinking also waits ReleaseDelay after the last
-// growth. A growth is sized to reach high in one call. No ENI is created
-// for a shortfall that addresses cooling down cover within ENILatency: the
-// plan waits for them. A secondary ENI that holds no assigned or cooling
-// address is deleted once the others hold keep.
+// chunk is the hysteresis between growth and release: in secondary-IP mode
+// max(⌈rate × ChunkSpan⌉, slots per ENI / ChunkShare), at most the arrivals
+// within ChunkMemory, so a growth call serves many pods and a dip does not
+// release what the next rise assigns again; in prefix mode 0, as the /28
+// granularity is hysteresis enough. Shrinking also waits ReleaseDelay after
+// the last growth, and deleting an ENI ENIDeleteDelay. A growth is sized to
+// reach high in one call. No ENI is created for a shortfall that addresses
+// cooling down cover within ENILatency: the plan waits for them. A
+// secondary ENI that holds no assigned or cooling address is deleted once
+// the others hold keep. The memory fades with time alone: the caller plans
+// again every VPCIP_POOL_INTERVAL, whatever Plan.Until says.
 const (
 	// AssignLatency is how soon addresses asked of an attached ENI can be
 	// handed out: EC2 AssignPrivateIpAddresses (about 0.4 s) plus the pool
@@ -60,7 +66,7 @@ const (
 	// longer than an hour, so hourly rollouts and jobs are remembered.
 	BurstMemory = 75 * time.Minute
 	// BurstShare is the part of the largest recent burst kept warm.
-	BurstShare = 0.25
+	BurstShare = 1.0
 	// ChunkSpan is how many seconds of arrivals one growth call adds
 	// beyond low at least.
 	ChunkSpan = time.Minute
@@ -121,7 +127,11 @@ func demandOf(in Input, room int, prefixes bool, inUse int) demandTarget {
 	if h.seen && h.within(in.Now, ChunkMemory) == 0 {
 		floor = 0 // a node quiet since pods came: the next pod waits for one assign call
 	}
-	d.margin = max(floor, ceilF(d.rate*refill.Seconds()), ceilF(BurstShare*float64(d.burst)))
+	burstCap := PrefixAddresses / 2
+	if !prefixes {
+		burstCap = max(in.Limits.SlotsPerENI/2, 1)
+	}
+	d.margin = max(floor, ceilF(d.rate*refill.Seconds()), min(ceilF(BurstShare*float64(d.burst)), burstCap))
 	d.low = d.need + d.ahead + d.margin
 	chunk := 0
 	if !prefixes {

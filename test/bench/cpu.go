@@ -1,9 +1,15 @@
 package main
 
 import (
+	"fmt"
+	"path/filepath"
 	"time"
 
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/vpcip/vpcip/test/vpcsim/podruntime"
 )
 
 // CPU time of a pod start, as the node pays it: user + system time of every
@@ -63,4 +69,41 @@ func (m cpuMeter) now() cpuSample {
 func (m cpuMeter) since(s cpuSample) (chain, daemon time.Duration) {
 	n := m.now()
 	return n.children - s.children, n.daemon - s.daemon
+}
+
+// conntrackWalks is how many dumps conntrackWalk averages over.
+const conntrackWalks = 20
+
+// conntrackWalk is the CPU time of one dump of the conntrack table from
+// the node netns, as vpcip-cni makes on every ADD and DEL to remove the pod
+// address's entries (the kernel keeps one hash for every netns and has no
+// index by address, so each dump walks all of it). It is measured on this
+// process's own CPU clock, on a thread in the node netns.
+func conntrackWalk(netnsName string) (time.Duration, error) {
+	nodeNS, err := ns.GetNS(filepath.Join(podruntime.NetnsDir, netnsName))
+	if err != nil {
+		return 0, err
+	}
+	defer nodeNS.Close()
+	var spent time.Duration
+	err = nodeNS.Do(func(ns.NetNS) error {
+		start := threadCPU()
+		for range conntrackWalks {
+			if _, err := netlink.ConntrackTableList(netlink.ConntrackTable, unix.AF_INET); err != nil {
+				return fmt.Errorf("dump conntrack table: %w", err)
+			}
+		}
+		spent = threadCPU() - start
+		return nil
+	})
+	return spent / conntrackWalks, err
+}
+
+// threadCPU is the calling thread's CPU time (user + system).
+func threadCPU() time.Duration {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts); err != nil {
+		return 0
+	}
+	return time.Duration(ts.Nano())
 }

@@ -57,6 +57,12 @@ func (b *bench) latency(ctx context.Context) error {
 	b.add(Figure{Name: "(a) DEL p50", Value: ours.p(0.5, ours.del), Ref: theirs.p(0.5, theirs.del), Unit: "ms"})
 	b.add(Figure{Name: "(a) DEL p99", Value: ours.p(0.99, ours.del), Ref: theirs.p(0.99, theirs.del), Unit: "ms"})
 	b.addCPU("(a)", &ours, &theirs)
+	walk, err := conntrackWalk(node.Netns)
+	if err != nil {
+		return err
+	}
+	b.add(Figure{Name: "(a) one conntrack table dump", Value: ms(walk), Unit: "ms",
+		Note: "CPU; vpcip-cni makes one in each ADD and DEL"})
 
 	// One burst is 30 samples on a 2-core machine: repeat it (b.rounds
 	// times) and report percentiles over all of them and the median wall time.

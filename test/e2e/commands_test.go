@@ -61,8 +61,8 @@ func TestBenchCommand(t *testing.T) {
 	if err := json.Unmarshal(data, &res); err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Figures) != 19 {
-		t.Errorf("%d figures, want 19:\n%s", len(res.Figures), out)
+	if len(res.Figures) != 20 {
+		t.Errorf("%d figures, want 20:\n%s", len(res.Figures), out)
 	}
 	for _, f := range res.Figures {
 		if strings.Contains(f.Name, "ADD") && (f.Value <= 0 || f.Ratio <= 0) {

@@ -141,7 +141,7 @@ func TestB08FleetStartUnderThrottling(t *testing.T) {
 	}
 	wg.Wait()
 	for i, n := range nodes {
-		if !n.d.readyOK.Load() {
+		if !n.d.life.readyOK.Load() {
 			t.Fatalf("node %d not ready: %s", i, n.d.Status().Reason)
 		}
 	}
@@ -161,26 +161,6 @@ func TestB08FleetStartUnderThrottling(t *testing.T) {
 		throttled += counter(t, n, "vpcip_provider_calls_total", map[string]string{"operation": "DescribeNetworkInterfaces", "outcome": "throttled"})
 	}
 	t.Logf("%d EC2 DescribeNetworkInterfaces in all, %v throttled", f.Calls("DescribeNetworkInterfaces"), throttled)
-}
-
-// TestBackoffIsJitteredAndFloored: retry waits grow, stay within [d/2, d]
-// and differ between nodes (B08).
-func TestBackoffIsJitteredAndFloored(t *testing.T) {
-	b := [2]time.Duration{time.Second, time.Minute}
-	seen := map[time.Duration]bool{}
-	for n := 1; n <= 10; n++ {
-		d := min(time.Second<<(n-1), time.Minute)
-		for range 20 {
-			w := backoff(b, n)
-			if w < d/2 || w > d {
-				t.Fatalf("backoff(n=%d) = %s, want within [%s, %s]", n, w, d/2, d)
-			}
-			seen[w] = true
-		}
-	}
-	if len(seen) < 150 {
-		t.Errorf("only %d distinct waits in 200 draws: not jittered", len(seen))
-	}
 }
 
 // TestB06LeakedENIsSwept: an ENI left available by a node that died between
@@ -224,7 +204,7 @@ func TestB06LeakedENIsSwept(t *testing.T) {
 
 	n2 := newNode(t, c, itypeSmall, map[string]string{"VPCIP_LEAKED_ENI_GRACE": "0s"})
 	n2.start()
-	n2.cycle(func(ctx context.Context) { n2.d.sweepLeaked(ctx) })
+	n2.cycle(func(ctx context.Context) { n2.d.rec.sweepLeaked(ctx) })
 	if _, ok := c.Cloud.NetworkInterface(leaked); ok {
 		t.Errorf("leaked ENI %s not deleted", leaked)
 	}
@@ -352,7 +332,7 @@ func TestLaggingDescribeKeepsNewENI(t *testing.T) {
 			t.Fatal("EC2 Describe shows the new ENI: the lag is not exercised")
 		}
 	}
-	resync := func(ctx context.Context) { n.d.reconcile(ctx, true) }
+	resync := func(ctx context.Context) { n.d.rec.reconcile(ctx, true) }
 	n.cycle(resync)
 	if got, ok := n.d.store.Get(onB.Key); !ok || got.ENIID != onB.ENIID || host.enisSetUp() != 1 {
 		t.Fatalf("after one lagging Describe: %+v, %d ENIs set up; want %s kept", got, host.enisSetUp(), onB.ENIID)

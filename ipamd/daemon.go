@@ -1,36 +1,3 @@
-// Package ipamd is vpcipd, the node daemon: it keeps the node's warm pool of
-// VPC addresses on ENIs, hands them to pods over the plugin API (package api,
-// HTTP/JSON on a unix socket), persists every assignment in a checkpoint, and
-// reconciles its view with the cloud and the host.
-//
-// Goroutines and what they own:
-//   - the worker: every cloud call. It restores state at start (checkpoint,
-//     then EC2, then host routes), then loops: pool cycles (snapshot →
-//     warmpool.Next → provider → hostnet → datastore → checkpoint), woken by a
-//     timer and by a capacity-1 kick channel; reconciliation against instance
-//     metadata, confirmed by EC2; the leaked-ENI sweep. It never holds the
-//     datastore lock across a cloud call.
-//   - the socket server: assign, release, check, GC, status, touching only
-//     the datastore (under its mutex) and the checkpoint; an ADD that finds
-//     the pool empty kicks the worker and waits a bounded time.
-//   - the metrics and introspection HTTP servers, read-only.
-//
-// EC2 calls at idle (B08): reconciliation runs every VPCIP_RECONCILE_INTERVAL
-// (60 s) and reads instance metadata only, calling EC2 DescribeNetworkInterfaces
-// only when metadata disagrees with the datastore; an authoritative EC2 re-read
-// runs every VPCIP_RESYNC_INTERVAL (5 m) and the leaked-ENI sweep every
-// VPCIP_LEAK_SWEEP_INTERVAL (5 m), each jittered ±25 %. An idle node therefore
-// makes at most 2 EC2 calls per 5 minutes. Start-up makes one batched Describe.
-// Cloud refusals back off exponentially with jitter, per kind.
-//
-// Shrinking (B09): surplus is given back at most once per
-// VPCIP_RELEASE_INTERVAL (30 s), one release of free addresses or one ENI
-// deletion at a time, only under WARM_IP_TARGET/MINIMUM_IP_TARGET or surplus
-// whole ENIs; after a burst that left k surplus ENIs the pool is at target
-// within k+1 intervals once the released addresses are out of cooldown.
-//
-// New wires and does no I/O; Run works until its context ends, then stops
-// making cloud changes, finishes in-flight requests and writes the checkpoint.
 package ipamd
 
 import (
@@ -42,8 +9,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -55,6 +20,7 @@ import (
 	"github.com/vpcip/vpcip/ipamd/config"
 	"github.com/vpcip/vpcip/ipamd/datastore"
 	"github.com/vpcip/vpcip/ipamd/introspect"
+	"github.com/vpcip/vpcip/ipamd/pool"
 	"github.com/vpcip/vpcip/provider"
 	"github.com/vpcip/vpcip/warmpool"
 )
@@ -69,46 +35,31 @@ type Options struct {
 	Gatherer prometheus.Gatherer // served on MetricsAddr; nil: the private registry, or nothing
 	Clock    func() time.Time    // nil: time.Now
 	Version  string              // shown by introspection
+	// Demand counts pods bound to the node that hold no address (the
+	// Kubernetes part); the pool reads it each cycle. nil: none.
+	Demand pool.Demand
+	// Status receives the node's Snapshot after every worker pass (the
+	// Kubernetes part publishes it). nil: none.
+	Status StatusSink
 }
 
-// Daemon is vpcipd. Use New, then Run.
+// Daemon is vpcipd: the wiring of its parts (see the package comment). Use
+// New, then Run.
 type Daemon struct {
 	cfg      config.Config
-	prov     provider.Provider
-	host     Host
 	log      *slog.Logger
-	metrics  *Metrics
 	gatherer prometheus.Gatherer
-	now      func() time.Time
-	version  string
-	started  time.Time
 	store    *datastore.Store
 
-	kick    chan struct{}   // capacity 1: a pool cycle is wanted
-	calls   chan workerCall // functions to run on the worker (tests, tooling)
-	pending atomic.Int64    // ADDs waiting for an address
-	ready   chan struct{}   // closed once state is restored and first reconciled
-	readyOK atomic.Bool
-	// stopping: shutdown began; no new cloud changes.
-	stopping atomic.Bool
-	closing  chan struct{} // closed when shutdown begins: waiting ADDs answer at once
-
-	mu           sync.Mutex // guards the fields below
-	self         provider.Instance
-	limits       warmpool.Limits
-	reason       string // why not ready, or a degradation
-	refusals     []warmpool.Refusal
-	strikes      map[warmpool.RefusalKind]int // consecutive refusals, for backoff
-	lastRelease  time.Time
-	links        map[string]string // ENI id → host link name
-	hostErrs     map[string]string // ENI id → last EnsureENI failure
-	noRoute      map[api.Key]int   // consecutive reconciles an assignment had no host route
-	missing      map[string]int    // consecutive EC2 reads that lacked an ENI the datastore has
-	restoredFrom string            // instance id recorded in the loaded checkpoint
-
-	persistMu sync.Mutex // serializes checkpoint writes; guards savedGen
-	savedGen  uint64
-	instance  atomic.Value // string: instance id for the checkpoint
+	life  *lifecycle
+	ckpt  *checkpointer
+	node  *nodeInfo
+	hosts *hostSync
+	pool  *pool.Pool
+	rec   *reconciler
+	work  *worker
+	api   *apiServer
+	view  *statusView
 }
 
 // New wires a daemon. It does no I/O.
@@ -116,56 +67,102 @@ func New(o Options) (*Daemon, error) {
 	if o.Provider == nil {
 		return nil, errors.New("ipamd: Options.Provider is required")
 	}
-	d := &Daemon{
-		cfg: o.Config, prov: o.Provider, host: o.Host, log: o.Logger, metrics: o.Metrics,
-		gatherer: o.Gatherer, now: o.Clock, version: o.Version,
-		store:    datastore.New(o.Config.Cooldown),
-		kick:     make(chan struct{}, 1),
-		calls:    make(chan workerCall),
-		ready:    make(chan struct{}),
-		closing:  make(chan struct{}),
-		strikes:  map[warmpool.RefusalKind]int{},
-		links:    map[string]string{},
-		hostErrs: map[string]string{},
-		noRoute:  map[api.Key]int{},
-		missing:  map[string]int{},
-		reason:   "restoring state",
+	o = withDefaults(o)
+	cfg, store := o.Config, datastore.New(o.Config.Cooldown)
+	store.SetMaxAssigned(cfg.MaxPods)
+	d := &Daemon{cfg: cfg, log: o.Logger, gatherer: o.Gatherer, store: store, life: newLifecycle(), node: &nodeInfo{}}
+	d.ckpt = &checkpointer{path: cfg.Checkpoint, store: store, log: o.Logger, metrics: o.Metrics, now: o.Clock}
+	d.hosts = newHostSync(o.Host, cfg, store, o.Logger, o.Metrics, o.Clock)
+	d.rec = &reconciler{cfg: cfg, prov: o.Provider, store: store, node: d.node, hosts: d.hosts, ckpt: d.ckpt,
+		life: d.life, log: o.Logger, metrics: o.Metrics, now: o.Clock, missing: map[string]int{}}
+	d.api = &apiServer{cfg: cfg, store: store, node: d.node, ckpt: d.ckpt, life: d.life, log: o.Logger,
+		metrics: o.Metrics, now: o.Clock}
+	p, err := pool.New(pool.Options{
+		Store: store, Provider: o.Provider, Node: d.node, Config: poolConfig(cfg), Interval: cfg.PoolInterval,
+		Clock: o.Clock, Logger: o.Logger, Pending: d.api, Demand: o.Demand, Host: d.hosts,
+		Resync: d.rec.resync, Persist: d.ckpt.persist, Stopping: d.life.stopping.Load,
+		Observe: func(action, outcome string) { o.Metrics.actions.WithLabelValues(action, outcome).Inc() },
+	})
+	if err != nil {
+		return nil, err
 	}
-	d.store.SetMaxAssigned(o.Config.MaxPods)
-	if d.host == nil {
-		d.host = NoHost{}
-	}
-	if d.log == nil {
-		d.log = slog.New(slog.DiscardHandler)
-	}
-	if d.now == nil {
-		d.now = time.Now
-	}
-	if d.metrics == nil {
-		reg := prometheus.NewRegistry()
-		d.metrics = NewMetrics(reg)
-		if d.gatherer == nil {
-			d.gatherer = reg
+	d.pool, d.api.pool = p, p
+	d.view = &statusView{cfg: cfg, store: store, node: d.node, pool: p, hosts: d.hosts, life: d.life,
+		now: o.Clock, version: o.Version, started: o.Clock()}
+	d.api.view = d.view
+	d.work = newWorker(cfg, p, d.rec, func() {
+		if o.Status != nil {
+			o.Status.PublishStatus(d.view.snapshot())
 		}
-	}
-	if err := d.metrics.reg.Register(newPoolCollector(d)); err != nil {
+	})
+	d.api.kick = d.work.Kick
+	if err := o.Metrics.reg.Register(newPoolCollector(d.view.status)); err != nil {
 		return nil, fmt.Errorf("ipamd: register pool metrics: %w", err)
 	}
-	d.started = d.now()
-	d.instance.Store("")
 	return d, nil
 }
 
-// Kick asks the worker for a pool cycle soon; calls fold into one.
-func (d *Daemon) Kick() {
-	select {
-	case d.kick <- struct{}{}:
-	default:
+// withDefaults fills the optional Options.
+func withDefaults(o Options) Options {
+	if o.Host == nil {
+		o.Host = NoHost{}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Clock == nil {
+		o.Clock = time.Now
+	}
+	if o.Metrics == nil {
+		reg := prometheus.NewRegistry()
+		o.Metrics = NewMetrics(reg)
+		if o.Gatherer == nil {
+			o.Gatherer = reg
+		}
+	}
+	return o
+}
+
+// poolConfig is the warm-pool policy's part of the configuration.
+func poolConfig(c config.Config) warmpool.Config {
+	return warmpool.Config{
+		WarmENITarget: c.WarmENITarget, WarmIPTarget: c.WarmIPTarget,
+		MinimumIPTarget: c.MinimumIPTarget, WarmPrefixTarget: c.WarmPrefixTarget,
+		PrefixDelegation: c.PrefixDelegation, ReleaseInterval: c.ReleaseInterval,
+		ENIMinAge: c.ENIMinAge,
 	}
 }
 
+// Kick asks the worker for a pool cycle soon; calls fold into one.
+func (d *Daemon) Kick() { d.work.Kick() }
+
 // Ready returns a channel closed once the daemon can assign addresses.
-func (d *Daemon) Ready() <-chan struct{} { return d.ready }
+func (d *Daemon) Ready() <-chan struct{} { return d.life.ready }
+
+// Status reports readiness and the pool's numbers (the plugin API's status).
+func (d *Daemon) Status() api.Status { return d.view.status() }
+
+// Snapshot is the node's status now (see StatusSink).
+func (d *Daemon) Snapshot() Snapshot { return d.view.snapshot() }
+
+// State is the introspection view (package introspect).
+func (d *Daemon) State() introspect.State { return d.view.state() }
+
+// Assign answers an address request (CNI ADD); see apiServer.Assign.
+func (d *Daemon) Assign(ctx context.Context, req api.AssignRequest) (api.Assignment, error) {
+	return d.api.Assign(ctx, req)
+}
+
+// Release gives a key's address back (CNI DEL); see apiServer.Release.
+func (d *Daemon) Release(req api.ReleaseRequest) (api.ReleaseResponse, error) {
+	return d.api.Release(req)
+}
+
+// Check returns a key's assignment (CNI CHECK); see apiServer.Check.
+func (d *Daemon) Check(req api.CheckRequest) (api.Assignment, error) { return d.api.Check(req) }
+
+// GC releases stale assignments (CNI GC); see apiServer.GC.
+func (d *Daemon) GC(req api.GCRequest) (api.GCResponse, error) { return d.api.GC(req) }
 
 // Run serves until ctx ends. It returns an error only for what stops the
 // daemon from working at all (socket, checkpoint lock, listener addresses).
@@ -175,25 +172,13 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return err
 	}
 	defer unlock()
-	restored, err := d.loadCheckpoint()
+	restored, err := d.ckpt.load()
 	if err != nil {
 		return err
 	}
-	sock, err := listenSocket(d.cfg.Socket)
+	servers, listeners, err := d.listen()
 	if err != nil {
 		return err
-	}
-	servers := []*http.Server{{Handler: d.apiHandler(), ReadHeaderTimeout: 5 * time.Second}}
-	listeners := []net.Listener{sock}
-	for _, s := range d.sideServers() {
-		ln, err := net.Listen("tcp", s.addr)
-		if err != nil {
-			closeAll(listeners)
-			return fmt.Errorf("listen %s on %s: %w", s.name, s.addr, err)
-		}
-		d.log.Info("serving", "what", s.name, "addr", ln.Addr().String())
-		servers = append(servers, &http.Server{Handler: s.handler, ReadHeaderTimeout: 5 * time.Second})
-		listeners = append(listeners, ln)
 	}
 	d.log.Info("vpcipd starting", "socket", d.cfg.Socket, "checkpoint", d.cfg.Checkpoint, "config", d.cfg.Map())
 	for _, n := range d.cfg.Notes() {
@@ -210,7 +195,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		})
 	}
 	g.Go(func() error {
-		d.work(gctx, restored)
+		d.work.run(gctx, restored)
 		return nil
 	})
 	g.Go(func() error {
@@ -220,18 +205,39 @@ func (d *Daemon) Run(ctx context.Context) error {
 	})
 	err = g.Wait()
 	// The worker may have recorded a last change after the servers stopped.
-	if perr := d.persist(); perr != nil {
+	if perr := d.ckpt.persist(); perr != nil {
 		d.log.Error("final checkpoint write failed", "err", perr)
 	}
 	os.Remove(d.cfg.Socket)
 	return err
 }
 
+// listen opens the plugin API socket and the metrics and introspection
+// listeners, with a server for each.
+func (d *Daemon) listen() ([]*http.Server, []net.Listener, error) {
+	sock, err := listenSocket(d.cfg.Socket)
+	if err != nil {
+		return nil, nil, err
+	}
+	servers := []*http.Server{{Handler: d.api.handler(), ReadHeaderTimeout: 5 * time.Second}}
+	listeners := []net.Listener{sock}
+	for _, s := range d.sideServers() {
+		ln, err := net.Listen("tcp", s.addr)
+		if err != nil {
+			closeAll(listeners)
+			return nil, nil, fmt.Errorf("listen %s on %s: %w", s.name, s.addr, err)
+		}
+		d.log.Info("serving", "what", s.name, "addr", ln.Addr().String())
+		servers = append(servers, &http.Server{Handler: s.handler, ReadHeaderTimeout: 5 * time.Second})
+		listeners = append(listeners, ln)
+	}
+	return servers, listeners, nil
+}
+
 // shutdown stops cloud changes, lets in-flight requests finish (up to 10 s)
 // and writes the checkpoint one last time.
 func (d *Daemon) shutdown(servers []*http.Server) {
-	d.stopping.Store(true)
-	close(d.closing)
+	d.life.stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, s := range servers {
@@ -240,7 +246,7 @@ func (d *Daemon) shutdown(servers []*http.Server) {
 			s.Close()
 		}
 	}
-	if err := d.persist(); err != nil {
+	if err := d.ckpt.persist(); err != nil {
 		d.log.Error("shutdown: checkpoint write failed", "err", err)
 	}
 	d.log.Info("vpcipd stopped serving")
@@ -259,7 +265,7 @@ func (d *Daemon) sideServers() []sideServer {
 		out = append(out, sideServer{"metrics", d.cfg.MetricsAddr, mux})
 	}
 	if d.cfg.IntrospectionAddr != "" {
-		out = append(out, sideServer{"introspection", d.cfg.IntrospectionAddr, introspect.Handler(d.State)})
+		out = append(out, sideServer{"introspection", d.cfg.IntrospectionAddr, introspect.Handler(d.view.state)})
 	}
 	return out
 }
@@ -315,14 +321,4 @@ func lockCheckpoint(path string) (func(), error) {
 		return nil, fmt.Errorf("checkpoint %s is locked by another vpcipd: %w", path, err)
 	}
 	return func() { f.Close() }, nil
-}
-
-// setReady marks the daemon ready (or not, with a reason).
-func (d *Daemon) setReady(ok bool, reason string) {
-	d.mu.Lock()
-	d.reason = reason
-	d.mu.Unlock()
-	if ok && d.readyOK.CompareAndSwap(false, true) {
-		close(d.ready)
-	}
 }

@@ -27,7 +27,7 @@ func TestWarmUpFromEmptyInOneRound(t *testing.T) {
 	if !st.Ready || st.Warm < 20 || st.Assigned != 0 {
 		t.Fatalf("status after warm-up: %+v, want ready with ≥ 20 warm", st)
 	}
-	sum := warmpool.Summarize(n.d.planInput(n.clock.Now()))
+	sum := warmpool.Summarize(n.d.pool.Input(n.clock.Now()))
 	if sum.Short != 0 {
 		t.Errorf("pool still short %d after the first cycle: %+v", sum.Short, sum)
 	}
@@ -252,7 +252,7 @@ func TestShutdownAnswersWaitingADD(t *testing.T) {
 	n.mustAdd("c2") // takes the warm address; the refill hangs
 	errc := make(chan error, 1)
 	go func() { _, err := n.add("c3"); errc <- err }()
-	eventually(t, "c3 waiting", func() bool { return n.d.pending.Load() == 1 })
+	eventually(t, "c3 waiting", func() bool { return n.d.api.waiting.Load() == 1 })
 	n.shutdown()
 	err := <-errc
 	var e *api.Error

@@ -18,6 +18,7 @@ import (
 
 	"github.com/vpcip/vpcip/ipamd/api"
 	"github.com/vpcip/vpcip/ipamd/config"
+	"github.com/vpcip/vpcip/ipamd/pool"
 	"github.com/vpcip/vpcip/provider"
 	awsprovider "github.com/vpcip/vpcip/provider/aws"
 	"github.com/vpcip/vpcip/test/vpcsim"
@@ -158,6 +159,9 @@ type node struct {
 	done   chan error
 	// wrap, if set, wraps the provider (e.g. to stage instance metadata).
 	wrap func(provider.Provider) provider.Provider
+	// demand and sink, if set, stand in for the Kubernetes part.
+	demand pool.Demand
+	sink   StatusSink
 }
 
 func newNode(t testing.TB, c cloud, instanceType string, env map[string]string) *node {
@@ -193,7 +197,7 @@ func (n *node) startNoWait() {
 	}
 	n.prov = p
 	d, err := New(Options{Config: testConfig(n.t, n.dir, n.env), Provider: p, Host: n.host,
-		Metrics: m, Gatherer: n.reg, Clock: n.clock.Now})
+		Metrics: m, Gatherer: n.reg, Clock: n.clock.Now, Demand: n.demand, Status: n.sink})
 	if err != nil {
 		n.t.Fatal(err)
 	}
@@ -237,13 +241,13 @@ func (n *node) cycle(fns ...func(context.Context)) {
 	if len(fns) > 0 {
 		fn = fns[0]
 	}
-	if !n.d.onWorker(ctx, fn) {
+	if !n.d.work.onWorker(ctx, fn) {
 		n.t.Fatal("worker did not run the cycle")
 	}
 }
 
 // reconcile runs a periodic (metadata-first) reconciliation on the worker.
-func (n *node) reconcile() { n.cycle(func(ctx context.Context) { n.d.reconcile(ctx, false) }) }
+func (n *node) reconcile() { n.cycle(func(ctx context.Context) { n.d.rec.reconcile(ctx, false) }) }
 
 func key(c string) api.Key { return api.Key{Network: "vpcip", ContainerID: c, IfName: "eth0"} }
 

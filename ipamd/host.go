@@ -2,7 +2,10 @@ package ipamd
 
 import (
 	"errors"
+	"fmt"
+	"net"
 	"net/netip"
+	"strings"
 
 	"github.com/vpcip/vpcip/ipamd/hostnet"
 	"github.com/vpcip/vpcip/routing"
@@ -59,3 +62,16 @@ func (NoHost) LinkName(string) (string, error)         { return "", nil }
 func (NoHost) PodRoutes() ([]hostnet.PodRoute, error)  { return nil, ErrNoHostView }
 func (NoHost) RemovePodRules(netip.Addr) (int, error)  { return 0, nil }
 func (NoHost) PodRuleAddresses() ([]netip.Addr, error) { return nil, nil }
+
+func linkByMAC(mac string) (string, error) {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return "", fmt.Errorf("list interfaces: %w", err)
+	}
+	for _, i := range ifs {
+		if strings.EqualFold(i.HardwareAddr.String(), mac) {
+			return i.Name, nil
+		}
+	}
+	return "", fmt.Errorf("no interface has the primary ENI's MAC %s", mac)
+}

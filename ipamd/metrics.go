@@ -5,13 +5,16 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/vpcip/vpcip/ipamd/api"
 	"github.com/vpcip/vpcip/provider"
 )
 
 // Metrics are vpcipd's Prometheus metrics (docs/design.md §8): prefix vpcip_, base
 // units, counters ending in _total, small fixed label sets. Create them with
 // NewMetrics before the provider, so the provider's CallObserver can be
-// ObserveCall; the pool gauges are added by New.
+// ObserveCall; the pool gauges are added by New. Every part of the daemon
+// counts into it; it has no lock of its own (the Prometheus types are safe
+// for concurrent use).
 type Metrics struct {
 	reg         prometheus.Registerer
 	addWait     prometheus.Histogram
@@ -80,8 +83,8 @@ func (m *Metrics) repaired(kind string, n int) {
 
 // poolCollector reports the pool gauges from one consistent count per scrape.
 type poolCollector struct {
-	d     *Daemon
-	descs map[string]*prometheus.Desc
+	status func() api.Status
+	descs  map[string]*prometheus.Desc
 }
 
 var poolGauges = []struct{ name, help string }{
@@ -95,8 +98,8 @@ var poolGauges = []struct{ name, help string }{
 	{"vpcip_ready", "1 when the daemon can assign addresses, else 0."},
 }
 
-func newPoolCollector(d *Daemon) *poolCollector {
-	c := &poolCollector{d: d, descs: map[string]*prometheus.Desc{}}
+func newPoolCollector(status func() api.Status) *poolCollector {
+	c := &poolCollector{status: status, descs: map[string]*prometheus.Desc{}}
 	for _, g := range poolGauges {
 		c.descs[g.name] = prometheus.NewDesc(g.name, g.help, nil, nil)
 	}
@@ -110,7 +113,7 @@ func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
-	s := c.d.Status()
+	s := c.status()
 	ready := 0.0
 	if s.Ready {
 		ready = 1

@@ -350,7 +350,7 @@ func TestShutdownStopsCloudChanges(t *testing.T) {
 		n.del(id)
 	}
 	n.cycle() // let cycles kicked by the DELs finish
-	n.d.stopping.Store(true)
+	n.d.life.stopping.Store(true)
 	f := c.Cloud.Faults()
 	before := f.Calls("UnassignPrivateIpAddresses") + f.Calls("DetachNetworkInterface")
 	addrs := len(n.cloudAddrs())

@@ -8,22 +8,20 @@ import (
 	"net/http"
 
 	"github.com/vpcip/vpcip/ipamd/api"
-	"github.com/vpcip/vpcip/ipamd/datastore"
-	"github.com/vpcip/vpcip/routing"
 )
 
 // maxRequest bounds a request body; a GC list of 10,000 keys fits.
 const maxRequest = 4 << 20
 
 // apiHandler serves the plugin API (package api documents the endpoints).
-func (d *Daemon) apiHandler() http.Handler {
+func (s *apiServer) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/assign", func(w http.ResponseWriter, r *http.Request) {
 		var req api.AssignRequest
 		if !decode(w, r, &req, func() error { return checkKeyed(req.Version, req.Key) }) {
 			return
 		}
-		a, err := d.Assign(r.Context(), req)
+		a, err := s.Assign(r.Context(), req)
 		reply(w, a, err)
 	})
 	mux.HandleFunc("POST /v1/release", func(w http.ResponseWriter, r *http.Request) {
@@ -31,7 +29,7 @@ func (d *Daemon) apiHandler() http.Handler {
 		if !decode(w, r, &req, func() error { return checkKeyed(req.Version, req.Key) }) {
 			return
 		}
-		resp, err := d.Release(req)
+		resp, err := s.Release(req)
 		reply(w, resp, err)
 	})
 	mux.HandleFunc("POST /v1/check", func(w http.ResponseWriter, r *http.Request) {
@@ -39,7 +37,7 @@ func (d *Daemon) apiHandler() http.Handler {
 		if !decode(w, r, &req, func() error { return checkKeyed(req.Version, req.Key) }) {
 			return
 		}
-		a, err := d.Check(req)
+		a, err := s.Check(req)
 		reply(w, a, err)
 	})
 	mux.HandleFunc("POST /v1/gc", func(w http.ResponseWriter, r *http.Request) {
@@ -47,11 +45,11 @@ func (d *Daemon) apiHandler() http.Handler {
 		if !decode(w, r, &req, func() error { return checkGC(req) }) {
 			return
 		}
-		resp, err := d.GC(req)
+		resp, err := s.GC(req)
 		reply(w, resp, err)
 	})
 	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
-		reply(w, d.Status(), nil)
+		reply(w, s.view.status(), nil)
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, &api.Error{Version: api.Version, Code: api.CodeInvalid,
@@ -156,20 +154,4 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	json.NewEncoder(w).Encode(v)
-}
-
-// wire converts a datastore assignment to the protocol's.
-func (d *Daemon) wire(a datastore.Assignment) api.Assignment {
-	d.mu.Lock()
-	vpc := d.self.VPCCIDRs
-	d.mu.Unlock()
-	table := 0 // the wire's "main table, no from rule"
-	if a.DeviceNumber > 0 {
-		table = routing.TableForDevice(a.DeviceNumber)
-	}
-	return api.Assignment{
-		Version: api.Version, Key: a.Key, Pod: a.Pod, Address: a.Address,
-		ENIID: a.ENIID, DeviceNumber: a.DeviceNumber, RouteTable: table,
-		SubnetCIDR: a.SubnetCIDR, VPCCIDRs: vpc, MTU: d.cfg.MTU, AssignedAt: a.AssignedAt,
-	}
 }

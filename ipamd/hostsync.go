@@ -1,0 +1,177 @@
+package ipamd
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/vpcip/vpcip/ipamd/api"
+	"github.com/vpcip/vpcip/ipamd/config"
+	"github.com/vpcip/vpcip/ipamd/datastore"
+	"github.com/vpcip/vpcip/ipamd/hostnet"
+	"github.com/vpcip/vpcip/ipamd/pool"
+	"github.com/vpcip/vpcip/provider"
+)
+
+// hostSync keeps the node's networking in step with the datastore: each
+// secondary ENI's link, table and rule (through Host), the SNAT rules, and
+// the pods' host routes and policy rules. All its calls into Host run on the
+// worker goroutine; status and introspection read links and errors.
+type hostSync struct {
+	host    Host
+	cfg     config.Config
+	store   *datastore.Store
+	log     *slog.Logger
+	metrics *Metrics
+	now     func() time.Time
+
+	mu    sync.Mutex        // guards links and errs, never held across a Host call
+	links map[string]string // ENI id → host link name
+	errs  map[string]string // ENI id → last EnsureENI failure
+
+	noRoute map[api.Key]int // worker goroutine only: consecutive checks an assignment had no host route
+}
+
+var _ pool.ENIHost = (*hostSync)(nil)
+
+func newHostSync(host Host, cfg config.Config, store *datastore.Store, log *slog.Logger, m *Metrics, now func() time.Time) *hostSync {
+	return &hostSync{host: host, cfg: cfg, store: store, log: log, metrics: m, now: now,
+		links: map[string]string{}, errs: map[string]string{}, noRoute: map[api.Key]int{}}
+}
+
+// hostENI is the one conversion of an ENI into what the host needs.
+func hostENI(e provider.ENI, mtu int) hostnet.ENI {
+	return hostnet.ENI{MAC: e.MAC, DeviceNumber: e.DeviceNumber, PrimaryIP: e.PrimaryIP,
+		SubnetCIDR: e.SubnetCIDR, Gateway: e.Gateway, MTU: mtu}
+}
+
+// cloudENI is the one conversion of a datastore ENI back into the cloud's
+// form: its slots split into secondary addresses and prefixes.
+func cloudENI(e datastore.ENI) provider.ENI {
+	pe := provider.ENI{ID: e.ID, MAC: e.MAC, DeviceNumber: e.DeviceNumber, SubnetID: e.SubnetID,
+		SubnetCIDR: e.SubnetCIDR, Gateway: e.Gateway, PrimaryIP: e.PrimaryIP, Attached: e.Attached}
+	for _, s := range e.Slots {
+		if s.Bits() == s.Addr().BitLen() {
+			pe.SecondaryIPs = append(pe.SecondaryIPs, s.Addr())
+		} else {
+			pe.Prefixes = append(pe.Prefixes, s)
+		}
+	}
+	return pe
+}
+
+// ENIAttached sets up a secondary ENI on the node; a failure is recorded
+// (and shown in status) and retried at every reconciliation.
+func (h *hostSync) ENIAttached(e provider.ENI) {
+	if e.DeviceNumber == 0 || e.ID == "" {
+		return
+	}
+	link, err := h.host.EnsureENI(hostENI(e, h.cfg.MTU))
+	if err != nil {
+		h.log.Error("host setup of ENI failed", "eni", e.ID, "mac", e.MAC, "err", err)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err != nil {
+		h.errs[e.ID] = err.Error()
+		return
+	}
+	delete(h.errs, e.ID)
+	if link != "" {
+		h.links[e.ID] = link
+	}
+}
+
+// ENIDeleted removes the host setup of an ENI EC2 deleted.
+func (h *hostSync) ENIDeleted(e datastore.ENI) {
+	h.forget(e, "removing host setup of a deleted ENI failed")
+}
+
+// forget removes an ENI's host setup and what hostSync knows of it.
+func (h *hostSync) forget(e datastore.ENI, failure string) {
+	if err := h.host.RemoveENI(hostENI(cloudENI(e), h.cfg.MTU)); err != nil {
+		h.log.Warn(failure, "eni", e.ID, "err", err)
+	}
+	h.mu.Lock()
+	delete(h.links, e.ID)
+	delete(h.errs, e.ID)
+	h.mu.Unlock()
+}
+
+// linkNames is a copy of ENI id → host link name.
+func (h *hostSync) linkNames() map[string]string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return maps.Clone(h.links)
+}
+
+// failures is a copy of ENI id → last host setup failure.
+func (h *hostSync) failures() map[string]string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return maps.Clone(h.errs)
+}
+
+// ensureAll re-applies the host setup of every secondary ENI and the SNAT
+// rules, undoing drift (a flushed table, a changed rp_filter) and retrying
+// failed setups. Every call is idempotent.
+func (h *hostSync) ensureAll(self provider.Instance) {
+	for _, e := range h.store.ENIs() {
+		h.ENIAttached(cloudENI(e))
+	}
+	if err := h.ensureSNAT(self); err != nil {
+		h.log.Error("re-applying SNAT rules failed", "err", err)
+	}
+}
+
+// ensureSNAT installs the node's SNAT rules (nothing with NoHost).
+func (h *hostSync) ensureSNAT(self provider.Instance) error {
+	link, err := h.host.LinkName(self.PrimaryMAC)
+	if err != nil {
+		return err
+	}
+	err = h.host.EnsureSNAT(hostnet.SNATConfig{VPCCIDRs: self.VPCCIDRs, ExcludeCIDRs: h.cfg.ExcludeSNAT,
+		PrimaryIP: self.PrimaryIP, PrimaryLink: link, RandomFully: h.cfg.RandomFully, External: h.cfg.ExternalSNAT})
+	if err != nil {
+		return fmt.Errorf("SNAT rules: %w", err)
+	}
+	return nil
+}
+
+// checkPods compares assignments with the host's pod routes: a free address
+// the host routes to a pod gets a recovered owner (the checkpoint lost it);
+// an assignment older than VPCIP_GC_GRACE whose address has had no host
+// route on two checks in a row is released (its pod is gone), unless more
+// than half the pods lost their routes at once (a broken view is likelier).
+// At start (first true) only recovery runs. Without a host view nothing
+// happens.
+func (h *hostSync) checkPods(first bool) {
+	routes, err := h.host.PodRoutes()
+	if errors.Is(err, ErrNoHostView) {
+		return
+	}
+	if err != nil {
+		h.log.Warn("host pod routes unreadable", "err", err)
+		return
+	}
+	now := h.now()
+	byAddr := make(map[netip.Addr]string, len(routes))
+	for _, r := range routes {
+		byAddr[r.Address] = r.HostVeth
+	}
+	if rec := h.store.Recover(byAddr, now); len(rec) > 0 {
+		h.metrics.repaired("recovered_from_host", len(rec))
+		for _, a := range rec {
+			h.log.Warn("address routed to a pod but not in the checkpoint: held for it", "address", a.Address, "hostVeth", a.HostVeth)
+		}
+	}
+	if first {
+		return
+	}
+	h.releaseRouteless(byAddr, now)
+	h.removeStaleRules(byAddr)
+}

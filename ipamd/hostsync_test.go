@@ -1,0 +1,101 @@
+package ipamd
+
+import (
+	"log/slog"
+	"net/netip"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/vpcip/vpcip/ipamd/api"
+	"github.com/vpcip/vpcip/ipamd/config"
+	"github.com/vpcip/vpcip/ipamd/datastore"
+	"github.com/vpcip/vpcip/ipamd/hostnet"
+	"github.com/vpcip/vpcip/provider"
+)
+
+var testENI = provider.ENI{
+	ID: "eni-0123456789abcdef0", MAC: "0a:00:00:00:00:02", DeviceNumber: 1, SubnetID: "subnet-1",
+	SubnetCIDR: netip.MustParsePrefix("10.0.0.0/24"), Gateway: netip.MustParseAddr("10.0.0.1"),
+	PrimaryIP: netip.MustParseAddr("10.0.0.10"), Attached: time.Now().Add(-time.Hour).UTC().Truncate(time.Second),
+	SecondaryIPs: []netip.Addr{netip.MustParseAddr("10.0.0.11")},
+	Prefixes:     []netip.Prefix{netip.MustParsePrefix("10.0.0.32/28")},
+}
+
+// TestENIConversions: the datastore's ENI converts back to the cloud's form
+// with its slots split into addresses and prefixes, and the host gets the
+// link, table and rule facts plus the MTU.
+func TestENIConversions(t *testing.T) {
+	s := datastore.New(0)
+	s.Sync([]provider.ENI{testENI}, time.Now())
+	got := cloudENI(s.ENIs()[0])
+	if got.ID != testENI.ID || got.MAC != testENI.MAC || got.DeviceNumber != 1 || got.SubnetCIDR != testENI.SubnetCIDR ||
+		got.Gateway != testENI.Gateway || got.PrimaryIP != testENI.PrimaryIP || got.SubnetID != testENI.SubnetID || !got.Attached.Equal(testENI.Attached) ||
+		!slices.Equal(got.SecondaryIPs, testENI.SecondaryIPs) || !slices.Equal(got.Prefixes, testENI.Prefixes) {
+		t.Errorf("cloudENI(datastore ENI) = %+v, want %+v", got, testENI)
+	}
+	want := hostnet.ENI{MAC: testENI.MAC, DeviceNumber: 1, PrimaryIP: testENI.PrimaryIP,
+		SubnetCIDR: testENI.SubnetCIDR, Gateway: testENI.Gateway, MTU: 9001}
+	if h := hostENI(got, 9001); h != want {
+		t.Errorf("hostENI = %+v, want %+v", h, want)
+	}
+}
+
+// lockProbeHost is memHost whose RemovePodRules reads hostSync's and the
+// datastore's state from another goroutine: if releaseRouteless held either
+// lock across the host call, the read would not finish.
+type lockProbeHost struct {
+	*memHost
+	hs      *hostSync
+	blocked bool
+}
+
+func (h *lockProbeHost) RemovePodRules(a netip.Addr) (int, error) {
+	done := make(chan struct{})
+	go func() {
+		h.hs.linkNames()
+		h.hs.failures()
+		h.hs.store.Counts(time.Now())
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		h.blocked = true
+	}
+	return h.memHost.RemovePodRules(a)
+}
+
+// TestReleaseRoutelessHoldsNoLock: an assignment whose pod route is gone on
+// two checks is released and its pod rules removed, with no lock held while
+// the host is called.
+func TestReleaseRoutelessHoldsNoLock(t *testing.T) {
+	store := datastore.New(0)
+	now := time.Now()
+	store.Sync([]provider.ENI{testENI}, now)
+	k := api.Key{Network: "vpcip", ContainerID: "c1", IfName: "eth0"}
+	a, _, err := store.Assign(k, api.Pod{Namespace: "default", Name: "p"}, now.Add(-time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := &lockProbeHost{memHost: newMemHost()}
+	hs := newHostSync(host, config.Config{GCGrace: time.Minute}, store, slog.New(slog.DiscardHandler),
+		NewMetrics(prometheus.NewRegistry()), time.Now)
+	host.hs = hs
+	hs.checkPods(false)
+	if _, held := store.Get(k); !held {
+		t.Fatal("released after one check without a route; want two")
+	}
+	hs.checkPods(false)
+	if _, held := store.Get(k); held {
+		t.Fatal("still assigned after two checks without a route")
+	}
+	if !slices.Contains(host.rulesRemoved, a.Address) {
+		t.Errorf("pod rules of %s not removed: %v", a.Address, host.rulesRemoved)
+	}
+	if host.blocked {
+		t.Error("a lock was held while the host removed pod rules")
+	}
+}

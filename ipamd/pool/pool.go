@@ -1,0 +1,303 @@
+// Package pool is vpcipd's warm-pool component: it plans with package
+// warmpool and executes the plan through the provider, one action at a time,
+// recording each result in the datastore. It owns what the pool remembers
+// between cycles: the cloud's active refusals and their backoff strikes, and
+// when it last released (release pacing).
+//
+// Goroutine: Cycle runs on the daemon's worker goroutine, the only one that
+// calls the cloud. Other goroutines read Refusals (status, ADD answers);
+// Pool.mu guards the remembered fields and is never held across a cloud,
+// datastore or host call.
+//
+// Driving it without the daemon (a trace simulator, issue-style
+// experiments): build a datastore.Store, a provider.Provider (an in-memory
+// cloud), a Node with the instance's limits and a Clock reading virtual
+// time; call New, then call Cycle whenever the daemon would (at start, after
+// each ADD or DEL that kicks it, and when the delay Cycle returned has
+// passed on the virtual clock). Cycle runs one full plan-and-execute pass
+// synchronously, reading Clock before each step, so a provider that
+// advances the virtual clock during a call sees time pass as EC2's latency
+// would. Pending and Demand report pods waiting for an address; nil means
+// none.
+package pool
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/vpcip/vpcip/ipamd/datastore"
+	"github.com/vpcip/vpcip/provider"
+	"github.com/vpcip/vpcip/warmpool"
+)
+
+// maxSteps bounds the actions of one pool cycle. Warm-up from an empty node
+// takes one Assign on the primary ENI and one CreateENI per further ENI.
+const maxSteps = 16
+
+// errRaced: the datastore changed between the plan and its execution (a pod
+// took an address chosen for release); the next cycle plans again.
+var errRaced = errors.New("pool changed while executing the plan")
+
+// Node is what the pool reads of the node: the instance's limits (zero until
+// the instance is known) and its subnet, for messages.
+type Node interface {
+	Limits() warmpool.Limits
+	SubnetID() string
+}
+
+// Demand counts pods that want an address and have none: ADDs waiting in
+// the daemon (Options.Pending), or pods bound to the node without an
+// address as the Kubernetes API shows them (Options.Demand).
+type Demand interface {
+	Demand() int
+}
+
+// ENIHost sets up and removes an ENI on the node. ENIAttached is called with
+// a new ENI before the datastore has it, so no pod is wired to an ENI without
+// its route table; ENIDeleted after EC2 deleted one.
+type ENIHost interface {
+	ENIAttached(e provider.ENI)
+	ENIDeleted(e datastore.ENI)
+}
+
+// Options are the pool's dependencies. Store, Provider and Node are required.
+type Options struct {
+	Store    *datastore.Store
+	Provider provider.Provider
+	Node     Node
+	Config   warmpool.Config
+	Interval time.Duration    // VPCIP_POOL_INTERVAL: the longest wait Cycle returns; 0: 10 s
+	Clock    func() time.Time // nil: time.Now
+	Logger   *slog.Logger     // nil: discard
+	Pending  Demand           // ADDs waiting for an address; nil: none
+	Demand   Demand           // pods bound to the node without an address (Kubernetes); nil: none
+	Host     ENIHost          // nil: nothing is set up on the host
+	// Resync re-reads the ENIs from EC2 and applies them, when a cloud
+	// answer says the pool's view is stale; nil: none.
+	Resync func(context.Context) error
+	// Persist writes the checkpoint after each action; nil: none.
+	Persist func() error
+	// Observe counts each executed action by outcome ("ok", "error"); nil: none.
+	Observe func(action, outcome string)
+	// Stopping reports that shutdown began: no new cloud changes; nil: never.
+	Stopping func() bool
+}
+
+// Pool is the warm-pool component. Use New.
+type Pool struct {
+	o Options
+
+	mu          sync.Mutex // guards the fields below
+	refusals    []warmpool.Refusal
+	strikes     map[warmpool.RefusalKind]int // consecutive refusals, for backoff
+	lastRelease time.Time
+}
+
+// New returns a pool; it does no I/O.
+func New(o Options) (*Pool, error) {
+	if o.Store == nil || o.Provider == nil || o.Node == nil {
+		return nil, errors.New("pool: Options.Store, Provider and Node are required")
+	}
+	if o.Interval <= 0 {
+		o.Interval = 10 * time.Second
+	}
+	if o.Clock == nil {
+		o.Clock = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Observe == nil {
+		o.Observe = func(string, string) {}
+	}
+	if o.Stopping == nil {
+		o.Stopping = func() bool { return false }
+	}
+	return &Pool{o: o, strikes: map[warmpool.RefusalKind]int{}}, nil
+}
+
+// Cycle plans and executes pool actions until the pool is at target, a
+// refusal says wait, or maxSteps; it returns how long until the next cycle
+// is due (at most Options.Interval).
+func (p *Pool) Cycle(ctx context.Context) time.Duration {
+	next := p.o.Interval
+	for range maxSteps {
+		if ctx.Err() != nil || p.o.Stopping() {
+			return next
+		}
+		now := p.o.Clock()
+		plan := warmpool.Next(p.Input(now))
+		if plan.Action == warmpool.Nothing || plan.Action == warmpool.Wait {
+			if !plan.Until.IsZero() {
+				next = min(next, max(plan.Until.Sub(now), 10*time.Millisecond))
+			}
+			return next
+		}
+		p.o.Logger.Info("pool action", "action", plan.Action.String(), "eni", plan.ENI, "count", plan.Count,
+			"prefixes", plan.Prefixes, "release", plan.Release, "reason", plan.Reason)
+		err := p.execute(ctx, plan)
+		p.persist()
+		if err == nil {
+			p.o.Observe(plan.Action.String(), "ok")
+			continue
+		}
+		if errors.Is(err, errRaced) {
+			return 100 * time.Millisecond
+		}
+		p.o.Observe(plan.Action.String(), "error")
+		if ctx.Err() != nil {
+			return next
+		}
+		if errors.Is(err, provider.ErrNotFound) || errors.Is(err, provider.ErrAddressLimit) {
+			// Our view of the ENIs is stale: confirm with EC2 now.
+			if rerr := p.resync(ctx); rerr != nil {
+				p.o.Logger.Warn("EC2 re-read after a stale-view error failed", "err", rerr)
+			}
+		}
+		if wait, ok := p.refuse(err, plan, now); !ok {
+			p.o.Logger.Warn("pool action failed", "action", plan.Action.String(), "eni", plan.ENI, "err", err, "retryIn", wait)
+			return wait
+		}
+	}
+	return next
+}
+
+// Input is warmpool's view of the node at now.
+func (p *Pool) Input(now time.Time) warmpool.Input {
+	enis := p.o.Store.Snapshot(now)
+	in := warmpool.Input{
+		ENIs:   enis,
+		Limits: p.o.Node.Limits(),
+		Config: p.o.Config,
+		Now:    now,
+	}
+	if p.o.Pending != nil {
+		in.Pending = p.o.Pending.Demand()
+	}
+	if p.o.Demand != nil {
+		in.Demand.Unaddressed = p.o.Demand.Demand()
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	in.LastRelease = p.lastRelease // LastGrow and Demand.History stay zero: the default policy runs without them
+	in.Refusals = slices.Clone(p.refusals)
+	return in
+}
+
+func (p *Pool) persist() {
+	if p.o.Persist == nil {
+		return
+	}
+	if err := p.o.Persist(); err != nil {
+		p.o.Logger.Error("checkpoint write after pool action failed", "err", err)
+	}
+}
+
+func (p *Pool) resync(ctx context.Context) error {
+	if p.o.Resync == nil {
+		return nil
+	}
+	return p.o.Resync(ctx)
+}
+
+func (p *Pool) execute(ctx context.Context, plan warmpool.Plan) error {
+	switch plan.Action {
+	case warmpool.Assign:
+		got, err := p.o.Provider.AssignAddresses(ctx, plan.ENI, plan.Count, plan.Prefixes)
+		if errors.Is(err, provider.ErrNotVisible) {
+			// Made, but metadata lags: hand out only what EC2 confirms.
+			p.o.Logger.Warn("assigned addresses not yet in instance metadata: confirming with EC2", "eni", plan.ENI, "err", err)
+			return p.resync(ctx)
+		}
+		if err != nil {
+			return err
+		}
+		p.o.Store.AddSlots(plan.ENI, got)
+		p.grew()
+		return nil
+	case warmpool.CreateENI:
+		return p.createENI(ctx, plan)
+	case warmpool.Release:
+		return p.releaseSlots(ctx, plan)
+	case warmpool.DeleteENI:
+		return p.deleteENI(ctx, plan.ENI)
+	}
+	return nil
+}
+
+func (p *Pool) createENI(ctx context.Context, plan warmpool.Plan) error {
+	req := provider.CreateENIRequest{Addresses: plan.Count}
+	if plan.Prefixes {
+		req = provider.CreateENIRequest{Prefixes: plan.Count}
+	}
+	e, err := p.o.Provider.CreateENI(ctx, req)
+	if errors.Is(err, provider.ErrNotVisible) {
+		p.o.Logger.Warn("new ENI not yet in instance metadata: confirming with EC2", "eni", e.ID, "err", err)
+		p.attached(e)
+		return p.resync(ctx)
+	}
+	if err != nil {
+		return err
+	}
+	p.attached(e) // before the datastore has it: no pod is wired to an ENI without its table
+	p.o.Store.PutENI(e)
+	p.grew()
+	p.o.Logger.Info("ENI attached", "eni", e.ID, "device", e.DeviceNumber, "addresses", len(e.SecondaryIPs), "prefixes", len(e.Prefixes))
+	return nil
+}
+
+func (p *Pool) attached(e provider.ENI) {
+	if p.o.Host != nil {
+		p.o.Host.ENIAttached(e)
+	}
+}
+
+// releaseSlots unassigns free slots. They are marked under the datastore
+// lock first, so no ADD can take them while EC2 works (B23).
+func (p *Pool) releaseSlots(ctx context.Context, plan warmpool.Plan) error {
+	marked := p.o.Store.MarkRelease(plan.ENI, plan.Release, p.o.Clock())
+	if len(marked) == 0 {
+		return errRaced
+	}
+	err := p.o.Provider.UnassignAddresses(ctx, plan.ENI, marked)
+	p.o.Store.FinishRelease(plan.ENI, marked, err == nil)
+	if err != nil {
+		return err
+	}
+	p.released()
+	return nil
+}
+
+// deleteENI detaches and deletes a secondary ENI that holds no assignment.
+func (p *Pool) deleteENI(ctx context.Context, id string) error {
+	if !p.o.Store.MarkDelete(id) {
+		return errRaced
+	}
+	var eni datastore.ENI
+	for _, e := range p.o.Store.ENIs() {
+		if e.ID == id {
+			eni = e
+		}
+	}
+	if err := p.o.Provider.DeleteENI(ctx, id); err != nil {
+		p.o.Store.FinishDelete(id, false)
+		return err
+	}
+	if p.o.Host != nil {
+		p.o.Host.ENIDeleted(eni)
+	}
+	p.o.Store.FinishDelete(id, true)
+	p.released()
+	p.o.Logger.Info("ENI deleted", "eni", id)
+	return nil
+}
+
+func (p *Pool) released() {
+	p.mu.Lock()
+	p.lastRelease = p.o.Clock()
+	p.mu.Unlock()
+}

@@ -1,0 +1,219 @@
+package pool
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+
+	"github.com/vpcip/vpcip/ipamd/datastore"
+	"github.com/vpcip/vpcip/provider"
+	awsprovider "github.com/vpcip/vpcip/provider/aws"
+	"github.com/vpcip/vpcip/test/vpcsim"
+	"github.com/vpcip/vpcip/test/vpcsim/vpcsimtest"
+	"github.com/vpcip/vpcip/warmpool"
+)
+
+// virtualClock is a clock the test moves by hand, as a trace simulator does.
+type virtualClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *virtualClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *virtualClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+type staticNode struct {
+	lim    warmpool.Limits
+	subnet string
+}
+
+func (n staticNode) Limits() warmpool.Limits { return n.lim }
+func (n staticNode) SubnetID() string        { return n.subnet }
+
+type count int
+
+func (c count) Demand() int { return int(c) }
+
+// hostLog records the ENIs the pool hands to the host.
+type hostLog struct {
+	mu       sync.Mutex
+	attached []string
+	deleted  []string
+}
+
+func (h *hostLog) ENIAttached(e provider.ENI) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.attached = append(h.attached, e.ID)
+}
+
+func (h *hostLog) ENIDeleted(e datastore.ENI) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.deleted = append(h.deleted, e.ID)
+}
+
+// rig is one node on vpcsim through the real EC2 provider, with a pool on a
+// virtual clock.
+type rig struct {
+	cloud *vpcsimtest.Local
+	clock *virtualClock
+	store *datastore.Store
+	host  *hostLog
+	pool  *Pool
+}
+
+func newRig(t *testing.T, o Options) *rig {
+	t.Helper()
+	cloud := vpcsimtest.Start(t, vpcsim.Config{Seed: 1})
+	inst := cloud.Launch(t, "m5.large")
+	cfg, err := awsconfig.LoadDefaultConfig(context.Background(),
+		awsconfig.WithRegion("us-west-2"),
+		awsconfig.WithCredentialsProvider(credentials.NewStaticCredentialsProvider("AKIDPOOLTEST", "secret", "")),
+		awsconfig.WithBaseEndpoint(cloud.EC2URL),
+		awsconfig.WithEC2IMDSEndpoint(cloud.IMDSURL(inst.ID)),
+		awsconfig.WithSharedConfigFiles([]string{}),
+		awsconfig.WithSharedCredentialsFiles([]string{}),
+	)
+	if err != nil {
+		t.Fatalf("SDK config: %v", err)
+	}
+	prov, err := awsprovider.New(context.Background(), awsprovider.Options{
+		ClusterName: "vpcip-pool-test", NodeName: "pool-test",
+		MutatingRate: 1000, MutatingBurst: 100, DescribeRate: 1000, DescribeBurst: 100,
+		RetryBase: 10 * time.Millisecond, RetryMax: 100 * time.Millisecond, MaxThrottleWait: time.Second,
+		MetadataWait: 5 * time.Second, MetadataPoll: 10 * time.Millisecond,
+		DetachWait: 5 * time.Second, DetachPoll: 10 * time.Millisecond,
+		AWSConfig: &cfg,
+	})
+	if err != nil {
+		t.Fatalf("provider: %v", err)
+	}
+	ctx := context.Background()
+	self, err := prov.Self(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim, err := prov.Limits(ctx, self.Type)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enis, err := prov.ENIs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &rig{cloud: cloud, clock: &virtualClock{t: time.Now().UTC()}, store: datastore.New(30 * time.Second), host: &hostLog{}}
+	r.store.Sync(enis, r.clock.Now())
+	o.Store, o.Provider, o.Clock, o.Host = r.store, prov, r.clock.Now, r.host
+	o.Node = staticNode{lim: warmpool.Limits{MaxENIs: lim.MaxENIs, SlotsPerENI: lim.PodAddressesPerENI()}, subnet: self.SubnetID}
+	if r.pool, err = New(o); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func (r *rig) calls(op string) int { return r.cloud.Cloud.Faults().Calls(op) }
+
+// TestCycleWarmsANewNode: one Cycle brings a new node to WARM_ENI_TARGET=1
+// on the virtual clock; the next makes no cloud change and returns the
+// interval.
+func TestCycleWarmsANewNode(t *testing.T) {
+	r := newRig(t, Options{Config: warmpool.Config{WarmENITarget: 1}, Interval: 7 * time.Second})
+	ctx := context.Background()
+	r.pool.Cycle(ctx)
+	now := r.clock.Now()
+	sum := warmpool.Summarize(r.pool.Input(now))
+	if sum.Short != 0 || sum.Available == 0 {
+		t.Fatalf("after one cycle: %+v, want at target with free addresses", sum)
+	}
+	assigns := r.calls("AssignPrivateIpAddresses")
+	if next := r.pool.Cycle(ctx); next != 7*time.Second {
+		t.Errorf("Cycle at target returned %v, want the interval 7s", next)
+	}
+	if got := r.calls("AssignPrivateIpAddresses"); got != assigns {
+		t.Errorf("a cycle at target called AssignPrivateIpAddresses %d more times", got-assigns)
+	}
+}
+
+// TestCycleBacksOffARefusal: a subnet that refuses every size is
+// remembered as a refusal with a backoff on the pool's clock; no call is
+// made until the virtual clock passes it, and the growth that then succeeds
+// clears it.
+func TestCycleBacksOffARefusal(t *testing.T) {
+	r := newRig(t, Options{Config: warmpool.Config{WarmIPTarget: 3}})
+	ctx := context.Background()
+	r.cloud.Cloud.Faults().SetErrorRate("AssignPrivateIpAddresses", 1, "InsufficientFreeAddressesInSubnet")
+	r.pool.Cycle(ctx)
+	refs := r.pool.Refusals(r.clock.Now())
+	if len(refs) != 1 || refs[0].Kind != warmpool.RefusedSubnetFull || !refs[0].Until.After(r.clock.Now()) {
+		t.Fatalf("refusals after a subnet-full answer: %+v", refs)
+	}
+	if sum := warmpool.Summarize(r.pool.Input(r.clock.Now())); sum.Available != 0 {
+		t.Fatalf("available %d with every request refused", sum.Available)
+	}
+	tries := r.calls("AssignPrivateIpAddresses")
+	r.clock.Advance(100 * time.Millisecond)
+	r.pool.Cycle(ctx)
+	if got := r.calls("AssignPrivateIpAddresses"); got != tries {
+		t.Errorf("a cycle within the backoff called EC2 again (%d → %d)", tries, got)
+	}
+	r.cloud.Cloud.Faults().Reset()   // the subnet has room again; call counts restart at 0
+	r.clock.Advance(3 * time.Minute) // beyond the subnet-full cap of 2 m
+	r.pool.Cycle(ctx)
+	if got := r.calls("AssignPrivateIpAddresses"); got == 0 {
+		t.Errorf("no growth after the backoff ended")
+	}
+	if refs := r.pool.Refusals(r.clock.Now()); len(refs) != 0 {
+		t.Errorf("refusals after successful growth: %+v", refs)
+	}
+	if sum := warmpool.Summarize(r.pool.Input(r.clock.Now())); sum.Available < 3 {
+		t.Errorf("available %d after growth, want ≥ 3", sum.Available)
+	}
+}
+
+// TestCycleStopsWhenStopping: once shutdown began, Cycle makes no cloud call.
+func TestCycleStopsWhenStopping(t *testing.T) {
+	r := newRig(t, Options{Config: warmpool.Config{WarmENITarget: 1}, Stopping: func() bool { return true }})
+	before := r.calls("AssignPrivateIpAddresses") + r.calls("CreateNetworkInterface")
+	r.pool.Cycle(context.Background())
+	if after := r.calls("AssignPrivateIpAddresses") + r.calls("CreateNetworkInterface"); after != before {
+		t.Errorf("a stopping pool made %d growth calls", after-before)
+	}
+}
+
+// TestInputReadsDemand: waiting ADDs are warmpool's Pending, the Kubernetes
+// part's count its Demand.Unaddressed; both absent read as 0.
+func TestInputReadsDemand(t *testing.T) {
+	node := staticNode{lim: warmpool.Limits{MaxENIs: 3, SlotsPerENI: 9}}
+	p, err := New(Options{Store: datastore.New(0), Provider: nopProvider{}, Node: node, Pending: count(2), Demand: count(5)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := p.Input(time.Now())
+	if in.Pending != 2 || in.Demand.Unaddressed != 5 || in.Limits != node.lim {
+		t.Errorf("Input: pending %d, unaddressed %d, limits %+v; want 2, 5, %+v", in.Pending, in.Demand.Unaddressed, in.Limits, node.lim)
+	}
+	p, _ = New(Options{Store: datastore.New(0), Provider: nopProvider{}, Node: node})
+	if in := p.Input(time.Now()); in.Pending != 0 || in.Demand.Unaddressed != 0 {
+		t.Errorf("Input without demand sources: pending %d, unaddressed %d", in.Pending, in.Demand.Unaddressed)
+	}
+	if _, err := New(Options{Provider: nopProvider{}, Node: node}); err == nil {
+		t.Error("New without a Store succeeded")
+	}
+}
+
+// nopProvider is never called: Input reads no cloud.
+type nopProvider struct{ provider.Provider }

@@ -1,0 +1,124 @@
+package pool
+
+import (
+	"errors"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/vpcip/vpcip/provider"
+	"github.com/vpcip/vpcip/warmpool"
+)
+
+// Backoff after a cloud refusal, by kind: first wait and cap. Each wait is
+// jittered over [d/2, d) so nodes do not retry in lock-step (B08).
+var refusalBackoff = map[warmpool.RefusalKind][2]time.Duration{
+	warmpool.RefusedThrottled:    {time.Second, time.Minute},
+	warmpool.RefusedSubnetFull:   {5 * time.Second, 2 * time.Minute},
+	warmpool.RefusedNoPrefix:     {30 * time.Second, 5 * time.Minute},
+	warmpool.RefusedENILimit:     {30 * time.Second, 10 * time.Minute},
+	warmpool.RefusedAddressLimit: {10 * time.Second, 2 * time.Minute},
+}
+
+// genericBackoff is the backoff after an unclassified cloud error.
+var genericBackoff = [2]time.Duration{time.Second, 2 * time.Minute}
+
+// RetryBackoff is the n-th (n ≥ 1) wait after an unclassified cloud error:
+// 1 s doubling up to 2 m, jittered over [d/2, d).
+func RetryBackoff(n int) time.Duration { return backoff(genericBackoff, n) }
+
+// backoff is the n-th (n ≥ 1) jittered wait of an exponential series.
+func backoff(b [2]time.Duration, n int) time.Duration {
+	d := b[0]
+	for i := 1; i < n && d < b[1]; i++ {
+		d *= 2
+	}
+	d = min(d, b[1])
+	return d/2 + rand.N(d/2+1)
+}
+
+// refusalKinds maps the provider's refusal errors to warmpool's kinds.
+var refusalKinds = []struct {
+	err  error
+	kind warmpool.RefusalKind
+}{
+	{provider.ErrThrottled, warmpool.RefusedThrottled},
+	{provider.ErrSubnetFull, warmpool.RefusedSubnetFull},
+	{provider.ErrInsufficientCIDR, warmpool.RefusedNoPrefix},
+	{provider.ErrENILimit, warmpool.RefusedENILimit},
+	{provider.ErrAddressLimit, warmpool.RefusedAddressLimit},
+}
+
+// refuse turns a cloud error into a warmpool.Refusal with backoff. It
+// returns false, with the wait before the next cycle, for errors that are no
+// refusal.
+func (p *Pool) refuse(err error, plan warmpool.Plan, now time.Time) (time.Duration, bool) {
+	subnet := p.o.Node.SubnetID()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, k := range refusalKinds {
+		if !errors.Is(err, k.err) {
+			continue
+		}
+		p.strikes[k.kind]++
+		wait := backoff(refusalBackoff[k.kind], p.strikes[k.kind])
+		r := warmpool.Refusal{Kind: k.kind, Until: now.Add(wait)}
+		switch k.kind {
+		case warmpool.RefusedAddressLimit:
+			r.ENI = plan.ENI
+		case warmpool.RefusedSubnetFull:
+			r.Count = plan.Count // the subnet may fit a smaller request: warmpool halves it
+		}
+		p.refusals = append(slices.DeleteFunc(p.refusals, func(o warmpool.Refusal) bool {
+			return !o.Until.After(now) || (o.Kind == r.Kind && o.ENI == r.ENI)
+		}), r)
+		p.o.Logger.Warn("cloud refused pool growth", "action", plan.Action.String(), "eni", plan.ENI, "refusal", RefusalText(k.kind, subnet),
+			"err", err, "retryAfter", wait)
+		return 0, true
+	}
+	p.strikes[0]++
+	return backoff(genericBackoff, p.strikes[0]), false
+}
+
+// grew clears the growth refusals a successful growth call disproves.
+func (p *Pool) grew() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.refusals = slices.DeleteFunc(p.refusals, func(r warmpool.Refusal) bool {
+		// A subnet refusal that caps the request size stays until it
+		// expires: asking for the refused size again would fail again.
+		return r.Kind == warmpool.RefusedThrottled || (r.Kind == warmpool.RefusedSubnetFull && r.Count <= 1)
+	})
+	clear(p.strikes)
+}
+
+// Refusals are the cloud refusals still in force at now, oldest first.
+func (p *Pool) Refusals(now time.Time) []warmpool.Refusal {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []warmpool.Refusal
+	for _, r := range p.refusals {
+		if r.Until.After(now) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// RefusalText is a refusal in words for status and logs; subnet names the
+// node's subnet.
+func RefusalText(k warmpool.RefusalKind, subnet string) string {
+	switch k {
+	case warmpool.RefusedSubnetFull:
+		return "subnet exhausted (" + subnet + ")"
+	case warmpool.RefusedNoPrefix:
+		return "no contiguous /28 in subnet " + subnet
+	case warmpool.RefusedThrottled:
+		return "EC2 API throttled"
+	case warmpool.RefusedENILimit:
+		return "EC2 refused another ENI (attachment limit)"
+	case warmpool.RefusedAddressLimit:
+		return "ENI address limit reached"
+	}
+	return "cloud refusal"
+}

@@ -1,0 +1,165 @@
+package ipamd
+
+import (
+	"fmt"
+	"net/netip"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/vpcip/vpcip/ipamd/api"
+	"github.com/vpcip/vpcip/ipamd/config"
+	"github.com/vpcip/vpcip/ipamd/datastore"
+	"github.com/vpcip/vpcip/ipamd/introspect"
+	"github.com/vpcip/vpcip/ipamd/pool"
+	"github.com/vpcip/vpcip/provider"
+	"github.com/vpcip/vpcip/routing"
+	"github.com/vpcip/vpcip/warmpool"
+)
+
+// Snapshot is the node's status at one moment: what the plugin API's status
+// endpoint, the metrics, introspection and the Kubernetes part read.
+type Snapshot struct {
+	Time     time.Time
+	Instance provider.Instance // zero until start-up learned it
+	Limits   warmpool.Limits   // MaxENIs capped by MAX_ENI
+	Status   api.Status
+}
+
+// StatusSink receives a Snapshot after every pass of the worker (start-up,
+// each pool cycle and reconciliation), on the worker goroutine: it must not
+// block. The Kubernetes part publishes it (the node's address budget);
+// Options.Status nil publishes nothing.
+type StatusSink interface {
+	PublishStatus(Snapshot)
+}
+
+// statusView computes the status from the parts; it owns no state and
+// takes no lock of its own.
+type statusView struct {
+	cfg     config.Config
+	store   *datastore.Store
+	node    *nodeInfo
+	pool    *pool.Pool
+	hosts   *hostSync
+	life    *lifecycle
+	now     func() time.Time
+	version string
+	started time.Time
+}
+
+// snapshot is the node's status now.
+func (v *statusView) snapshot() Snapshot {
+	now := v.now()
+	self, lim := v.node.get()
+	c := v.store.Counts(now)
+	unit := slotSize(v.cfg, lim)
+	capacity := 0
+	for _, e := range v.store.ENIs() {
+		capacity += eniCapacity(e, lim, unit)
+	}
+	st := api.Status{
+		Version: api.Version, Ready: v.life.readyOK.Load(), Reason: v.reason(now, self.SubnetID),
+		Assigned: c.Assigned, Warm: c.Warm, Cooling: c.Cooling,
+		Capacity: capacity, ENIs: c.ENIs, MaxENIs: lim.MaxENIs,
+		Budget: capacity + max(lim.MaxENIs-c.ENIs, 0)*lim.SlotsPerENI*unit,
+	}
+	return Snapshot{Time: now, Instance: self, Limits: lim, Status: st}
+}
+
+// status reports readiness and the pool's numbers.
+func (v *statusView) status() api.Status { return v.snapshot().Status }
+
+// eniCapacity is how many addresses an attached ENI could hold: its slots at
+// their real size (a /28 held from prefix mode counts 16 even after the mode
+// is turned off, a /32 from the no-/28 fallback counts 1) plus its free slots
+// at the current mode's size.
+func eniCapacity(e datastore.ENI, lim warmpool.Limits, unit int) int {
+	n := 0
+	for _, s := range e.Slots {
+		n += 1 << (s.Addr().BitLen() - s.Bits())
+	}
+	return n + max(lim.SlotsPerENI-len(e.Slots), 0)*unit
+}
+
+// slotSize is the addresses per slot: 16 in prefix mode, else 1.
+func slotSize(cfg config.Config, lim warmpool.Limits) int {
+	if cfg.PrefixDelegation && lim.PrefixSupported {
+		return warmpool.PrefixAddresses
+	}
+	return 1
+}
+
+// reason is why the daemon is not ready, or its degradations.
+func (v *statusView) reason(now time.Time, subnet string) string {
+	if !v.life.readyOK.Load() {
+		return v.life.notReadyReason()
+	}
+	var parts []string
+	for _, r := range v.pool.Refusals(now) {
+		parts = append(parts, "degraded: "+pool.RefusalText(r.Kind, subnet))
+	}
+	errs := v.hosts.failures()
+	ids := make([]string, 0, len(errs))
+	for id := range errs {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		parts = append(parts, fmt.Sprintf("degraded: host setup of %s failed: %s", id, errs[id]))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// state is the introspection view: node, pool numbers, ENIs with their
+// addresses, assignments with pod names, cooling addresses, effective
+// configuration and readiness.
+func (v *statusView) state() introspect.State {
+	snap := v.snapshot()
+	now, self, lim, st := snap.Time, snap.Instance, snap.Limits, snap.Status
+	cp, _ := v.store.Checkpoint(now)
+	links := v.hosts.linkNames()
+	mode := introspect.ModeSecondaryIP
+	if slotSize(v.cfg, lim) > 1 {
+		mode = introspect.ModePrefix
+	}
+	out := introspect.State{
+		Node: introspect.NodeInfo{Name: v.cfg.NodeName, InstanceID: self.ID, InstanceType: self.Type,
+			AvailabilityZone: self.AvailabilityZone, PrimaryIP: self.PrimaryIP, Mode: mode, Version: v.version, StartedAt: v.started},
+		Pool: introspect.Pool{Assigned: st.Assigned, Warm: st.Warm, Cooling: st.Cooling, Capacity: st.Capacity,
+			Budget: st.Budget, ENIs: st.ENIs, MaxENIs: st.MaxENIs},
+		ENIs:        []introspect.ENI{},
+		Assignments: []introspect.Assignment{},
+		Cooling:     []introspect.CoolingAddress{},
+		Config:      v.cfg.Map(),
+		Ready:       st.Ready,
+		Reason:      st.Reason,
+		Time:        now,
+	}
+	for _, e := range v.store.ENIs() {
+		out.ENIs = append(out.ENIs, introspectENI(e, links[e.ID], eniCapacity(e, lim, slotSize(v.cfg, lim))))
+	}
+	for _, a := range v.store.Assignments() {
+		out.Assignments = append(out.Assignments, introspect.Assignment{Key: a.Key, Pod: a.Pod, Address: a.Address,
+			ENIID: a.ENIID, AssignedAt: a.AssignedAt})
+	}
+	for _, c := range cp.Cooling {
+		out.Cooling = append(out.Cooling, introspect.CoolingAddress{Address: c.Address, ENIID: c.ENI, UnassignedAt: c.UnassignedAt})
+	}
+	return out
+}
+
+func introspectENI(e datastore.ENI, link string, capacity int) introspect.ENI {
+	ie := introspect.ENI{ID: e.ID, MAC: e.MAC, DeviceNumber: e.DeviceNumber, RouteTable: routing.TableForDevice(e.DeviceNumber),
+		LinkName: link, SubnetID: e.SubnetID, SubnetCIDR: e.SubnetCIDR, PrimaryIP: e.PrimaryIP,
+		Addresses: []netip.Addr{}, Capacity: capacity}
+	for _, s := range e.Slots {
+		if s.Bits() < s.Addr().BitLen() {
+			ie.Prefixes = append(ie.Prefixes, s)
+		}
+		for a := s.Addr(); s.Contains(a); a = a.Next() {
+			ie.Addresses = append(ie.Addresses, a)
+		}
+	}
+	return ie
+}

@@ -27,8 +27,9 @@ import (
 //	high   = low + chunk             one growth call fills up to this
 //	keep   = high + chunk            release only what is free or cooling
 //	                                 beyond keep (and MinBand), down to high
-//	peak   = most addresses assigned or cooling at an arrival within
-//	         PeakMemory: high and keep are at least peak − in use + margin
+//	peak   = most addresses assigned or cooling observed after an
+//	         arrival within PeakMemory: high and keep are at least
+//	         peak − in use + margin
 //
 // chunk is the hysteresis between growth and release: in secondary-IP mode
 // max(⌈rate × ChunkSpan⌉, slots per ENI / ChunkShare), at most the arrivals
@@ -148,41 +149,64 @@ func demandOf(in Input, room int, prefixes bool, inUse int) demandTarget {
 	return d
 }
 
-// History is a summary of recent pod arrivals (first ADDs) for the
-// adaptive policy: the arrivals of the last ChunkMemory, and per minute
-// the largest burst seen, for BurstMemory. The zero value is empty. It
-// holds ChunkMemory's arrivals plus 80 numbers; Record is amortized O(1).
+// History is what the adaptive policy remembers of a node's recent
+// demand: the arrivals (address requests) of the last ChunkMemory, and per
+// minute the largest burst and the most addresses in use, for BurstMemory.
+// The zero value is empty. It holds ChunkMemory's arrivals plus about 80
+// minutes; Record and Observe are amortized O(1). The caller keeps it:
+// Record at each address request, Observe with each snapshot it plans
+// with, and passes it in Input.Demand.
 type History struct {
 	recent []time.Time // within ChunkMemory of the last Record, oldest first
 	peaks  []peak      // per minute, oldest first, within BurstMemory
 	seen   bool        // an arrival was recorded
+	fresh  bool        // an arrival was recorded since the last Observe
 }
 
 type peak struct {
 	minute time.Time
-	burst  int
-	inUse  int
+	burst  int // most arrivals within BurstWindow
+	inUse  int // most addresses assigned or cooling
 }
 
 // Record adds an arrival at t (not before the previous one) and returns
 // the updated history; the receiver's storage may be reused.
-func (h History) Record(t time.Time, inUse int) History {
+func (h History) Record(t time.Time) History {
 	cut := 0
 	for cut < len(h.recent) && t.Sub(h.recent[cut]) > ChunkMemory {
 		cut++
 	}
 	h.recent = append(h.recent[cut:], t)
-	h.seen = true
-	b := h.within(t, BurstWindow)
-	m := t.Truncate(time.Minute)
-	if n := len(h.peaks); n > 0 && h.peaks[n-1].minute.Equal(m) {
-		h.peaks[n-1].burst = max(h.peaks[n-1].burst, b)
-		h.peaks[n-1].inUse = max(h.peaks[n-1].inUse, inUse)
-	} else {
-		h.peaks = append(h.peaks, peak{m, b, inUse})
+	h.seen, h.fresh = true, true
+	h = h.minute(t)
+	last := &h.peaks[len(h.peaks)-1]
+	last.burst = max(last.burst, h.within(t, BurstWindow))
+	return h
+}
+
+// Observe records that inUse addresses were assigned or cooling at t, if
+// a pod arrived since the last Observe (the level demand reached, not the
+// cooldown's tail after pods left), and returns the updated history.
+func (h History) Observe(t time.Time, inUse int) History {
+	if !h.fresh {
+		return h
 	}
-	cut = 0
-	for cut < len(h.peaks) && t.Sub(h.peaks[cut].minute) > BurstMemory {
+	h.fresh = false
+	h = h.minute(t)
+	last := &h.peaks[len(h.peaks)-1]
+	last.inUse = max(last.inUse, inUse)
+	return h
+}
+
+// minute makes t's minute the last entry of peaks and drops the ones older
+// than BurstMemory.
+func (h History) minute(t time.Time) History {
+	m := t.Truncate(time.Minute)
+	if n := len(h.peaks); n == 0 || h.peaks[n-1].minute.Before(m) {
+		h.peaks = append(h.peaks, peak{minute: m})
+	}
+	cut := 0
+	for cut < len(h.peaks)-1 && t.Sub(h.peaks[cut].minute) > BurstMemory {
 		cut++
 	}
 	h.peaks = h.peaks[cut:]
@@ -204,7 +228,7 @@ func (h History) within(now time.Time, d time.Duration) int {
 	return n
 }
 
-// peak is the most addresses in use at an arrival within PeakMemory.
+// peak is the most addresses in use observed within PeakMemory.
 func (h History) peak(now time.Time) int {
 	n := 0
 	for _, p := range h.peaks {

@@ -20,7 +20,7 @@ func adaptiveSim(r *rand.Rand) *sim {
 		if at.After(t0) {
 			break
 		}
-		s.in.Demand.History = s.in.Demand.History.Record(at, r.IntN(60))
+		s.in.Demand.History = s.in.Demand.History.Record(at).Observe(at, r.IntN(60))
 	}
 	if r.IntN(2) == 0 {
 		s.in.LastGrow = t0.Add(-time.Duration(r.IntN(600)) * time.Second)
@@ -90,6 +90,8 @@ func replay(t *testing.T, s *sim, events []podEvent, end time.Time) []Plan {
 	s.holdCooling = true
 	settle := func() {
 		for range 64 {
+			c := Summarize(s.in)
+			s.in.Demand.History = s.in.Demand.History.Observe(s.in.Now, c.Assigned+c.Cooling)
 			p := Next(s.in)
 			if p.Action == Nothing || p.Action == Wait {
 				return
@@ -107,8 +109,7 @@ func replay(t *testing.T, s *sim, events []podEvent, end time.Time) []Plan {
 	for s.in.Now.Before(end) {
 		for i < len(events) && !events[i].at.After(s.in.Now) {
 			if events[i].sign > 0 {
-				c := Summarize(s.in)
-				s.in.Demand.History = s.in.Demand.History.Record(s.in.Now, c.Assigned+c.Cooling+1)
+				s.in.Demand.History = s.in.Demand.History.Record(s.in.Now)
 				if !s.addPod() {
 					s.in.Pending++
 				}

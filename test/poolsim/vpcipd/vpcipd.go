@@ -79,17 +79,11 @@ func key(pod string) api.Key { return api.Key{Network: "vpcip", ContainerID: pod
 // Assign is the daemon's ADD: the datastore hands out an address. The
 // first ADD of each pod is an arrival for the adaptive policy.
 func (p *Pool) Assign(pod string, now time.Time) bool {
-	first := !p.seen[pod]
-	p.seen[pod] = true
-	_, _, err := p.store.Assign(key(pod), api.Pod{Namespace: "default", Name: pod}, now)
-	if first {
-		c := p.store.Counts(now)
-		inUse := c.Assigned + c.Cooling
-		if err != nil {
-			inUse++
-		}
-		p.history = p.history.Record(now, inUse)
+	if !p.seen[pod] {
+		p.seen[pod] = true
+		p.history = p.history.Record(now)
 	}
+	_, _, err := p.store.Assign(key(pod), api.Pod{Namespace: "default", Name: pod}, now)
 	return err == nil
 }
 
@@ -126,6 +120,8 @@ func (p *Pool) Cycle(ctx context.Context, demand func() poolsim.Demand) time.Dur
 }
 
 func (p *Pool) input(now time.Time, d poolsim.Demand) warmpool.Input {
+	c := p.store.Counts(now)
+	p.history = p.history.Observe(now, c.Assigned+c.Cooling)
 	return warmpool.Input{
 		ENIs: p.store.Snapshot(now), Limits: p.limits, Config: p.set.Pool,
 		Pending: d.Pending, Demand: warmpool.Demand{Unaddressed: d.Unaddressed, History: p.history},

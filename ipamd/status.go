@@ -62,7 +62,7 @@ func (v *statusView) snapshot() Snapshot {
 		Version: api.Version, Ready: v.life.readyOK.Load(), Reason: v.reason(now, self.SubnetID),
 		Assigned: c.Assigned, Warm: c.Warm, Cooling: c.Cooling,
 		Capacity: capacity, ENIs: c.ENIs, MaxENIs: lim.MaxENIs,
-		Budget: capacity + max(lim.MaxENIs-c.ENIs, 0)*lim.SlotsPerENI*unit,
+		Budget: warmpool.Budget(capacity, c.ENIs, lim, unit),
 	}
 	return Snapshot{Time: now, Instance: self, Limits: lim, Status: st}
 }
@@ -70,16 +70,13 @@ func (v *statusView) snapshot() Snapshot {
 // status reports readiness and the pool's numbers.
 func (v *statusView) status() api.Status { return v.snapshot().Status }
 
-// eniCapacity is how many addresses an attached ENI could hold: its slots at
-// their real size (a /28 held from prefix mode counts 16 even after the mode
-// is turned off, a /32 from the no-/28 fallback counts 1) plus its free slots
-// at the current mode's size.
+// eniCapacity is warmpool.ENICapacity of a datastore ENI.
 func eniCapacity(e datastore.ENI, lim warmpool.Limits, unit int) int {
-	n := 0
+	held := 0
 	for _, s := range e.Slots {
-		n += 1 << (s.Addr().BitLen() - s.Bits())
+		held += 1 << (s.Addr().BitLen() - s.Bits())
 	}
-	return n + max(lim.SlotsPerENI-len(e.Slots), 0)*unit
+	return warmpool.ENICapacity(held, len(e.Slots), lim, unit)
 }
 
 // slotSize is the addresses per slot: 16 in prefix mode, else 1.

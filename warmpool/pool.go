@@ -168,8 +168,9 @@ func (t target) describe() string {
 	}
 }
 
-// Counts is a node's pool in numbers, for metrics and `vpcipctl capacity`.
-// All counts are addresses unless named otherwise.
+// Counts is a node's pool in numbers, in the same accounting as Next. All
+// counts are addresses unless named otherwise. vpcipd's status, metrics and
+// `vpcipctl capacity` count capacity with the same ENICapacity and Budget.
 type Counts struct {
 	ENIs         int // ENIs attached
 	MaxENIs      int // Limits.MaxENIs
@@ -180,7 +181,8 @@ type Counts struct {
 	Assigned     int // addresses held by pods
 	Cooling      int // addresses released by pods less than IP_COOLDOWN_PERIOD ago: not available yet
 	Available    int // addresses a pod could get now (the warm pool)
-	Capacity     int // addresses the node's ENIs could hold at most: MaxENIs × SlotsPerENI × (16 in prefix mode, else 1)
+	Capacity     int // addresses the attached ENIs could hold (ENICapacity, summed)
+	Budget       int // addresses the node could hold at its ENI limit (Budget)
 	MaxPods      int // Limits.MaxPods; 0: no limit beyond ENIs
 	Short        int // addresses below the configured target (what Next would grow by, before slot rounding and limits)
 	Surplus      int // addresses beyond the configured target (an upper bound on what Next may give back)
@@ -197,13 +199,16 @@ func Summarize(in Input) Counts {
 	if prefixMode(in) {
 		unit = PrefixAddresses
 	}
-	prefixes := 0
+	prefixes, capacity := 0, 0
 	for _, e := range in.ENIs {
+		held := 0
 		for _, s := range e.Slots {
 			if s.Size() == PrefixAddresses {
 				prefixes++
 			}
+			held += s.Size()
 		}
+		capacity += ENICapacity(held, len(e.Slots), in.Limits, unit)
 	}
 	return Counts{
 		ENIs:         len(in.ENIs),
@@ -215,9 +220,27 @@ func Summarize(in Input) Counts {
 		Assigned:     p.assigned,
 		Cooling:      p.cooling,
 		Available:    p.available,
-		Capacity:     max(in.Limits.MaxENIs, 0) * max(in.Limits.SlotsPerENI, 0) * unit,
+		Capacity:     capacity,
+		Budget:       Budget(capacity, len(in.ENIs), in.Limits, unit),
 		MaxPods:      in.Limits.MaxPods,
 		Short:        t.short(p, prefixMode(in)),
 		Surplus:      t.surplus(p),
 	}
+}
+
+// ENICapacity is how many addresses an attached ENI could hold: the heldAddrs
+// of its heldSlots slots at their real size (a /28 kept from prefix mode
+// counts 16 even after the mode is turned off, a /32 from the no-/28
+// fallback counts 1) plus its free slots, SlotsPerENI − heldSlots, at unit
+// addresses each (16 in prefix mode, else 1). It is the one capacity formula:
+// Summarize and vpcipd's status, metrics and introspection use it.
+func ENICapacity(heldAddrs, heldSlots int, lim Limits, unit int) int {
+	return heldAddrs + max(lim.SlotsPerENI-heldSlots, 0)*unit
+}
+
+// Budget is how many addresses the node could hold at its ENI limit: the
+// capacity of its enis attached ENIs plus, for each ENI it may still attach,
+// SlotsPerENI slots of unit addresses.
+func Budget(capacity, enis int, lim Limits, unit int) int {
+	return capacity + max(lim.MaxENIs-enis, 0)*lim.SlotsPerENI*unit
 }

@@ -15,9 +15,8 @@ func (c Config) Map() map[string]string {
 	return m
 }
 
-// Names lists every variable Parse reads, aliases included, sorted (for the
-// usage text and the chart test that checks its env names against the
-// daemon's).
+// Names lists every variable Parse reads, aliases included, sorted (vpcipd
+// prints it in its usage text).
 func Names() []string {
 	var names []string
 	for _, v := range Vars {

@@ -63,4 +63,4 @@
 // find ENIs whose owner died between detach and delete.
 package awsprovider
 
-//go:generate go run ./internal/limitsgen -in internal/limitsgen/ec2-instance-network-limits.csv -out limits_table.go
+//go:generate go run ./internal/limitsgen -in ../../test/vpcsim/ec2-instance-network-limits.csv -out limits_table.go

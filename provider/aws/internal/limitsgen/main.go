@@ -2,9 +2,11 @@
 // DescribeInstanceTypes NetworkInfo, Hypervisor and BareMetal per instance
 // type) into the built-in limits table of provider/aws.
 //
-// Usage (from provider/aws, through go generate):
+// The CSV has one copy in the repository, test/vpcsim's (vpcsim embeds it,
+// so the simulated EC2 and the built-in table always agree). Usage (from
+// provider/aws, through go generate):
 //
-//	go run ./internal/limitsgen -in internal/limitsgen/ec2-instance-network-limits.csv -out limits_table.go
+//	go run ./internal/limitsgen -in ../../test/vpcsim/ec2-instance-network-limits.csv -out limits_table.go
 //
 // Only the default network card's ENIs count: multi-card types such as
 // p5.48xlarge allow a few ENIs per card, and pods use the default card only,
@@ -37,7 +39,7 @@ type row struct {
 }
 
 func main() {
-	in := flag.String("in", "ec2-instance-network-limits.csv", "input CSV")
+	in := flag.String("in", "../../test/vpcsim/ec2-instance-network-limits.csv", "input CSV (path from provider/aws)")
 	out := flag.String("out", "limits_table.go", "output Go file")
 	pkg := flag.String("pkg", "awsprovider", "package name of the output file")
 	flag.Parse()

@@ -53,7 +53,7 @@ func TestParseRejects(t *testing.T) {
 // TestTableIsCurrent fails when limits_table.go was not regenerated after
 // the CSV or the generator changed (run go generate ./provider/aws).
 func TestTableIsCurrent(t *testing.T) {
-	f, err := os.Open("ec2-instance-network-limits.csv")
+	f, err := os.Open("../../../../test/vpcsim/ec2-instance-network-limits.csv") // the one copy (vpcsim embeds it)
 	if err != nil {
 		t.Fatal(err)
 	}

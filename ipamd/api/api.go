@@ -64,7 +64,7 @@ type Assignment struct {
 	Address      netip.Addr     `json:"address"`      // the pod's IPv4 address (used as /32)
 	ENIID        string         `json:"eniID"`        // ENI the address lives on
 	DeviceNumber int            `json:"deviceNumber"` // that ENI's device number; 0 is the primary ENI
-	RouteTable   int            `json:"routeTable"`   // 0: main table (primary ENI); else DeviceNumber+1
+	RouteTable   int            `json:"routeTable"`   // 0: main table (primary ENI); else routing.TableForDevice(DeviceNumber)
 	SubnetCIDR   netip.Prefix   `json:"subnetCIDR"`
 	VPCCIDRs     []netip.Prefix `json:"vpcCIDRs"`
 	MTU          int            `json:"mtu"` // bytes

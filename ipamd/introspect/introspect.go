@@ -82,7 +82,7 @@ type ENI struct {
 	ID           string         `json:"id"`           // e.g. "eni-0123456789abcdef0"
 	MAC          string         `json:"mac"`          // lower-case, colon-separated
 	DeviceNumber int            `json:"deviceNumber"` // 0 is the primary ENI
-	RouteTable   int            `json:"routeTable"`   // 254 (main) for the primary, DeviceNumber+1 otherwise
+	RouteTable   int            `json:"routeTable"`   // routing.TableForDevice(DeviceNumber): 254 (main) for the primary
 	LinkName     string         `json:"linkName,omitempty"`
 	SubnetID     string         `json:"subnetID"`
 	SubnetCIDR   netip.Prefix   `json:"subnetCIDR"`

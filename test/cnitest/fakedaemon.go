@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/vpcip/vpcip/ipamd/api"
+	"github.com/vpcip/vpcip/routing"
 )
 
 // Daemon is what the suite needs of a daemon besides its wire protocol.
@@ -29,7 +30,7 @@ type Daemon interface {
 // FakeAddress is one address of the double's pool.
 type FakeAddress struct {
 	Addr         netip.Addr
-	DeviceNumber int // 0: primary ENI (main table); d ≥ 1: route table d+1
+	DeviceNumber int // 0: primary ENI (main table); d ≥ 1: route table routing.TableForDevice(d)
 }
 
 // FakeDaemon serves ipamd/api over a unix socket from a fixed address list,
@@ -208,7 +209,7 @@ func (d *FakeDaemon) assign(body []byte) (any, *api.Error) {
 	d.free = d.free[1:]
 	table := 0
 	if fa.DeviceNumber > 0 {
-		table = fa.DeviceNumber + 1
+		table = routing.TableForDevice(fa.DeviceNumber)
 	}
 	a := api.Assignment{Version: api.Version, Key: req.Key, Pod: req.Pod, Address: fa.Addr,
 		ENIID: fmt.Sprintf("eni-%d", fa.DeviceNumber), DeviceNumber: fa.DeviceNumber, RouteTable: table,

@@ -44,7 +44,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	if err = pair.err; err == nil {
 		// Entries made while the address cooled down (a Service still
 		// sending to its previous pod) must not reach this pod.
-		if n, ferr := flushConntrack(asg.Address); ferr != nil || n > 0 {
+		if n, ferr := flushConntrackShared(in.conntrackQueue(), asg.Address); ferr != nil || n > 0 {
 			in.log.Info("flushed conntrack entries of the address before wiring", "entries", n, "error", ferr)
 		}
 		wired, err = datapath.Configure(podNS, att)

@@ -35,40 +35,50 @@ func flushConntrack(addr netip.Addr) (uint, error) {
 	if !addr.Is4() {
 		return 0, nil
 	}
-	want := addr.As4()
-	var matched [][]byte
+	n, err := dumpAndDelete(map[[4]byte]uint{addr.As4(): 0})
+	if err != nil {
+		return n[addr.As4()], fmt.Errorf("conntrack entries of %v: %w", addr, err)
+	}
+	return n[addr.As4()], nil
+}
+
+// dumpAndDelete deletes the entries of the node netns's conntrack table
+// that name any address of want, in one dump, and returns how many it
+// deleted per address.
+func dumpAndDelete(want map[[4]byte]uint) (map[[4]byte]uint, error) {
+	type match struct {
+		addr [4]byte
+		msg  []byte
+	}
+	var matched []match
 	dump := conntrackRequest(nl.IPCTNL_MSG_CT_GET, unix.NLM_F_DUMP)
 	err := dump.ExecuteIter(unix.NETLINK_NETFILTER, 0, func(msg []byte) bool {
-		if conntrackNames(msg, want) {
-			matched = append(matched, append([]byte(nil), msg...))
+		if a, ok := conntrackNames(msg, want); ok {
+			matched = append(matched, match{a, append([]byte(nil), msg...)})
 		}
 		return true
 	})
 	// An interrupted dump (the table changed meanwhile) may have missed
 	// entries; the ones seen are still deleted, and the error returned.
 	if err != nil && !errors.Is(err, netlink.ErrDumpInterrupted) {
-		return 0, fmt.Errorf("list conntrack entries of %v: %w", addr, err)
+		return want, fmt.Errorf("list: %w", err)
 	}
-	var n uint
 	var errs []error
 	if err != nil {
-		errs = append(errs, fmt.Errorf("list conntrack entries of %v: %w", addr, err))
+		errs = append(errs, fmt.Errorf("list: %w", err))
 	}
-	for _, msg := range matched {
+	for _, m := range matched {
 		del := conntrackRequest(nl.IPCTNL_MSG_CT_DELETE, unix.NLM_F_ACK)
 		// The entry's own attributes (tuples, id) name it; its header is
 		// the request's.
-		del.AddRawData(msg[nl.SizeofNfgenmsg:])
+		del.AddRawData(m.msg[nl.SizeofNfgenmsg:])
 		if _, derr := del.Execute(unix.NETLINK_NETFILTER, 0); derr != nil && !errors.Is(derr, fs.ErrNotExist) {
-			errs = append(errs, derr)
+			errs = append(errs, fmt.Errorf("delete: %w", derr))
 			continue
 		}
-		n++
+		want[m.addr]++
 	}
-	if err := errors.Join(errs...); err != nil {
-		return n, fmt.Errorf("delete conntrack entries of %v: %w", addr, err)
-	}
-	return n, nil
+	return want, errors.Join(errs...)
 }
 
 // conntrackRequest is a ctnetlink request on the IPv4 conntrack table.
@@ -78,12 +88,13 @@ func conntrackRequest(op, flags int) *nl.NetlinkRequest {
 	return req
 }
 
-// conntrackNames reports whether a ctnetlink entry (nfgenmsg, then
-// attributes) has addr as source or destination of its original or its
-// reply tuple.
-func conntrackNames(msg []byte, addr [4]byte) bool {
+// conntrackNames reports which address of want a ctnetlink entry
+// (nfgenmsg, then attributes) has as source or destination of its original
+// or its reply tuple, if any.
+func conntrackNames(msg []byte, want map[[4]byte]uint) ([4]byte, bool) {
+	var addr [4]byte
 	if len(msg) < nl.SizeofNfgenmsg {
-		return false
+		return addr, false
 	}
 	found := false
 	eachAttr(msg[nl.SizeofNfgenmsg:], func(typ uint16, val []byte) {
@@ -95,13 +106,16 @@ func conntrackNames(msg []byte, addr [4]byte) bool {
 				return
 			}
 			eachAttr(val, func(typ uint16, val []byte) {
-				if (typ == nl.CTA_IP_V4_SRC || typ == nl.CTA_IP_V4_DST) && len(val) == 4 && [4]byte(val) == addr {
-					found = true
+				if found || (typ != nl.CTA_IP_V4_SRC && typ != nl.CTA_IP_V4_DST) || len(val) != 4 {
+					return
+				}
+				if _, ok := want[[4]byte(val)]; ok {
+					addr, found = [4]byte(val), true
 				}
 			})
 		})
 	})
-	return found
+	return addr, found
 }
 
 // eachAttr calls fn with the type (flags masked off) and value of each

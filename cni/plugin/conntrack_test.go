@@ -28,6 +28,7 @@ func ctEntry(origSrc, origDst, replySrc, replyDst string) []byte {
 
 func TestConntrackNames(t *testing.T) {
 	pod := netip.MustParseAddr("100.64.1.9").As4()
+	want := map[[4]byte]uint{pod: 0, netip.MustParseAddr("100.64.1.77").As4(): 0}
 	tests := []struct {
 		name string
 		msg  []byte
@@ -44,8 +45,9 @@ func TestConntrackNames(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := conntrackNames(tt.msg, pod); got != tt.want {
-				t.Errorf("conntrackNames = %v, want %v", got, tt.want)
+			got, ok := conntrackNames(tt.msg, want)
+			if ok != tt.want || (ok && got != pod) {
+				t.Errorf("conntrackNames = %v, %v; want %v", netip.AddrFrom4(got), ok, tt.want)
 			}
 		})
 	}
@@ -55,6 +57,6 @@ func TestConntrackNames(t *testing.T) {
 func TestConntrackNamesTruncated(t *testing.T) {
 	msg := ctEntry("10.0.0.5", "10.96.0.10", "100.64.1.9", "10.0.0.5")
 	for n := range len(msg) {
-		conntrackNames(msg[:n], netip.MustParseAddr("100.64.1.9").As4())
+		conntrackNames(msg[:n], map[[4]byte]uint{netip.MustParseAddr("100.64.1.9").As4(): 0})
 	}
 }

@@ -3,7 +3,6 @@ package plugin
 import (
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/netip"
 	"slices"
 
@@ -53,12 +52,12 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 		in.log.Info("released", "address", r.resp.Assignment.Address.String())
 		asg := r.resp.Assignment
 		recorded := datapath.HostVethName(in.conf.VethPrefix, asg.Pod.Namespace, asg.Pod.Name, asg.Key.ContainerID)
-		errs = append(errs, removeHostSide(in.log, asg.Address, in.key, in.hostVeth(), recorded))
+		errs = append(errs, removeHostSide(in, asg.Address, in.key, in.hostVeth(), recorded))
 		// The pod's own address, when the daemon's record names another
 		// (a damaged checkpoint): its rules go too.
 		for _, a := range localAddrs(in, args.IfName, podAddrs) {
 			if a != asg.Address {
-				errs = append(errs, removeHostSide(in.log, a, in.key, in.hostVeth()))
+				errs = append(errs, removeHostSide(in, a, in.key, in.hostVeth()))
 			}
 		}
 	case r.err == nil:
@@ -67,7 +66,7 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 		local := localAddrs(in, args.IfName, podAddrs)
 		in.log.Info("nothing to release; key unknown or already released", "localAddresses", fmt.Sprint(local))
 		for _, a := range local {
-			errs = append(errs, removeHostSide(in.log, a, in.key, in.hostVeth()))
+			errs = append(errs, removeHostSide(in, a, in.key, in.hostVeth()))
 		}
 	default:
 		return in.delWithoutDaemon(args, podAddrs, r.err, errs)
@@ -98,7 +97,7 @@ func (in *invocation) release() releaseAnswer {
 func (in *invocation) delWithoutDaemon(args *skel.CmdArgs, podAddrs []netip.Addr, relErr error, errs []error) error {
 	local := localAddrs(in, args.IfName, podAddrs)
 	for _, a := range local {
-		errs = append(errs, removeHostSide(in.log, a, in.key, in.hostVeth()))
+		errs = append(errs, removeHostSide(in, a, in.key, in.hostVeth()))
 	}
 	cerr := daemonError("release", in.key, relErr)
 	in.log.Error("release failed; host side removed from local knowledge", "addresses", fmt.Sprint(local), "error", cerr.Msg)
@@ -127,10 +126,11 @@ func localAddrs(in *invocation, ifName string, podAddrs []netip.Addr) []netip.Ad
 // alone, whatever the daemon answered: its record may be wrong (a damaged
 // checkpoint), the call may be a stale DEL of an older sandbox of the same
 // pod, and tearing down a live sandbox's wiring is worse than a leftover rule.
-func removeHostSide(log *slog.Logger, addr netip.Addr, key api.Key, owners ...string) error {
+func removeHostSide(in *invocation, addr netip.Addr, key api.Key, owners ...string) error {
 	if !addr.Is4() {
 		return nil
 	}
+	log := in.log
 	link, err := datapath.HostRouteLink(addr)
 	if err != nil {
 		return err
@@ -159,7 +159,7 @@ func removeHostSide(log *slog.Logger, addr netip.Addr, key api.Key, owners ...st
 	if err != nil {
 		errs = append(errs, err)
 	}
-	flows, err := flushConntrack(addr)
+	flows, err := flushConntrackShared(in.conntrackQueue(), addr)
 	if err != nil {
 		errs = append(errs, err)
 	}

@@ -38,7 +38,7 @@ func (p *Plugin) GC(args *skel.CmdArgs) error {
 	var errs []error
 	for _, asg := range resp.Released {
 		veth := datapath.HostVethName(in.conf.VethPrefix, asg.Pod.Namespace, asg.Pod.Name, asg.Key.ContainerID)
-		if err := removeHostSide(in.log, asg.Address, asg.Key, veth); err != nil {
+		if err := removeHostSide(in, asg.Address, asg.Key, veth); err != nil {
 			errs = append(errs, fmt.Errorf("%s (%v): %w", asg.Key, asg.Address, err))
 		}
 	}

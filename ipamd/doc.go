@@ -7,8 +7,8 @@
 //
 // Daemon is only the wiring: New builds the parts below, Run starts their
 // goroutines under one errgroup. Each part owns its state; a part's lock
-// guards only that part's fields and is never held across a cloud, netlink
-// or datastore call.
+// guards only that part's fields and is never held across a cloud or
+// netlink call (the checkpointer's lock spans the file write it serializes).
 //
 //	part           file             owns                                                 runs on                  lock
 //	datastore      datastore/       ENIs, slots, assignments, cooldown                    any goroutine            its own mutex

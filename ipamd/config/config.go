@@ -51,6 +51,12 @@ type Config struct {
 
 	// Where new ENIs go (package ipamd/podsubnet).
 	SubnetDiscovery bool // ENABLE_SUBNET_DISCOVERY: new ENIs in the zone's subnet with most free addresses among the node's and those tagged kubernetes.io/role/cni; default true
+	// AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG: new ENIs take the subnet and
+	// security groups of the node's ENIConfig, and the primary ENI holds no
+	// pod address; default false. Takes precedence over SubnetDiscovery.
+	CustomNetworking    bool
+	ENIConfigAnnotation string // ENI_CONFIG_ANNOTATION_DEF: node annotation naming its ENIConfig; default k8s.amazonaws.com/eniConfig
+	ENIConfigLabel      string // ENI_CONFIG_LABEL_DEF: node label naming its ENIConfig; default k8s.amazonaws.com/eniConfig
 
 	// Daemon plumbing.
 	ClusterName           string        // VPCIP_CLUSTER_NAME (alias CLUSTER_NAME), tagged on the ENIs the daemon creates and matched against kubernetes.io/cluster/<name> subnet tags; default "vpcip"
@@ -90,6 +96,7 @@ const (
 	DefaultCNIVersion        = "1.1.0"
 	DefaultPluginLogFile     = "/var/log/vpcip/plugin.log"
 	DefaultMTU               = 9001
+	DefaultENIConfigKey      = "k8s.amazonaws.com/eniConfig" // the AWS VPC CNI's default of ENI_CONFIG_ANNOTATION_DEF and ENI_CONFIG_LABEL_DEF
 )
 
 // SupportedCNIVersions are the cniVersion values install-cni may write:

@@ -20,21 +20,25 @@ func TestParseDefaults(t *testing.T) {
 		t.Fatalf("Parse(empty) error: %v", err)
 	}
 	want := map[string]string{
-		"WARM_ENI_TARGET":               "1",
-		"WARM_IP_TARGET":                "0",
-		"IP_COOLDOWN_PERIOD":            "30s",
-		"AWS_VPC_ENI_MTU":               "9001",
-		"VPCIP_SOCKET":                  "/run/vpcip/ipamd.sock",
-		"VPCIP_CHECKPOINT":              "/var/run/vpcip/ipam.json",
-		"VPCIP_METRICS_ADDR":            ":61678",
-		"VPCIP_INTROSPECTION_ADDR":      "127.0.0.1:61679",
-		"VPCIP_CNI_VERSION":             "1.1.0",
-		"VPCIP_HOSTNET":                 "true",
-		"VPCIP_ADD_WAIT":                "5s",
-		"AWS_VPC_K8S_CNI_VETHPREFIX":    "eni",
-		"AWS_VPC_K8S_CNI_RANDOMIZESNAT": "prng",
-		"VPCIP_CNI_CONF_DIR":            "/etc/cni/net.d",
-		"VPCIP_CNI_BIN_DIR":             "/opt/cni/bin",
+		"WARM_ENI_TARGET":                    "1",
+		"WARM_IP_TARGET":                     "0",
+		"IP_COOLDOWN_PERIOD":                 "30s",
+		"AWS_VPC_ENI_MTU":                    "9001",
+		"VPCIP_SOCKET":                       "/run/vpcip/ipamd.sock",
+		"VPCIP_CHECKPOINT":                   "/var/run/vpcip/ipam.json",
+		"VPCIP_METRICS_ADDR":                 ":61678",
+		"VPCIP_INTROSPECTION_ADDR":           "127.0.0.1:61679",
+		"VPCIP_CNI_VERSION":                  "1.1.0",
+		"VPCIP_HOSTNET":                      "true",
+		"VPCIP_ADD_WAIT":                     "5s",
+		"AWS_VPC_K8S_CNI_VETHPREFIX":         "eni",
+		"AWS_VPC_K8S_CNI_RANDOMIZESNAT":      "prng",
+		"VPCIP_CNI_CONF_DIR":                 "/etc/cni/net.d",
+		"VPCIP_CNI_BIN_DIR":                  "/opt/cni/bin",
+		"ENABLE_SUBNET_DISCOVERY":            "true",
+		"AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG": "false",
+		"ENI_CONFIG_ANNOTATION_DEF":          "k8s.amazonaws.com/eniConfig",
+		"ENI_CONFIG_LABEL_DEF":               "k8s.amazonaws.com/eniConfig",
 	}
 	got := c.Map()
 	for k, v := range want {
@@ -99,6 +103,8 @@ func TestParseErrorsNameEveryVariable(t *testing.T) {
 		"VPCIP_ADD_WAIT":                     "5",
 		"VPCIP_CNI_VERSION":                  "9.9.9",
 		"VPCIP_CLUSTER_NAME":                 "a b",
+		"ENI_CONFIG_LABEL_DEF":               "Topology.Example/zone",
+		"ENI_CONFIG_ANNOTATION_DEF":          "example.com/-bad-",
 	}
 	_, err := Parse(env(bad))
 	if err == nil {

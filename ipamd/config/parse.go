@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -279,4 +280,30 @@ func (p *parser) oneOf(name, def string, allowed []string) string {
 	}
 	p.fail(name, v, "one of "+strings.Join(allowed, ", "))
 	return def
+}
+
+// qualifiedNameRE is a Kubernetes label or annotation key's name part:
+// alphanumeric at both ends, '-', '_' and '.' inside, at most 63 characters.
+var qualifiedNameRE = regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$`)
+
+// dnsSubdomainRE is a key prefix: lower-case DNS labels joined by dots.
+var dnsSubdomainRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+
+// labelKey reads a Kubernetes label or annotation key: an optional DNS
+// subdomain prefix (at most 253 characters) and '/', then a name of at most
+// 63 characters (Kubernetes "qualified name").
+func (p *parser) labelKey(name, def string) string {
+	v, ok := p.get(name)
+	if !ok {
+		return def
+	}
+	prefix, key, hasPrefix := strings.Cut(v, "/")
+	if !hasPrefix {
+		prefix, key = "", v
+	}
+	if !qualifiedNameRE.MatchString(key) || (hasPrefix && (len(prefix) > 253 || !dnsSubdomainRE.MatchString(prefix))) {
+		p.fail(name, v, "a Kubernetes label or annotation key such as topology.kubernetes.io/zone")
+		return def
+	}
+	return v
 }

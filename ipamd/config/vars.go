@@ -71,6 +71,9 @@ var Vars = []Var{
 
 	// Where new ENIs go.
 	setting("ENABLE_SUBNET_DISCOVERY", "false", func(c *Config) *bool { return &c.SubnetDiscovery }, boolean(true), strconv.FormatBool),
+	setting("AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG", "true", func(c *Config) *bool { return &c.CustomNetworking }, boolean(false), strconv.FormatBool),
+	setting("ENI_CONFIG_ANNOTATION_DEF", "example.com/eni-config", func(c *Config) *string { return &c.ENIConfigAnnotation }, labelKey(DefaultENIConfigKey), plain),
+	setting("ENI_CONFIG_LABEL_DEF", "topology.kubernetes.io/zone", func(c *Config) *string { return &c.ENIConfigLabel }, labelKey(DefaultENIConfigKey), plain),
 
 	// Daemon plumbing.
 	withAliases(setting("VPCIP_CLUSTER_NAME", "blue-cluster", func(c *Config) *string { return &c.ClusterName }, name("vpcip"), plain), "CLUSTER_NAME"),
@@ -145,6 +148,10 @@ func path(def string) func(*parser, string, *Config) string {
 		}
 		return p.path(n, def)
 	}
+}
+
+func labelKey(def string) func(*parser, string, *Config) string {
+	return func(p *parser, n string, _ *Config) string { return p.labelKey(n, def) }
 }
 
 func addr(def string) func(*parser, string, *Config) string {

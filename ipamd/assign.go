@@ -191,7 +191,11 @@ func (s *apiServer) GC(req api.GCRequest) (api.GCResponse, error) {
 
 // maxENINote names MAX_ENI when it, not the instance type, sets the limit.
 func (s *apiServer) maxENINote(lim warmpool.Limits) string {
-	if s.cfg.MaxENI > 0 && s.cfg.MaxENI == lim.MaxENIs {
+	custom := 0
+	if s.cfg.CustomNetworking {
+		custom = 1 // the primary ENI is not among lim.MaxENIs
+	}
+	if s.cfg.MaxENI > 0 && s.cfg.MaxENI-custom == lim.MaxENIs {
 		return ", MAX_ENI"
 	}
 	return ""
@@ -209,7 +213,8 @@ func (s *apiServer) noAddress(now time.Time) (e *api.Error, final bool) {
 	for _, r := range s.pool.Refusals(now) {
 		active[r.Kind] = r.Until
 	}
-	atLimit := lim.MaxENIs > 0 && c.ENIs >= lim.MaxENIs && c.Slots >= lim.MaxENIs*lim.SlotsPerENI
+	// st.ENIs counts the ENIs that hold pods (not the primary under custom networking), as lim.MaxENIs does.
+	atLimit := lim.MaxENIs > 0 && st.ENIs >= lim.MaxENIs && c.Slots >= lim.MaxENIs*lim.SlotsPerENI
 	tail := fmt.Sprintf("%d addresses assigned, %d cooling down, %d ENIs of %d", st.Assigned, st.Cooling, st.ENIs, st.MaxENIs)
 	mk := func(cause api.Cause, format string, args ...any) *api.Error {
 		return &api.Error{Code: api.CodeNoAddress, Cause: cause, Message: "no free address: " + fmt.Sprintf(format, args...)}
@@ -219,10 +224,10 @@ func (s *apiServer) noAddress(now time.Time) (e *api.Error, final bool) {
 	case s.cfg.MaxPods > 0 && st.Assigned >= s.cfg.MaxPods:
 		return mk(api.CauseMaxPods, "node holds its maximum of %d pods (VPCIP_MAX_PODS)", s.cfg.MaxPods), true
 	case atLimit && st.Cooling == 0:
-		return mk(api.CauseENILimit, "node at its ENI limit (%d of %d%s) and all %d addresses assigned", c.ENIs, lim.MaxENIs, s.maxENINote(lim), st.Assigned), true
+		return mk(api.CauseENILimit, "node at its ENI limit (%d of %d%s) and all %d addresses assigned", st.ENIs, lim.MaxENIs, s.maxENINote(lim), st.Assigned), true
 	case atLimit:
 		return mk(api.CauseCooldown, "node at its ENI limit (%d of %d): %d addresses assigned, %d cooling down for IP_COOLDOWN_PERIOD %s",
-			c.ENIs, lim.MaxENIs, st.Assigned, st.Cooling, s.cfg.Cooldown), false
+			st.ENIs, lim.MaxENIs, st.Assigned, st.Cooling, s.cfg.Cooldown), false
 	case !active[warmpool.RefusedSubnetFull].IsZero():
 		return mk(api.CauseSubnetFull, "subnet %s has no free addresses (EC2 InsufficientFreeAddressesInSubnet), growth retried after %s; %s",
 			subnet, retry(warmpool.RefusedSubnetFull), tail), false

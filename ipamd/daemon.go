@@ -79,7 +79,7 @@ func New(o Options) (*Daemon, error) {
 		metrics: o.Metrics, now: o.Clock}
 	p, err := pool.New(pool.Options{
 		Store: store, Provider: o.Provider, Node: d.node, Config: poolConfig(cfg), Interval: cfg.PoolInterval,
-		Clock: o.Clock, Logger: o.Logger, Pending: d.api, Demand: o.Demand, Host: d.hosts,
+		Clock: o.Clock, Logger: o.Logger, Pending: d.api, Demand: o.Demand, Host: d.hosts, PrimaryHoldsNoPods: cfg.CustomNetworking,
 		Resync: d.rec.resync, Persist: d.ckpt.persist, Stopping: d.life.stopping.Load,
 		Observe: func(action, outcome string) { o.Metrics.actions.WithLabelValues(action, outcome).Inc() },
 	})

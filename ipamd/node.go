@@ -48,12 +48,10 @@ func (n *nodeInfo) SubnetID() string {
 	return self.SubnetID
 }
 
-// nodeLimits are the pool's limits for an instance type's: MaxENIs capped by
-// MAX_ENI (maxENI > 0), pods capped by VPCIP_MAX_PODS.
-func nodeLimits(lim provider.Limits, maxENI, maxPods int) warmpool.Limits {
-	maxENIs := lim.MaxENIs
-	if maxENI > 0 {
-		maxENIs = min(maxENIs, maxENI)
-	}
-	return warmpool.Limits{MaxENIs: maxENIs, SlotsPerENI: lim.PodAddressesPerENI(), MaxPods: maxPods, PrefixSupported: lim.PrefixDelegation}
+// nodeLimits are the pool's limits for an instance type's: the ENIs that
+// hold pods (provider.Limits.PodENIs: MaxENIs capped by MAX_ENI when maxENI
+// > 0, minus the primary under custom networking), pods capped by
+// VPCIP_MAX_PODS.
+func nodeLimits(lim provider.Limits, maxENI, maxPods int, customNetworking bool) warmpool.Limits {
+	return warmpool.Limits{MaxENIs: lim.PodENIs(maxENI, customNetworking), SlotsPerENI: lim.PodAddressesPerENI(), MaxPods: maxPods, PrefixSupported: lim.PrefixDelegation}
 }

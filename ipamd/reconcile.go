@@ -69,7 +69,7 @@ func (r *reconciler) startOnce(ctx context.Context, restored restoreOutcome) err
 	if err != nil {
 		return fmt.Errorf("limits of %s: %w", self.Type, err)
 	}
-	r.node.set(self, nodeLimits(lim, r.cfg.MaxENI, r.cfg.MaxPods))
+	r.node.set(self, nodeLimits(lim, r.cfg.MaxENI, r.cfg.MaxPods, r.cfg.CustomNetworking))
 	if r.ckpt.adoptInstance(self.ID) {
 		restored = restoredCorrupt
 	}

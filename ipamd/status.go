@@ -54,15 +54,19 @@ func (v *statusView) snapshot() Snapshot {
 	self, lim := v.node.get()
 	c := v.store.Counts(now)
 	unit := slotSize(v.cfg, lim)
-	capacity := 0
+	capacity, podENIs := 0, c.ENIs
 	for _, e := range v.store.ENIs() {
+		if v.cfg.CustomNetworking && e.Primary() {
+			podENIs-- // custom networking: the primary ENI holds no pod address (lim.MaxENIs excludes it too)
+			continue
+		}
 		capacity += eniCapacity(e, lim, unit)
 	}
 	st := api.Status{
 		Version: api.Version, Ready: v.life.readyOK.Load(), Reason: v.reason(now, self.SubnetID),
 		Assigned: c.Assigned, Warm: c.Warm, Cooling: c.Cooling,
-		Capacity: capacity, ENIs: c.ENIs, MaxENIs: lim.MaxENIs,
-		Budget: warmpool.Budget(capacity, c.ENIs, lim, unit),
+		Capacity: capacity, ENIs: podENIs, MaxENIs: lim.MaxENIs,
+		Budget: warmpool.Budget(capacity, podENIs, lim, unit),
 	}
 	return Snapshot{Time: now, Instance: self, Limits: lim, Status: st}
 }

@@ -132,8 +132,10 @@ func daemon(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	// New ENIs are placed by subnet discovery (or in the node's subnet).
-	placer := podsubnet.NewPlacer(prov, podsubnet.Settings{Discovery: cfg.SubnetDiscovery, Cluster: cfg.ClusterName},
+	// New ENIs are placed by custom networking (the node's ENIConfig), subnet
+	// discovery, or in the node's subnet. The ENIConfig comes from the
+	// Kubernetes part; without it custom networking makes no ENI and says why.
+	placer := podsubnet.NewPlacer(prov, podsubnet.Settings{Custom: cfg.CustomNetworking, Discovery: cfg.SubnetDiscovery, Cluster: cfg.ClusterName},
 		nil, log.With("component", "podsubnet"), nil)
 	var host ipamd.Host = ipamd.NodeHost{}
 	if !cfg.HostNetwork {

@@ -74,8 +74,12 @@ type Options struct {
 	Clock    func() time.Time // nil: time.Now
 	Logger   *slog.Logger     // nil: discard
 	Pending  Demand           // ADDs waiting for an address; nil: none
-	Demand   Demand           // pods bound to the node without an address (Kubernetes); nil: none
-	Host     ENIHost          // nil: nothing is set up on the host
+	// PrimaryHoldsNoPods leaves the primary ENI out of every plan: it gets
+	// no address and Node.Limits counts only the other ENIs (custom
+	// networking, AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG).
+	PrimaryHoldsNoPods bool
+	Demand             Demand  // pods bound to the node without an address (Kubernetes); nil: none
+	Host               ENIHost // nil: nothing is set up on the host
 	// Resync re-reads the ENIs from EC2 and applies them, when a cloud
 	// answer says the pool's view is stale; nil: none.
 	Resync func(context.Context) error
@@ -169,6 +173,9 @@ func (p *Pool) Cycle(ctx context.Context) time.Duration {
 // Input is warmpool's view of the node at now.
 func (p *Pool) Input(now time.Time) warmpool.Input {
 	enis := p.o.Store.Snapshot(now)
+	if p.o.PrimaryHoldsNoPods {
+		enis = slices.DeleteFunc(enis, func(e warmpool.ENI) bool { return e.Primary })
+	}
 	in := warmpool.Input{
 		ENIs:   enis,
 		Limits: p.o.Node.Limits(),

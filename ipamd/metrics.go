@@ -62,7 +62,31 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"action", "outcome"}),
 	}
 	reg.MustRegister(m.addWait, m.noAddress, m.calls, m.callLatency, m.repairs, m.checkpoints, m.actions)
+	// Every cause and kind starts at 0: a counter series born at its first
+	// increment shows no rate() or increase() for it, so the first refusal or
+	// repair would never reach a dashboard or alert.
+	for _, c := range noAddressCauses {
+		m.noAddress.WithLabelValues(string(c))
+	}
+	for _, k := range repairKinds {
+		m.repairs.WithLabelValues(k)
+	}
 	return m
+}
+
+// noAddressCauses are the cause label values of vpcip_add_no_address_total.
+var noAddressCauses = []api.Cause{
+	api.CauseENILimit, api.CauseSubnetFull, api.CauseThrottled, api.CauseWaitingCloud,
+	api.CauseMaxPods, api.CauseNoPrefix, api.CauseCooldown, "not-ready",
+}
+
+// repairKinds are the kind label values of vpcip_reconcile_repairs_total,
+// one per repair the daemon makes (a test keeps the list complete).
+var repairKinds = []string{
+	"adopted_address", "adopted_eni", "checkpoint_entry_dropped", "corrupt_checkpoint",
+	"foreign_checkpoint", "forgotten_address", "forgotten_eni", "gc_released",
+	"kept_assigned_address", "leaked_eni_deleted", "recovered_adopted", "recovered_from_host",
+	"released_no_route", "stale_pod_rules",
 }
 
 // ObserveCall is a provider.CallObserver.

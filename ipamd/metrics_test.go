@@ -6,11 +6,17 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/vpcip/vpcip/ipamd/api"
 	"github.com/vpcip/vpcip/ipamd/introspect"
 )
 
@@ -181,4 +187,56 @@ func get(t *testing.T, url string) string {
 		t.Errorf("GET %s: %s", url, resp.Status)
 	}
 	return string(b)
+}
+
+// TestMetricLabelsStartAtZero: every refusal cause and repair kind the code
+// can count is exported at 0 from the start (so rate() sees the first one),
+// and the lists name every one the code uses.
+func TestMetricLabelsStartAtZero(t *testing.T) {
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var src []byte
+	for _, f := range files {
+		if !strings.HasSuffix(f, "_test.go") {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			src = append(src, b...)
+		}
+	}
+	for _, m := range regexp.MustCompile(`repaired\("(\w+)"`).FindAllSubmatch(src, -1) {
+		if !slices.Contains(repairKinds, string(m[1])) {
+			t.Errorf("repair kind %q is counted but not in repairKinds", m[1])
+		}
+	}
+	apiSrc, err := os.ReadFile(filepath.Join("api", "api.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range regexp.MustCompile(`Cause += "([\w-]+)"`).FindAllSubmatch(apiSrc, -1) {
+		if !slices.Contains(noAddressCauses, api.Cause(m[1])) {
+			t.Errorf("cause %q is not in noAddressCauses", m[1])
+		}
+	}
+	reg := prometheus.NewRegistry()
+	NewMetrics(reg)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			if m.GetCounter().GetValue() != 0 {
+				t.Errorf("%s %v starts at %v", mf.GetName(), m.GetLabel(), m.GetCounter().GetValue())
+			}
+			got[mf.GetName()]++
+		}
+	}
+	if got["vpcip_add_no_address_total"] != len(noAddressCauses) || got["vpcip_reconcile_repairs_total"] != len(repairKinds) {
+		t.Errorf("series at start: %v", got)
+	}
 }

@@ -29,7 +29,7 @@ const (
 	budget      = 15
 	fullPods    = 15 // node-1 at its ENI limit
 	smallPods   = 9  // node-2 when the /28 is used up: 2 ENIs, 6 + 5 addresses, 2 of them ENI primaries
-	leaked      = 2  // node-2's pods lost without a CNI DEL, released by CNI GC
+	leaked      = 1  // node-2's pods lost without a CNI DEL, released by CNI GC
 )
 
 // run is one scenario: real daemons on vpcsim, scraped by a real
@@ -116,8 +116,7 @@ func fill(t *testing.T, ctx context.Context, n *cluster.Node, want int, pause ti
 		pods = append(pods, p)
 		time.Sleep(pause)
 	}
-	// Refused pods, 2 s apart: a counter series is born at its first
-	// increment, so rate() shows refusals from the second scrape on.
+	// Refused pods, 2 s apart, as kubelet retries a sandbox.
 	for i := range 3 {
 		if p, err := n.AddPod(ctx, "default", fmt.Sprintf("%s-over%d", n.Name, i)); err == nil {
 			t.Fatalf("%s: pod %d beyond the %d expected got %s", n.Name, want+i+1, want, p.Address)
@@ -146,8 +145,8 @@ func scenario(t *testing.T) *run {
 	fill(t, ctx, n1, fullPods, 0)
 	c.Cloud.Faults().Reset()
 	pods := fill(t, ctx, n2, smallPods, 1500*time.Millisecond)
-	// Two leaks, each found by a GC round, 2 s apart: the repair counter's
-	// series is born at the first.
+	// The daemon exports every repair kind at 0 from the start, so the
+	// first GC release shows in increase().
 	for i := range leaked {
 		leak(t, n2, pods[i])
 		if err := n2.Runtime.GC(ctx, pods[i+1:]); err != nil {

@@ -36,6 +36,8 @@ type apiServer struct {
 	metrics *Metrics
 	now     func() time.Time
 	kick    func()
+	// placement says why no ENI can be placed now ("" when one can); nil: never.
+	placement func() string
 
 	waiting atomic.Int64 // ADDs waiting for an address
 }
@@ -238,6 +240,11 @@ func (s *apiServer) noAddress(now time.Time) (e *api.Error, final bool) {
 		return mk(api.CauseThrottled, "EC2 is throttling this node's calls (RequestLimitExceeded), retried after %s; %s", retry(warmpool.RefusedThrottled), tail), false
 	case !active[warmpool.RefusedENILimit].IsZero():
 		return mk(api.CauseENILimit, "EC2 refused another ENI (AttachmentLimitExceeded); %s", tail), false
+	}
+	if s.placement != nil {
+		if p := s.placement(); p != "" {
+			return mk(api.CauseWaitingCloud, "no new ENI can be placed (%s); %s", p, tail), false
+		}
 	}
 	return mk(api.CauseWaitingCloud, "pool refill in flight; %s", tail), false
 }

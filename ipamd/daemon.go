@@ -41,6 +41,10 @@ type Options struct {
 	// Status receives the node's Snapshot after every worker pass (the
 	// Kubernetes part publishes it). nil: none.
 	Status StatusSink
+	// Placement says why no new ENI can be placed now, "" when one can
+	// (podsubnet.Placer: a missing or invalid ENIConfig, no eligible
+	// subnet); ADD refusals name it. nil: never a problem.
+	Placement func() string
 }
 
 // Daemon is vpcipd: the wiring of its parts (see the package comment). Use
@@ -76,7 +80,7 @@ func New(o Options) (*Daemon, error) {
 	d.rec = &reconciler{cfg: cfg, prov: o.Provider, store: store, node: d.node, hosts: d.hosts, ckpt: d.ckpt,
 		life: d.life, log: o.Logger, metrics: o.Metrics, now: o.Clock, missing: map[string]int{}}
 	d.api = &apiServer{cfg: cfg, store: store, node: d.node, ckpt: d.ckpt, life: d.life, log: o.Logger,
-		metrics: o.Metrics, now: o.Clock}
+		metrics: o.Metrics, now: o.Clock, placement: o.Placement}
 	p, err := pool.New(pool.Options{
 		Store: store, Provider: o.Provider, Node: d.node, Config: poolConfig(cfg), Interval: cfg.PoolInterval,
 		Clock: o.Clock, Logger: o.Logger, Pending: d.api, Demand: o.Demand, Host: d.hosts, PrimaryHoldsNoPods: cfg.CustomNetworking,

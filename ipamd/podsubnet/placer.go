@@ -82,7 +82,21 @@ type Placer struct {
 	mu   sync.Mutex // guards the fields below
 	self *provider.Instance
 	last Decision
+	// lastErr, lastInput and warned: a failed decision is reused while its
+	// input is unchanged, for RetryAfter, so an ADD-driven retry loop
+	// neither repeats EC2 calls nor floods the log.
+	lastErr   error
+	lastInput string
+	warned    time.Time
 }
+
+// RetryAfter is how long a failed placement is answered from memory while
+// its input (the node's ENIConfig, or the mode) is unchanged; a warning is
+// logged again at most once per WarnEvery unless the problem changes.
+const (
+	RetryAfter = 5 * time.Second
+	WarnEvery  = time.Minute
+)
 
 // NewPlacer wires a Placer; it does no I/O. src may be nil unless
 // set.Custom; onProblem may be nil.
@@ -112,6 +126,10 @@ func (p *Placer) Place(ctx context.Context) (Decision, error) {
 	if err != nil {
 		return Decision{}, err
 	}
+	input := p.inputKey()
+	if d, err, ok := p.recentFailure(input); ok {
+		return d, err
+	}
 	var d Decision
 	switch {
 	case p.set.Custom:
@@ -126,8 +144,29 @@ func (p *Placer) Place(ctx context.Context) (Decision, error) {
 	if err != nil {
 		d.Problem = err.Error()
 	}
-	p.record(d, err)
+	p.record(d, err, input)
 	return d, err
+}
+
+// inputKey sums up what a decision depends on besides EC2: the node's
+// ENIConfig under custom networking.
+func (p *Placer) inputKey() string {
+	if !p.set.Custom || p.src == nil {
+		return ""
+	}
+	cfg, source, err := p.src.NodeENIConfig()
+	return fmt.Sprint(cfg, source, err)
+}
+
+// recentFailure returns the last decision again when it failed less than
+// RetryAfter ago on the same input.
+func (p *Placer) recentFailure(input string) (Decision, error, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.lastErr == nil || p.lastInput != input || time.Since(p.last.At) >= RetryAfter {
+		return Decision{}, nil, false
+	}
+	return p.last, p.lastErr, true
 }
 
 func (p *Placer) instance(ctx context.Context) (provider.Instance, error) {
@@ -215,13 +254,19 @@ func (p *Placer) discover(ctx context.Context, self provider.Instance) (Decision
 
 // record logs d and keeps it; a new or changed problem is also reported
 // through onProblem.
-func (p *Placer) record(d Decision, err error) {
+func (p *Placer) record(d Decision, err error, input string) {
 	p.mu.Lock()
 	changed := d.Problem != "" && d.Problem != p.last.Problem
-	p.last = d
+	warn := changed || time.Since(p.warned) >= WarnEvery
+	if err != nil && warn {
+		p.warned = time.Now()
+	}
+	p.last, p.lastErr, p.lastInput = d, err, input
 	p.mu.Unlock()
 	if err != nil {
-		p.log.Warn("no ENI can be placed: the pool waits", "mode", d.Mode, "eniConfig", d.ENIConfig, "problem", d.Problem)
+		if warn {
+			p.log.Warn("no ENI can be placed: the pool waits", "mode", d.Mode, "eniConfig", d.ENIConfig, "problem", d.Problem)
+		}
 		if changed && p.onProblem != nil {
 			p.onProblem(problemReason(err), d.Problem)
 		}

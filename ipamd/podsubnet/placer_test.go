@@ -252,6 +252,16 @@ func TestCustomNetworking(t *testing.T) {
 	if got := len(n.sim.Cloud.NetworkInterfaces()); got != before {
 		t.Fatalf("%d ENIs made without a valid ENIConfig", got-before)
 	}
+	// A retry loop on an unchanged invalid ENIConfig asks EC2 once per RetryAfter.
+	calls := n.sim.Cloud.Faults().Calls("DescribeSubnets")
+	for range 5 {
+		if _, err := w.CreateENI(t.Context(), provider.CreateENIRequest{Addresses: 1}); !errors.Is(err, podsubnet.ErrInvalidENIConfig) {
+			t.Fatalf("repeated: %v", err)
+		}
+	}
+	if got := n.sim.Cloud.Faults().Calls("DescribeSubnets") - calls; got != 0 {
+		t.Errorf("5 retries within RetryAfter made %d DescribeSubnets calls, want 0", got)
+	}
 	if len(problems) != 4 || !strings.HasPrefix(problems[0], "ENIConfigNotFound") || !strings.HasPrefix(problems[1], "ENIConfigInvalid") {
 		t.Errorf("problems reported: %q; want one per change", problems)
 	}

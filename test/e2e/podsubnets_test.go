@@ -117,3 +117,37 @@ func TestSubnetDiscoveryAcrossZones(t *testing.T) {
 		}
 	}
 }
+
+// Custom networking without the node's ENIConfig (here: no Kubernetes part
+// to read it from): the daemon runs and answers, makes no ENI, gives the
+// primary ENI no address, an ADD fails with a retryable error, and the log
+// says why the pool waits.
+func TestCustomNetworkingWithoutENIConfigWaits(t *testing.T) {
+	c := start(t, cluster.Options{Nodes: 1, InstanceType: "m5.large", Sim: podSubnetsSim(), NodeSubnets: []string{e2eNodeA},
+		DaemonEnv: []string{"AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG=true", "VPCIP_ADD_WAIT=1s", "VPCIP_POOL_INTERVAL=200ms"}})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	n := c.Nodes[0]
+	_, err := n.AddPod(ctx, "default", "waits")
+	if err == nil {
+		t.Fatal("a pod got an address without an ENIConfig")
+	}
+	if !strings.Contains(err.Error(), "no free address: no new ENI can be placed (ENIConfig not found") {
+		t.Errorf("ADD error: %v, want one naming the missing ENIConfig", err)
+	}
+	for _, e := range c.Cloud.NetworkInterfaces() {
+		if e.InstanceID == n.InstanceID && (e.DeviceIndex > 0 || len(e.SecondaryIPs) > 0) {
+			t.Errorf("ENI %s (device %d) with %d secondaries: custom networking without an ENIConfig must make nothing", e.ID, e.DeviceIndex, len(e.SecondaryIPs))
+		}
+	}
+	log, _ := os.ReadFile(n.LogFile())
+	if !strings.Contains(string(log), "no ENI can be placed: the pool waits") || !strings.Contains(string(log), "ENIConfig not found") {
+		t.Errorf("the log does not say why the pool waits:\n%s", lastLines(string(log), 20))
+	}
+	if w := strings.Count(string(log), "no ENI can be placed"); w > 2 {
+		t.Errorf("the unchanged problem is logged %d times within a minute, want once", w)
+	}
+	if out, err := n.Ctl(ctx, "status"); err != nil {
+		t.Errorf("vpcipctl status: %v\n%s", err, out)
+	}
+}

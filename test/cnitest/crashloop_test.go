@@ -1,7 +1,9 @@
 package cnitest
 
 import (
+	"os/exec"
 	"testing"
+	"time"
 )
 
 // A crash-looping pod whose sandboxes are recreated without a DEL (kubelet
@@ -39,4 +41,59 @@ func TestRecreatedSandboxesDoNotPileUpAddresses(t *testing.T) {
 	a := mustHeld(t, e, last)
 	AssertPodWired(t, e, last, a.RouteTable, mtuOf(e, a))
 	mustDel(t, e, last)
+}
+
+// The same crash loop where the runtime also removed each old netns without
+// a DEL: no veth is left to replace, so the daemon must find the dead
+// sandboxes itself. Their routes are gone and their netns too, which is
+// evidence enough even when most of the node's pods are such sandboxes
+// (issue kind 5: reconciliation refused to act once more than half the
+// assignments lacked a route, and held them indefinitely).
+func TestSandboxesDroppedWithoutDELAreReclaimed(t *testing.T) {
+	RequireRoot(t)
+	if testing.Short() {
+		t.Skip("starts vpcsim and vpcipd")
+	}
+	v := startVPC(t, "m5.large", 1)
+	d := v.daemons[0]
+	e := NewEnv(t, v.nodes[0], d)
+	e.Chain = false
+	prev := e.NewPod(t, "crashloop")
+	e.MustAdd(t, prev)
+	var dropped []*Pod
+	for range 12 {
+		DeleteNetns(prev.NetnsName) // runtime restart: the netns goes, no DEL comes
+		dropped = append(dropped, prev)
+		// The kernel frees the netns, and the veth pair in it, once nothing
+		// holds it: do it now, so no ADD sees the old veth.
+		if out, err := exec.Command("ip", "-n", e.Node.Name, "link", "del", e.HostVeth(prev)).CombinedOutput(); err != nil {
+			t.Logf("old veth: %v: %s", err, out)
+		}
+		next := sameSandboxPod(t, e, prev)
+		e.MustAdd(t, next)
+		prev = next
+	}
+	// The daemon restarts (an upgrade) and reconciles every second.
+	d.Stop(t)
+	d.env = append(d.env, "VPCIP_RECONCILE_INTERVAL=1s")
+	d.Start(t)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		held := 0
+		for _, s := range dropped {
+			if _, ok := e.Held(t, s); ok {
+				held++
+			}
+		}
+		if held == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d dropped sandboxes still hold an address after 20 s; log:\n%s", held, len(dropped), d.log())
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	a := mustHeld(t, e, prev)
+	AssertPodWired(t, e, prev, a.RouteTable, mtuOf(e, a))
+	mustDel(t, e, prev)
 }

@@ -76,7 +76,7 @@ func (s *apiServer) Assign(ctx context.Context, req api.AssignRequest) (api.Assi
 	var tick *time.Ticker
 	for {
 		changed := s.store.Changed()
-		a, existing, err := s.store.Assign(req.Key, req.Pod, s.now())
+		a, existing, err := s.store.AssignIn(req.Key, req.Pod, req.Netns, s.now())
 		if err == nil {
 			if !existing {
 				if perr := s.ckpt.persist(); perr != nil {

@@ -142,12 +142,14 @@ func (h *hostSync) ensureSNAT(self provider.Instance) error {
 	return nil
 }
 
-// checkPods compares assignments with the host's pod routes: a free address
-// the host routes to a pod gets a recovered owner (the checkpoint lost it);
-// an assignment older than VPCIP_GC_GRACE whose address has had no host
-// route on two checks in a row is released (its pod is gone), unless more
-// than half the pods lost their routes at once (a broken view is likelier).
-// At start (first true) only recovery runs. Without a host view nothing
+// checkPods makes assignments agree with the host's pod routes
+// (datastore.FromHost): a free address the host routes to a pod is held for
+// the sandbox its veth records, or a placeholder (the checkpoint lost it);
+// an address the checkpoint gave one attachment but the host routes to
+// another sandbox is a conflict, held for that sandbox; an assignment older
+// than VPCIP_GC_GRACE whose address has had no host route on two checks in a
+// row is released when its pod is confirmed gone (see confirmGone). At start
+// (first true) only the first part runs. Without a host view nothing
 // happens.
 func (h *hostSync) checkPods(first bool) {
 	routes, err := h.host.PodRoutes()
@@ -160,15 +162,13 @@ func (h *hostSync) checkPods(first bool) {
 	}
 	now := h.now()
 	byAddr := make(map[netip.Addr]string, len(routes))
+	host := make([]datastore.HostRoute, 0, len(routes))
 	for _, r := range routes {
 		byAddr[r.Address] = r.HostVeth
+		host = append(host, datastore.HostRoute{Address: r.Address, HostVeth: r.HostVeth,
+			Sandbox: api.Key{Network: r.Sandbox.Network, ContainerID: r.Sandbox.ContainerID, IfName: r.Sandbox.IfName}})
 	}
-	if rec := h.store.Recover(byAddr, now); len(rec) > 0 {
-		h.metrics.repaired("recovered_from_host", len(rec))
-		for _, a := range rec {
-			h.log.Warn("address routed to a pod but not in the checkpoint: held for it", "address", a.Address, "hostVeth", a.HostVeth)
-		}
-	}
+	h.report(h.store.FromHost(host, now))
 	if first {
 		return
 	}

@@ -1,7 +1,10 @@
 package ipamd
 
 import (
+	"errors"
+	"io/fs"
 	"net/netip"
+	"os"
 	"time"
 
 	"github.com/vpcip/vpcip/ipamd/api"
@@ -45,15 +48,7 @@ func (h *hostSync) removeStaleRules(byAddr map[netip.Addr]string) {
 // least of all across the netlink calls.
 func (h *hostSync) releaseRouteless(byAddr map[netip.Addr]string, now time.Time) {
 	assigned := h.store.Assignments()
-	gone := h.routeless(assigned, byAddr, now)
-	// Pods leave through DEL; many routes vanishing at once more likely
-	// means a broken host view than dead pods. Freeing their addresses
-	// would hand live pods' addresses out again, so do not trust it.
-	if limit := max(2, len(assigned)/2); len(gone) > limit {
-		h.log.Error("host shows no route for too many pods at once: not releasing on its word",
-			"podsWithoutRoute", len(gone), "assigned", len(assigned))
-		return
-	}
+	gone := h.confirmGone(h.routeless(assigned, byAddr, now), assigned, byAddr)
 	for _, a := range gone {
 		delete(h.noRoute, a.Key)
 		if _, ok := h.store.Release(a.Key, now); ok {
@@ -65,6 +60,75 @@ func (h *hostSync) releaseRouteless(byAddr map[netip.Addr]string, now time.Time)
 				h.log.Error("removing the released address's pod rules failed", "address", a.Address, "err", err)
 			}
 			h.log.Warn("released an address whose pod route is gone", "key", a.Key.String(), "address", a.Address, "rulesRemoved", rules)
+		}
+	}
+}
+
+// confirmGone decides which route-less assignments to release. Pods leave
+// through DEL; many routes vanishing at once may mean a broken host view
+// rather than dead pods, and freeing live pods' addresses is the worst
+// outcome. So a second witness is asked: the sandbox's netns path recorded
+// at ADD. Gone (while netns paths are visible to the daemon at all: a routed,
+// live sandbox's netns is seen) confirms the pod is dead, however many went
+// at once (a crash-looping pod, a runtime restart); present means the
+// sandbox lives and its address is kept. Without that witness the old rule
+// holds: no more than half the assignments (at least 2) are released on the
+// routes' word alone.
+func (h *hostSync) confirmGone(gone, assigned []datastore.Assignment, byAddr map[netip.Addr]string) []datastore.Assignment {
+	visible := false
+	for _, a := range assigned {
+		if _, routed := byAddr[a.Address]; routed && a.Netns != "" && exists(a.Netns) {
+			visible = true
+			break
+		}
+	}
+	var confirmed, unconfirmed []datastore.Assignment
+	for _, a := range gone {
+		switch {
+		case !visible || a.Netns == "":
+			unconfirmed = append(unconfirmed, a)
+		case !exists(a.Netns):
+			confirmed = append(confirmed, a)
+		}
+	}
+	if limit := max(2, len(assigned)/2); len(unconfirmed) > limit {
+		h.log.Error("host shows no route for too many pods at once and their netns cannot confirm it: not releasing on the routes' word",
+			"podsWithoutRoute", len(unconfirmed), "assigned", len(assigned))
+		return confirmed
+	}
+	return append(confirmed, unconfirmed...)
+}
+
+// exists reports whether path exists (a netns file); an error other than
+// "does not exist" counts as existing.
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil || !errors.Is(err, fs.ErrNotExist)
+}
+
+// report logs and counts what FromHost changed. A conflict means the
+// checkpoint was older than the host (written by another build or restored
+// from a copy): the address stays held for the sandbox the host routes it
+// to, never handed out.
+func (h *hostSync) report(rep datastore.HostReport) {
+	if n := len(rep.Recovered); n > 0 {
+		h.metrics.repaired("recovered_from_host", n)
+		for _, a := range rep.Recovered {
+			h.log.Warn("address routed to a pod but not in the checkpoint: held for it", "address", a.Address,
+				"hostVeth", a.HostVeth, "key", a.Key.String())
+		}
+	}
+	if n := len(rep.Identified); n > 0 {
+		h.metrics.repaired("recovered_identified", n)
+		for _, a := range rep.Identified {
+			h.log.Info("re-held address matched to its sandbox by the veth's record", "address", a.Address, "key", a.Key.String())
+		}
+	}
+	if n := len(rep.Conflicts); n > 0 {
+		h.metrics.repaired("checkpoint_conflict", n)
+		for _, c := range rep.Conflicts {
+			h.log.Error("checkpoint conflicts with the host: an address recorded for one attachment is routed to another sandbox; the host wins",
+				"address", c.Address, "recorded", c.Recorded.String(), "hostVeth", c.HostVeth, "sandbox", c.Sandbox.String(), "heldFor", c.Now.String())
 		}
 	}
 }

@@ -71,7 +71,8 @@ func (c *checkpointer) load() (restoreOutcome, error) {
 	c.mu.Lock()
 	c.restoredFrom = st.InstanceID
 	c.mu.Unlock()
-	c.log.Info("checkpoint loaded", "path", c.path, "assignments", len(st.Assignments), "cooling", len(st.Cooling), "written", st.Written)
+	c.log.Info("checkpoint loaded", "path", c.path, "assignments", len(st.Assignments), "cooling", len(st.Cooling), "written", st.Written,
+		"writer", st.Writer.Program+" "+st.Writer.Build, "writerPID", st.Writer.PID, "generation", st.Generation)
 	if len(dropped) > 0 {
 		return restoredCorrupt, nil
 	}

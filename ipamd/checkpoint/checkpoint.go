@@ -57,6 +57,8 @@ type Assignment struct {
 	// the real key is unknown and HostVeth names the pod's host interface.
 	Recovered bool   `json:"recovered,omitempty"`
 	HostVeth  string `json:"hostVeth,omitempty"`
+	// Netns is the sandbox's netns path as ADD gave it (CNI_NETNS).
+	Netns string `json:"netns,omitempty"`
 }
 
 // Cooling is a free address released at UnassignedAt.

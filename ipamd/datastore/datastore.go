@@ -60,6 +60,9 @@ type Owner struct {
 	// Key is synthetic and HostVeth names the pod's host interface.
 	Recovered bool
 	HostVeth  string
+	// Netns is the sandbox's netns path (CNI_NETNS) as ADD gave it; "" when
+	// unknown. Its absence is evidence the sandbox is gone.
+	Netns string
 }
 
 // Assignment is an address held by an owner, with its ENI's facts.
@@ -156,6 +159,11 @@ func (s *Store) assignmentLocked(addr netip.Addr, a *address) Assignment {
 // ENI, from the slot holding the most, so whole /28s stay releasable. It
 // returns ErrNoAddress when nothing is free, ErrMaxAssigned at the pod limit.
 func (s *Store) Assign(key api.Key, pod api.Pod, now time.Time) (a Assignment, existing bool, err error) {
+	return s.AssignIn(key, pod, "", now)
+}
+
+// AssignIn is Assign recording the sandbox's netns path too.
+func (s *Store) AssignIn(key api.Key, pod api.Pod, netns string, now time.Time) (a Assignment, existing bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if addr, ok := s.byKey[key]; ok {
@@ -169,7 +177,7 @@ func (s *Store) Assign(key api.Key, pod api.Pod, now time.Time) (a Assignment, e
 		return Assignment{}, false, ErrNoAddress
 	}
 	st := s.addrs[addr]
-	st.owner = &Owner{Key: key, Pod: pod, AssignedAt: now}
+	st.owner = &Owner{Key: key, Pod: pod, AssignedAt: now, Netns: netns}
 	s.byKey[key] = addr
 	s.gen++
 	return s.assignmentLocked(addr, st), false, nil

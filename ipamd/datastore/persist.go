@@ -22,7 +22,7 @@ func (s *Store) Checkpoint(now time.Time) (checkpoint.State, uint64) {
 		case a.owner != nil:
 			st.Assignments = append(st.Assignments, checkpoint.Assignment{
 				Key: a.owner.Key, Pod: a.owner.Pod, Address: addr, ENI: a.eni,
-				AssignedAt: a.owner.AssignedAt, Recovered: a.owner.Recovered, HostVeth: a.owner.HostVeth,
+				AssignedAt: a.owner.AssignedAt, Recovered: a.owner.Recovered, HostVeth: a.owner.HostVeth, Netns: a.owner.Netns,
 			})
 		case s.coolingLocked(a, now):
 			st.Cooling = append(st.Cooling, checkpoint.Cooling{Address: addr, ENI: a.eni, UnassignedAt: a.unassignedAt})
@@ -42,7 +42,7 @@ func (s *Store) Restore(st checkpoint.State) error {
 		return fmt.Errorf("restore into a store holding %d addresses", len(s.addrs))
 	}
 	for _, a := range st.Assignments {
-		o := &Owner{Key: a.Key, Pod: a.Pod, AssignedAt: a.AssignedAt, Recovered: a.Recovered, HostVeth: a.HostVeth}
+		o := &Owner{Key: a.Key, Pod: a.Pod, AssignedAt: a.AssignedAt, Recovered: a.Recovered, HostVeth: a.HostVeth, Netns: a.Netns}
 		s.addrs[a.Address] = &address{owner: o}
 		s.byKey[a.Key] = a.Address
 	}

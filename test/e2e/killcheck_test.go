@@ -130,8 +130,8 @@ func podAddress(ctx context.Context, netns string) (netip.Addr, error) {
 
 // checkInvariants: every live sandbox has its own address (across nodes),
 // is wired (its eth0 holds it; the host routes it to a veth that names the
-// sandbox; its rules exist) and its daemon records it under its own key or
-// a placeholder re-held from the host after a lost checkpoint; no other
+// sandbox; its rules exist) and its daemon records it under its own key
+// (also after a lost checkpoint: the veth names the sandbox); no other
 // sandbox's record holds a live sandbox's address.
 func checkInvariants(t *testing.T, ctx context.Context, c *cluster.Cluster, nodes []*churner, when string) {
 	t.Helper()
@@ -164,7 +164,7 @@ func checkInvariants(t *testing.T, ctx context.Context, c *cluster.Cluster, node
 			switch {
 			case !held:
 				t.Errorf("%s: live sandbox %s: the daemon holds nothing for its address", when, id)
-			case holder != p.ContainerID && !strings.HasPrefix(holder, "recovered:"):
+			case holder != p.ContainerID:
 				t.Errorf("%s: live sandbox %s: its address is recorded for container %s", when, id, holder)
 			}
 			if a, ok := v.recorded[p.ContainerID]; ok && a != p.Address {

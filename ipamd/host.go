@@ -26,8 +26,9 @@ type Host interface {
 	// PodRoutes lists the host routes to pod veths. ErrNoHostView means the
 	// host cannot be observed, which is not the same as "no pods".
 	PodRoutes() ([]hostnet.PodRoute, error)
-	// RemovePodRules deletes the plugin's per-pod policy rules of an address
-	// released without a DEL; it returns how many it deleted.
+	// RemovePodRules deletes the plugin's per-pod policy rules (and the
+	// conntrack entries) of an address released without a DEL; it returns
+	// how many rules it deleted.
 	RemovePodRules(addr netip.Addr) (int, error)
 	// PodRuleAddresses lists the addresses with per-pod policy rules.
 	PodRuleAddresses() ([]netip.Addr, error)
@@ -41,13 +42,23 @@ type NodeHost struct{}
 
 var _ Host = NodeHost{}
 
-func (NodeHost) EnsureENI(e hostnet.ENI) (string, error)  { return hostnet.EnsureENI(e) }
-func (NodeHost) RemoveENI(e hostnet.ENI) error            { return hostnet.RemoveENI(e) }
-func (NodeHost) EnsureSNAT(c hostnet.SNATConfig) error    { return hostnet.EnsureSNAT(c) }
-func (NodeHost) LinkName(mac string) (string, error)      { return linkByMAC(mac) }
-func (NodeHost) PodRoutes() ([]hostnet.PodRoute, error)   { return hostnet.PodRoutes() }
-func (NodeHost) RemovePodRules(a netip.Addr) (int, error) { return routing.RemovePodRules(a) }
-func (NodeHost) PodRuleAddresses() ([]netip.Addr, error)  { return routing.PodRuleAddresses() }
+func (NodeHost) EnsureENI(e hostnet.ENI) (string, error) { return hostnet.EnsureENI(e) }
+func (NodeHost) RemoveENI(e hostnet.ENI) error           { return hostnet.RemoveENI(e) }
+func (NodeHost) EnsureSNAT(c hostnet.SNATConfig) error   { return hostnet.EnsureSNAT(c) }
+func (NodeHost) LinkName(mac string) (string, error)     { return linkByMAC(mac) }
+func (NodeHost) PodRoutes() ([]hostnet.PodRoute, error)  { return hostnet.PodRoutes() }
+
+// RemovePodRules also deletes the address's conntrack entries: the address
+// is released without a DEL (or held by no one), and the next pod given it
+// must not receive the old pod's connections.
+func (NodeHost) RemovePodRules(a netip.Addr) (int, error) {
+	n, err := routing.RemovePodRules(a)
+	if _, cerr := hostnet.FlushPodConntrack(a); err == nil {
+		err = cerr
+	}
+	return n, err
+}
+func (NodeHost) PodRuleAddresses() ([]netip.Addr, error) { return routing.PodRuleAddresses() }
 
 // NoHost is Host for VPCIP_HOSTNET=false (tests and development without root):
 // it changes nothing and sees no pods.

@@ -1,6 +1,7 @@
 package cnitest
 
 import (
+	"net/netip"
 	"os/exec"
 	"testing"
 	"time"
@@ -73,6 +74,9 @@ func TestSandboxesDroppedWithoutDELAreReclaimed(t *testing.T) {
 		e.MustAdd(t, next)
 		prev = next
 	}
+	// A client's SYN to the first dropped sandbox, still tracked.
+	client, service := netip.MustParseAddr("198.51.100.9"), netip.MustParseAddr("10.96.0.11")
+	trackFlow(t, e, client, service, dropped[0].Address, 40100)
 	// The daemon restarts (an upgrade) and reconciles every second.
 	d.Stop(t)
 	d.env = append(d.env, "VPCIP_RECONCILE_INTERVAL=1s")
@@ -92,6 +96,9 @@ func TestSandboxesDroppedWithoutDELAreReclaimed(t *testing.T) {
 			t.Fatalf("%d of %d dropped sandboxes still hold an address after 20 s; log:\n%s", held, len(dropped), d.log())
 		}
 		time.Sleep(500 * time.Millisecond)
+	}
+	if n := flowsOf(t, e, dropped[0].Address); n != 0 {
+		t.Errorf("%d conntrack entries still lead to %v, released by the daemon", n, dropped[0].Address)
 	}
 	a := mustHeld(t, e, prev)
 	AssertPodWired(t, e, prev, a.RouteTable, mtuOf(e, a))

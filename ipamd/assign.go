@@ -259,6 +259,6 @@ func (s *apiServer) wire(a datastore.Assignment) api.Assignment {
 	return api.Assignment{
 		Version: api.Version, Key: a.Key, Pod: a.Pod, Address: a.Address,
 		ENIID: a.ENIID, DeviceNumber: a.DeviceNumber, RouteTable: table,
-		SubnetCIDR: a.SubnetCIDR, VPCCIDRs: self.VPCCIDRs, MTU: s.cfg.MTU, AssignedAt: a.AssignedAt,
+		SubnetCIDR: a.SubnetCIDR, VPCCIDRs: self.VPCCIDRs, MTU: s.cfg.MTU, AssignedAt: a.AssignedAt, Reused: a.Reused,
 	}
 }

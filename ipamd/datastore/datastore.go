@@ -72,6 +72,9 @@ type Assignment struct {
 	ENIID        string // "" when the cloud no longer shows the address on any ENI
 	DeviceNumber int
 	SubnetCIDR   netip.Prefix
+	// Reused (from Assign only): the address was released by another
+	// attachment before (or its release time was lost with the checkpoint).
+	Reused bool
 }
 
 // address is one pod-usable address.
@@ -180,7 +183,9 @@ func (s *Store) AssignIn(key api.Key, pod api.Pod, netns string, now time.Time) 
 	st.owner = &Owner{Key: key, Pod: pod, AssignedAt: now, Netns: netns}
 	s.byKey[key] = addr
 	s.gen++
-	return s.assignmentLocked(addr, st), false, nil
+	out := s.assignmentLocked(addr, st)
+	out.Reused = !st.unassignedAt.IsZero()
+	return out, false, nil
 }
 
 // Unassign undoes an Assign that could not be made durable. It is Release

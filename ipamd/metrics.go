@@ -83,10 +83,10 @@ var noAddressCauses = []api.Cause{
 // repairKinds are the kind label values of vpcip_reconcile_repairs_total,
 // one per repair the daemon makes (a test keeps the list complete).
 var repairKinds = []string{
-	"adopted_address", "adopted_eni", "checkpoint_entry_dropped", "corrupt_checkpoint",
+	"adopted_address", "adopted_eni", "checkpoint_conflict", "checkpoint_entry_dropped", "corrupt_checkpoint",
 	"foreign_checkpoint", "forgotten_address", "forgotten_eni", "gc_released",
 	"kept_assigned_address", "leaked_eni_deleted", "recovered_adopted", "recovered_from_host",
-	"released_no_route", "stale_pod_rules",
+	"recovered_identified", "released_no_route", "stale_pod_rules",
 }
 
 // ObserveCall is a provider.CallObserver.

@@ -10,6 +10,7 @@ import (
 	"github.com/vpcip/vpcip/ipamd/api"
 	"github.com/vpcip/vpcip/ipamd/config"
 	"github.com/vpcip/vpcip/ipamd/datastore"
+	"github.com/vpcip/vpcip/ipamd/podsubnet"
 	"github.com/vpcip/vpcip/ipamd/pool"
 	"github.com/vpcip/vpcip/routing"
 	"github.com/vpcip/vpcip/warmpool"
@@ -36,8 +37,8 @@ type apiServer struct {
 	metrics *Metrics
 	now     func() time.Time
 	kick    func()
-	// placement says why no ENI can be placed now ("" when one can); nil: never.
-	placement func() string
+	// placement is the latest ENI placement decision (Options.Placement).
+	placement func() podsubnet.Decision
 
 	waiting atomic.Int64 // ADDs waiting for an address
 }
@@ -241,10 +242,8 @@ func (s *apiServer) noAddress(now time.Time) (e *api.Error, final bool) {
 	case !active[warmpool.RefusedENILimit].IsZero():
 		return mk(api.CauseENILimit, "EC2 refused another ENI (AttachmentLimitExceeded); %s", tail), false
 	}
-	if s.placement != nil {
-		if p := s.placement(); p != "" {
-			return mk(api.CauseWaitingCloud, "no new ENI can be placed (%s); %s", p, tail), false
-		}
+	if p := s.placement().Problem; p != "" {
+		return mk(api.CauseWaitingCloud, "no new ENI can be placed (%s); %s", p, tail), false
 	}
 	return mk(api.CauseWaitingCloud, "pool refill in flight; %s", tail), false
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/vpcip/vpcip/ipamd/config"
 	"github.com/vpcip/vpcip/ipamd/datastore"
 	"github.com/vpcip/vpcip/ipamd/introspect"
+	"github.com/vpcip/vpcip/ipamd/podsubnet"
 	"github.com/vpcip/vpcip/ipamd/pool"
 	"github.com/vpcip/vpcip/provider"
 	"github.com/vpcip/vpcip/warmpool"
@@ -41,10 +42,11 @@ type Options struct {
 	// Status receives the node's Snapshot after every worker pass (the
 	// Kubernetes part publishes it). nil: none.
 	Status StatusSink
-	// Placement says why no new ENI can be placed now, "" when one can
-	// (podsubnet.Placer: a missing or invalid ENIConfig, no eligible
-	// subnet); ADD refusals name it. nil: never a problem.
-	Placement func() string
+	// Placement is the latest decision of where a new ENI goes
+	// (podsubnet.Placer.Last): status, introspection and the Kubernetes
+	// part show it, and ADD refusals name its Problem (a missing or invalid
+	// ENIConfig, no eligible subnet). nil: nothing to show.
+	Placement func() podsubnet.Decision
 }
 
 // Daemon is vpcipd: the wiring of its parts (see the package comment). Use
@@ -81,6 +83,9 @@ func New(o Options) (*Daemon, error) {
 		life: d.life, log: o.Logger, metrics: o.Metrics, now: o.Clock, missing: map[string]int{}}
 	d.api = &apiServer{cfg: cfg, store: store, node: d.node, ckpt: d.ckpt, life: d.life, log: o.Logger,
 		metrics: o.Metrics, now: o.Clock, placement: o.Placement}
+	if d.api.placement == nil {
+		d.api.placement = func() podsubnet.Decision { return podsubnet.Decision{} }
+	}
 	p, err := pool.New(pool.Options{
 		Store: store, Provider: o.Provider, Node: d.node, Config: poolConfig(cfg), Interval: cfg.PoolInterval,
 		Clock: o.Clock, Logger: o.Logger, Pending: d.api, Demand: o.Demand, Host: d.hosts, PrimaryHoldsNoPods: cfg.CustomNetworking,
@@ -91,7 +96,7 @@ func New(o Options) (*Daemon, error) {
 		return nil, err
 	}
 	d.pool, d.api.pool = p, p
-	d.view = &statusView{cfg: cfg, store: store, node: d.node, pool: p, hosts: d.hosts, life: d.life,
+	d.view = &statusView{cfg: cfg, store: store, node: d.node, pool: p, hosts: d.hosts, life: d.life, placement: d.api.placement,
 		now: o.Clock, version: o.Version, started: o.Clock()}
 	d.api.view = d.view
 	d.work = newWorker(cfg, p, d.rec, func() {

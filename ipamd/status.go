@@ -11,6 +11,7 @@ import (
 	"github.com/vpcip/vpcip/ipamd/config"
 	"github.com/vpcip/vpcip/ipamd/datastore"
 	"github.com/vpcip/vpcip/ipamd/introspect"
+	"github.com/vpcip/vpcip/ipamd/podsubnet"
 	"github.com/vpcip/vpcip/ipamd/pool"
 	"github.com/vpcip/vpcip/provider"
 	"github.com/vpcip/vpcip/routing"
@@ -22,8 +23,11 @@ import (
 type Snapshot struct {
 	Time     time.Time
 	Instance provider.Instance // zero until start-up learned it
-	Limits   warmpool.Limits   // MaxENIs capped by MAX_ENI
+	Limits   warmpool.Limits   // MaxENIs capped by MAX_ENI (and without the primary under custom networking)
 	Status   api.Status
+	// Placement is the latest decision of where a new ENI goes, and why
+	// (zero Mode before the first).
+	Placement podsubnet.Decision
 }
 
 // StatusSink receives a Snapshot after every pass of the worker (start-up,
@@ -46,6 +50,8 @@ type statusView struct {
 	now     func() time.Time
 	version string
 	started time.Time
+	// placement is the latest ENI placement decision (Options.Placement).
+	placement func() podsubnet.Decision
 }
 
 // snapshot is the node's status now.
@@ -68,7 +74,7 @@ func (v *statusView) snapshot() Snapshot {
 		Capacity: capacity, ENIs: podENIs, MaxENIs: lim.MaxENIs,
 		Budget: warmpool.Budget(capacity, podENIs, lim, unit),
 	}
-	return Snapshot{Time: now, Instance: self, Limits: lim, Status: st}
+	return Snapshot{Time: now, Instance: self, Limits: lim, Status: st, Placement: v.placement()}
 }
 
 // status reports readiness and the pool's numbers.
@@ -136,6 +142,12 @@ func (v *statusView) state() introspect.State {
 		Ready:       st.Ready,
 		Reason:      st.Reason,
 		Time:        now,
+	}
+	if pl := snap.Placement; pl.Mode != "" {
+		out.Placement = &introspect.Placement{At: pl.At, Mode: pl.Mode, ENIConfig: pl.ENIConfig, Reason: pl.Reason, Problem: pl.Problem}
+		if len(pl.Targets) > 0 {
+			out.Placement.SubnetID, out.Placement.SecurityGroups = pl.Targets[0].SubnetID, pl.Targets[0].SecurityGroups
+		}
 	}
 	for _, e := range v.store.ENIs() {
 		out.ENIs = append(out.ENIs, introspectENI(e, links[e.ID], eniCapacity(e, lim, slotSize(v.cfg, lim))))

@@ -55,7 +55,7 @@ func writeStatus(w io.Writer, s introspect.State) error {
 		ready += " (" + s.Reason + ")"
 	}
 	p := s.Pool
-	return table(w, [][]string{
+	rows := [][]string{
 		{"Node:", nodeName(s.Node)},
 		{"Instance:", fmt.Sprintf("%s (%s, %s)", orDash(s.Node.InstanceID), orDash(s.Node.InstanceType), orDash(s.Node.AvailabilityZone))},
 		{"Primary IP:", addrString(s.Node.PrimaryIP.String())},
@@ -63,8 +63,15 @@ func writeStatus(w io.Writer, s introspect.State) error {
 		{"Ready:", ready},
 		{"Addresses:", fmt.Sprintf("%d assigned, %d warm, %d cooling; capacity %d, budget %d", p.Assigned, p.Warm, p.Cooling, p.Capacity, p.Budget)},
 		{"ENIs:", fmt.Sprintf("%d of %d", p.ENIs, p.MaxENIs)},
-		{"Started:", stamp(s.Node.StartedAt)},
-	})
+	}
+	if pl := s.Placement; pl != nil { // where the latest new ENI went, and why
+		placement := pl.Mode + ": " + pl.Reason
+		if pl.Problem != "" {
+			placement = pl.Mode + ": no ENI can be placed: " + pl.Problem
+		}
+		rows = append(rows, []string{"New ENIs:", placement})
+	}
+	return table(w, append(rows, []string{"Started:", stamp(s.Node.StartedAt)}))
 }
 
 func addrString(s string) string {

@@ -143,7 +143,7 @@ func daemon(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	d, err := ipamd.New(ipamd.Options{
 		Config: cfg, Provider: &podsubnet.Provider{Provider: prov, Placer: placer}, Host: host, Logger: log,
-		Placement: func() string { return placer.Last().Problem },
+		Placement: placer.Last,
 		Metrics:   metrics, Gatherer: reg, Version: version,
 	})
 	if err != nil {

@@ -45,6 +45,24 @@ type State struct {
 	Ready       bool              `json:"ready"`       // the daemon can assign addresses (CNI STATUS succeeds)
 	Reason      string            `json:"reason,omitempty"`
 	Time        time.Time         `json:"time"` // when the daemon took this view
+	// Placement is where the latest new ENI went (or why none can be
+	// placed); nil before the daemon placed one.
+	Placement *Placement `json:"placement,omitempty"`
+}
+
+// Placement is the latest decision of where a new ENI goes: the mode
+// ("subnet-discovery", "custom-networking", "node-subnet"), the subnet and
+// security groups chosen, the node's ENIConfig under custom networking, and
+// why (with the subnets' free addresses); Problem is set when no ENI can be
+// placed (a missing or invalid ENIConfig, no eligible subnet).
+type Placement struct {
+	At             time.Time `json:"at"`
+	Mode           string    `json:"mode"`
+	SubnetID       string    `json:"subnetID,omitempty"`
+	SecurityGroups []string  `json:"securityGroups,omitempty"`
+	ENIConfig      string    `json:"eniConfig,omitempty"`
+	Reason         string    `json:"reason,omitempty"`
+	Problem        string    `json:"problem,omitempty"`
 }
 
 // NodeInfo identifies the node and its instance (from IMDS).

@@ -115,6 +115,9 @@ func TestSubnetDiscoveryAcrossZones(t *testing.T) {
 		if !strings.Contains(line, `"subnet":"`+w+`"`) || !strings.Contains(line, "free") || !strings.Contains(line, "node subnet") {
 			t.Errorf("node %d: the placement is not logged with its subnet and free counts: %q", i+1, line)
 		}
+		if out, err := n.Ctl(ctx, "status"); err != nil || !strings.Contains(out, "New ENIs:    subnet-discovery: most free addresses: "+w) {
+			t.Errorf("node %d: vpcipctl status does not show the placement (%v):\n%s", i+1, err, out)
+		}
 	}
 }
 
@@ -147,7 +150,7 @@ func TestCustomNetworkingWithoutENIConfigWaits(t *testing.T) {
 	if w := strings.Count(string(log), "no ENI can be placed"); w > 2 {
 		t.Errorf("the unchanged problem is logged %d times within a minute, want once", w)
 	}
-	if out, err := n.Ctl(ctx, "status"); err != nil {
-		t.Errorf("vpcipctl status: %v\n%s", err, out)
+	if out, err := n.Ctl(ctx, "status"); err != nil || !strings.Contains(out, "custom-networking: no ENI can be placed: ENIConfig not found") {
+		t.Errorf("vpcipctl status does not say why no ENI is placed (%v):\n%s", err, out)
 	}
 }

@@ -6,7 +6,7 @@ export GOFLAGS ?= -buildvcs=false
 
 BINARIES := vpcipd vpcip-cni vpcipctl vpcsim
 
-.PHONY: all build deps test-deps containerd-setup image demo demo-containerd test lint bench bench-pool soak clean dashboards readme-picture
+.PHONY: all build deps test-deps containerd-setup k8s-tools image demo demo-containerd test lint bench bench-pool soak clean dashboards readme-picture
 
 all: build
 
@@ -42,6 +42,10 @@ test-deps:
 containerd-setup:
 	@bash scripts/containerd-setup.sh --containerd2
 
+## k8s-tools: kube-apiserver, controller-manager, scheduler, kubelet, kubectl, helm and helm4 (module proxy, cached), etcd (Debian).
+k8s-tools:
+	@bash scripts/k8s-tools.sh >/dev/null
+
 ## demo: two m5.large nodes on vpcsim, 40 pods through the real plugin path, then tear down.
 demo: deps build
 	$(GO) run ./test/e2e/demo --bin $(BIN)
@@ -68,8 +72,8 @@ dashboards:
 	cd tools/dashboards && $(GO) run . -out $(CURDIR)/charts/vpcip/files/dashboards
 
 ## test: lint, then every package's tests (netns, iptables and e2e tests need root).
-test: test-deps containerd-setup lint
-	VPCIP_REQUIRE_CONTAINERD=1 VPCIP_REQUIRE_CONTAINERD2=1 $(GO) test -count=1 -timeout 18m ./...
+test: test-deps containerd-setup k8s-tools lint
+	VPCIP_REQUIRE_CONTAINERD=1 VPCIP_REQUIRE_CONTAINERD2=1 VPCIP_REQUIRE_KUBE=1 $(GO) test -count=1 -timeout 18m ./...
 
 ## soak: the kill campaign with 100 kill -9 of vpcipd during churn on two vpcsim nodes (make test runs 6).
 soak: deps

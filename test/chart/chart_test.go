@@ -1,0 +1,406 @@
+package chart
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/vpcip/vpcip/ipamd/config"
+)
+
+// envRules is charts/vpcip/files/env.yaml.
+type envRules struct {
+	Supported  []string          `yaml:"supported"`
+	SDK        []string          `yaml:"sdk"`
+	ChartOwned map[string]string `yaml:"chartOwned"`
+	AWSOnly    map[string]struct {
+		Accept []string `yaml:"accept"`
+		Any    bool     `yaml:"any"`
+		Why    string   `yaml:"why"`
+	} `yaml:"awsOnly"`
+}
+
+func readRules(t *testing.T) envRules {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(ChartDir(), "files", "env.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r envRules
+	if err := yaml.Unmarshal(data, &r); err != nil {
+		t.Fatalf("files/env.yaml: %v", err)
+	}
+	return r
+}
+
+// The chart passes on exactly the variables the daemon reads: a setting added
+// to ipamd/config without the chart (or the reverse) fails here.
+func TestEnvNamesAreTheDaemons(t *testing.T) {
+	r := readRules(t)
+	got := slices.Sorted(slices.Values(r.Supported))
+	want := config.Names()
+	if !slices.Equal(got, want) {
+		for _, n := range want {
+			if !slices.Contains(got, n) {
+				t.Errorf("the daemon reads %s; files/env.yaml does not list it as supported", n)
+			}
+		}
+		for _, n := range got {
+			if !slices.Contains(want, n) {
+				t.Errorf("files/env.yaml lists %s as supported; the daemon does not read it", n)
+			}
+		}
+	}
+	if got, want := slices.Sorted(slices.Values(r.SDK)), slices.Sorted(slices.Values(config.SDKNames)); !slices.Equal(got, want) {
+		t.Errorf("files/env.yaml sdk %v, want the daemon's SDK names %v", got, want)
+	}
+	for n, why := range r.ChartOwned {
+		if !slices.Contains(want, n) {
+			t.Errorf("chartOwned %s is not a daemon setting", n)
+		}
+		if why == "" {
+			t.Errorf("chartOwned %s has no explanation", n)
+		}
+	}
+	for n, rule := range r.AWSOnly {
+		if slices.Contains(want, n) || slices.Contains(config.SDKNames, n) {
+			t.Errorf("awsOnly %s is read by the daemon now: move it to supported", n)
+		}
+		if rule.Why == "" || (!rule.Any && len(rule.Accept) == 0) {
+			t.Errorf("awsOnly %s: needs why and accept (or any)", n)
+		}
+	}
+}
+
+func helms(t *testing.T) []Helm {
+	t.Helper()
+	hs, err := Helms()
+	if err != nil {
+		if os.Getenv("VPCIP_REQUIRE_KUBE") == "1" {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	return hs
+}
+
+// render runs helm template with values files written from the given YAML
+// documents (and --set arguments) and returns the objects.
+func render(t *testing.T, h Helm, values ...string) ([]Object, error) {
+	t.Helper()
+	args := []string{"template", "vpcip", ChartDir(), "--namespace", "kube-system"}
+	for i, v := range values {
+		if strings.HasPrefix(v, "--") {
+			args = append(args, v)
+			continue
+		}
+		p := filepath.Join(t.TempDir(), "values"+string(rune('a'+i))+".yaml")
+		if err := os.WriteFile(p, []byte(v), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, "-f", p)
+	}
+	out, err := h.Run(args...)
+	if err != nil {
+		return nil, err
+	}
+	return Decode(out)
+}
+
+func find(t *testing.T, objs []Object, kind string) Object {
+	t.Helper()
+	for _, o := range objs {
+		if o.Kind() == kind {
+			return o
+		}
+	}
+	t.Fatalf("no %s rendered", kind)
+	return nil
+}
+
+func container(t *testing.T, ds Object, name string) map[string]any {
+	t.Helper()
+	cs, _ := dig(ds, "spec", "template", "spec", "containers").([]any)
+	for _, c := range cs {
+		if m, _ := c.(map[string]any); str(m["name"]) == name {
+			return m
+		}
+	}
+	t.Fatalf("DaemonSet has no container %s", name)
+	return nil
+}
+
+// envOf returns a container's plain env values by name, and the names set
+// from a fieldRef.
+func envOf(c map[string]any) (values map[string]string, fieldRefs map[string]string) {
+	values, fieldRefs = map[string]string{}, map[string]string{}
+	list, _ := c["env"].([]any)
+	for _, e := range list {
+		m := e.(map[string]any)
+		if ref := str(dig(m, "valueFrom", "fieldRef", "fieldPath")); ref != "" {
+			fieldRefs[str(m["name"])] = ref
+			continue
+		}
+		values[str(m["name"])] = str(m["value"])
+	}
+	return values, fieldRefs
+}
+
+func TestLint(t *testing.T) {
+	aws, err := os.ReadFile("testdata/aws-node-values.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range helms(t) {
+		t.Run(h.Name, func(t *testing.T) {
+			if out, err := h.Run("lint", "--strict", ChartDir()); err != nil {
+				t.Errorf("default values: %v\n%s", err, out)
+			}
+			p := filepath.Join(t.TempDir(), "aws.yaml")
+			os.WriteFile(p, aws, 0o644)
+			if out, err := h.Run("lint", "--strict", ChartDir(), "-f", p); err != nil {
+				t.Errorf("aws-node values: %v\n%s", err, out)
+			}
+		})
+	}
+}
+
+// The default render: the DaemonSet as the issue specifies it, RBAC tied to
+// its ServiceAccount, no monitoring objects.
+func TestTemplateDefault(t *testing.T) {
+	for _, h := range helms(t) {
+		t.Run(h.Name, func(t *testing.T) {
+			objs, err := render(t, h)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var kinds []string
+			for _, o := range objs {
+				kinds = append(kinds, o.Kind())
+			}
+			slices.Sort(kinds)
+			if want := []string{"ClusterRole", "ClusterRoleBinding", "DaemonSet", "ServiceAccount"}; !slices.Equal(kinds, want) {
+				t.Errorf("kinds %v, want %v", kinds, want)
+			}
+			ds := find(t, objs, "DaemonSet")
+			spec := dig(ds, "spec", "template", "spec")
+			checks := []struct {
+				what string
+				got  any
+				want string
+			}{
+				{"hostNetwork", dig(spec, "hostNetwork"), "true"},
+				{"priorityClassName", dig(spec, "priorityClassName"), "system-node-critical"},
+				{"toleration", dig(spec, "tolerations", 0, "operator"), "Exists"},
+				{"maxUnavailable", dig(ds, "spec", "updateStrategy", "rollingUpdate", "maxUnavailable"), "10%"},
+				{"namespace", dig(ds, "metadata", "namespace"), "kube-system"},
+				{"serviceAccount", dig(spec, "serviceAccountName"), "vpcip"},
+				{"privileged", dig(container(t, ds, "vpcipd"), "securityContext", "privileged"), "true"},
+				{"liveness path", dig(container(t, ds, "vpcipd"), "livenessProbe", "httpGet", "path"), "/livez"},
+				{"liveness host", dig(container(t, ds, "vpcipd"), "livenessProbe", "httpGet", "host"), "127.0.0.1"},
+				{"liveness port", dig(container(t, ds, "vpcipd"), "livenessProbe", "httpGet", "port"), "61679"},
+				{"readiness path", dig(container(t, ds, "vpcipd"), "readinessProbe", "httpGet", "path"), "/healthz"},
+				{"metrics port", dig(container(t, ds, "vpcipd"), "ports", 0, "containerPort"), "61678"},
+				{"install-cni", strings.Join(strs(container(t, ds, "install-cni")["command"]), " "), "/usr/local/bin/vpcipd install-cni -stay"},
+				{"install-cni caps", dig(container(t, ds, "install-cni"), "securityContext", "capabilities", "drop", 0), "ALL"},
+				{"image", dig(container(t, ds, "vpcipd"), "image"), "localhost/vpcip/vpcip:0.1.0"},
+				{"binding subject", dig(find(t, objs, "ClusterRoleBinding"), "subjects", 0, "name"), "vpcip"},
+				{"binding role", dig(find(t, objs, "ClusterRoleBinding"), "roleRef", "name"), find(t, objs, "ClusterRole").Name()},
+			}
+			for _, c := range checks {
+				if str(c.got) != c.want {
+					t.Errorf("%s = %v, want %s", c.what, c.got, c.want)
+				}
+			}
+			_, refs := envOf(container(t, ds, "vpcipd"))
+			if refs["MY_NODE_NAME"] != "spec.nodeName" {
+				t.Errorf("MY_NODE_NAME from %q, want the downward API's spec.nodeName", refs["MY_NODE_NAME"])
+			}
+			hostPaths := map[string]bool{}
+			vols, _ := dig(spec, "volumes").([]any)
+			for _, v := range vols {
+				hostPaths[str(dig(v, "hostPath", "path"))] = true
+			}
+			for _, p := range []string{"/opt/cni/bin", "/etc/cni/net.d", "/run/vpcip", "/var/run/vpcip", "/var/log/vpcip", "/run/xtables.lock"} {
+				if !hostPaths[p] {
+					t.Errorf("no hostPath volume for %s (have %v)", p, hostPaths)
+				}
+			}
+		})
+	}
+}
+
+func strs(v any) []string {
+	l, _ := v.([]any)
+	out := make([]string, len(l))
+	for i, x := range l {
+		out[i] = str(x)
+	}
+	return out
+}
+
+// An aws-node values file renders unchanged: every variable vpcip reads
+// reaches both containers with its value, and none of the aws-node-only ones
+// does.
+func TestTemplateAWSNodeValues(t *testing.T) {
+	data, err := os.ReadFile("testdata/aws-node-values.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var file struct {
+		Env map[string]string `yaml:"env"`
+	}
+	if err := yaml.Unmarshal(data, &file); err != nil {
+		t.Fatal(err)
+	}
+	r := readRules(t)
+	for _, h := range helms(t) {
+		t.Run(h.Name, func(t *testing.T) {
+			objs, err := render(t, h, string(data))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ds := find(t, objs, "DaemonSet")
+			for _, c := range []string{"vpcipd", "install-cni"} {
+				env, _ := envOf(container(t, ds, c))
+				for name, value := range file.Env {
+					_, awsOnly := r.AWSOnly[name]
+					switch got, ok := env[name]; {
+					case awsOnly && ok:
+						t.Errorf("%s: aws-node-only %s passed to the daemon", c, name)
+					case !awsOnly && got != value:
+						t.Errorf("%s: %s = %q, want %q", c, name, got, value)
+					}
+				}
+			}
+		})
+	}
+}
+
+// Values the chart must refuse, each failing with the offending name.
+func TestTemplateRefuses(t *testing.T) {
+	tests := []struct {
+		name, values, want string
+	}{
+		{"IPv6 asked for", "env: {ENABLE_IPv6: \"true\"}", "ENABLE_IPv6"},
+		{"custom networking asked for", "env: {AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG: \"true\"}", "AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG"},
+		{"pod ENIs asked for", "env: {ENABLE_POD_ENI: true}", "ENABLE_POD_ENI"},
+		{"misspelt key", "env: {WARM_IP_TARGETS: \"5\"}", "WARM_IP_TARGETS"},
+		{"chart-owned key", "env: {MY_NODE_NAME: node1}", "MY_NODE_NAME"},
+		{"socket moved", "env: {VPCIP_SOCKET: /tmp/x.sock}", "VPCIP_SOCKET"},
+		{"introspection off", "env: {VPCIP_INTROSPECTION_ADDR: \"off\"}", "VPCIP_INTROSPECTION_ADDR"},
+		{"metrics off with a PodMonitor", "env: {VPCIP_METRICS_ADDR: \"off\"}\npodMonitor: {enabled: true}", "VPCIP_METRICS_ADDR"},
+		{"unknown top-level key", "warmTarget: 3", "warmTarget"},
+		{"env value of wrong type", "env: {WARM_IP_TARGET: [5]}", "WARM_IP_TARGET"},
+		{"tolerations of wrong type", "tolerations: everything", "tolerations"},
+		{"unknown image key", "image: {region: us-west-2}", "region"},
+		{"pull policy", "image: {pullPolicy: Sometimes}", "pullPolicy"},
+		{"relative CNI dir", "cni: {binDir: opt/cni/bin}", "binDir"},
+	}
+	for _, h := range helms(t) {
+		t.Run(h.Name, func(t *testing.T) {
+			for _, tt := range tests {
+				t.Run(tt.name, func(t *testing.T) {
+					_, err := render(t, h, tt.values)
+					if err == nil {
+						t.Fatalf("rendered %q; want a failure naming %s", tt.values, tt.want)
+					}
+					if !strings.Contains(err.Error(), tt.want) {
+						t.Errorf("error does not name %s:\n%v", tt.want, err)
+					}
+				})
+			}
+		})
+	}
+}
+
+// Every daemon setting the chart does not own reaches the containers as given,
+// numbers and booleans as strings; moved listen addresses move the probes and
+// the metrics port.
+func TestTemplateEverySetting(t *testing.T) {
+	r := readRules(t)
+	var b strings.Builder
+	b.WriteString("env:\n")
+	want := map[string]string{}
+	for _, v := range config.Vars {
+		if _, owned := r.ChartOwned[v.Name]; owned {
+			continue
+		}
+		value := v.Example
+		switch v.Name {
+		case "VPCIP_INTROSPECTION_ADDR":
+			value = "0.0.0.0:7001"
+		case "VPCIP_METRICS_ADDR":
+			value = "127.0.0.1:7002"
+		}
+		want[v.Name] = value
+		fmt.Fprintf(&b, "  %s: %q\n", v.Name, value)
+	}
+	for _, n := range config.SDKNames {
+		want[n] = "sdk-" + n
+		fmt.Fprintf(&b, "  %s: %q\n", n, want[n])
+	}
+	for _, h := range helms(t) {
+		t.Run(h.Name, func(t *testing.T) {
+			objs, err := render(t, h, b.String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			ds := find(t, objs, "DaemonSet")
+			d := container(t, ds, "vpcipd")
+			env, _ := envOf(d)
+			for n, v := range want {
+				if env[n] != v {
+					t.Errorf("%s = %q, want %q", n, env[n], v)
+				}
+			}
+			if got := str(dig(d, "livenessProbe", "httpGet", "port")); got != "7001" {
+				t.Errorf("liveness port %s, want 7001 (from VPCIP_INTROSPECTION_ADDR)", got)
+			}
+			if got := str(dig(d, "ports", 0, "containerPort")); got != "7002" {
+				t.Errorf("metrics port %s, want 7002", got)
+			}
+		})
+	}
+}
+
+func TestTemplateMonitoring(t *testing.T) {
+	for _, h := range helms(t) {
+		t.Run(h.Name, func(t *testing.T) {
+			objs, err := render(t, h, "podMonitor: {enabled: true}\nserviceMonitor: {enabled: true, interval: 15s}\nprometheusRule: {enabled: true}\ndashboards: {enabled: true}")
+			if err != nil {
+				t.Fatal(err)
+			}
+			pm := find(t, objs, "PodMonitor")
+			if got := str(dig(pm, "spec", "podMetricsEndpoints", 0, "port")); got != "metrics" {
+				t.Errorf("PodMonitor port %q", got)
+			}
+			sm := find(t, objs, "ServiceMonitor")
+			if got := str(dig(sm, "spec", "endpoints", 0, "interval")); got != "15s" {
+				t.Errorf("ServiceMonitor interval %q", got)
+			}
+			if got := str(dig(pm, "spec", "podMetricsEndpoints", 0, "relabelings", 0, "targetLabel")); got != "node" {
+				t.Errorf("PodMonitor relabels to %q, want node (the rules group by it)", got)
+			}
+			rule := find(t, objs, "PrometheusRule")
+			if got := str(dig(rule, "spec", "groups", 0, "rules", 0, "alert")); !strings.HasPrefix(got, "Vpcip") {
+				t.Errorf("PrometheusRule's first alert %q", got)
+			}
+			cm := find(t, objs, "ConfigMap")
+			for _, d := range []string{"vpcip-fleet.json", "vpcip-node.json"} {
+				if !strings.Contains(str(dig(cm, "data", d)), "panels") {
+					t.Errorf("dashboards ConfigMap lacks %s", d)
+				}
+			}
+			svc := find(t, objs, "Service")
+			if got := str(dig(svc, "spec", "clusterIP")); got != "None" {
+				t.Errorf("metrics Service clusterIP %q, want None", got)
+			}
+		})
+	}
+}

@@ -288,7 +288,7 @@ func TestTemplateRefuses(t *testing.T) {
 		name, values, want string
 	}{
 		{"IPv6 asked for", "env: {ENABLE_IPv6: \"true\"}", "ENABLE_IPv6"},
-		{"custom networking asked for", "env: {AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG: \"true\"}", "AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG"},
+		{"pod IP annotations asked for", "env: {ANNOTATE_POD_IP: \"true\"}", "ANNOTATE_POD_IP"},
 		{"pod ENIs asked for", "env: {ENABLE_POD_ENI: true}", "ENABLE_POD_ENI"},
 		{"misspelt key", "env: {WARM_IP_TARGETS: \"5\"}", "WARM_IP_TARGETS"},
 		{"chart-owned key", "env: {MY_NODE_NAME: node1}", "MY_NODE_NAME"},

@@ -36,6 +36,11 @@ import (
 type Config struct {
 	Dir     string   // everything the node writes lives under it; keep it short (unix socket paths hold 108 bytes)
 	Netns   string   // named network namespace (/var/run/netns/<Netns>) to run in; "" = the caller's
+	// Mountns, when set, is a persistent mount namespace (a file bound by
+	// `unshare --mount=<file>`) containerd runs in: a Kubernetes node's own
+	// view of host paths such as /opt/cni/bin or /run/vpcip. Dir and the CNI
+	// dirs are host paths and must be visible in it.
+	Mountns string
 	Tools   Tools    // from FindTools
 	Plugins []string // reference plugins linked from Tools.PluginDir into the CNI bin dir; loopback is always linked (the CRI plugin brings up lo with it)
 
@@ -155,8 +160,15 @@ func (n *Node) start(ctx context.Context) error {
 	}
 	defer log.Close()
 	args := []string{n.Tools.Containerd, "--config", n.path("config.toml")}
-	if n.Netns != "" {
-		args = append([]string{"nsenter", "--net=" + filepath.Join("/var/run/netns", n.Netns), "--"}, args...)
+	if n.Netns != "" || n.Mountns != "" {
+		enter := []string{"nsenter"}
+		if n.Netns != "" {
+			enter = append(enter, "--net="+filepath.Join("/var/run/netns", n.Netns))
+		}
+		if n.Mountns != "" {
+			enter = append(enter, "--mount="+n.Mountns)
+		}
+		args = append(append(enter, "--"), args...)
 	}
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Stdout, cmd.Stderr = log, log

@@ -179,3 +179,7 @@ func imageName(archive string) (string, error) {
 		return "", fmt.Errorf("crinode: %s names no image (%s)", archive, ociarchive.AnnotationImageName)
 	}
 }
+
+// ImageName returns the image reference an OCI archive records for
+// `ctr images import` (e.g. the pause archive's "localhost/vpcip/pause:1").
+func ImageName(archive string) (string, error) { return imageName(archive) }

@@ -25,7 +25,7 @@ import (
 // Config is the daemon's effective configuration.
 type Config struct {
 	// Warm pool (AWS VPC CNI meaning; 0 is unset unless noted).
-	WarmENITarget    int  // WARM_ENI_TARGET, whole ENIs of free addresses; default 1
+	WarmENITarget    int  // WARM_ENI_TARGET, whole ENIs of free addresses
 	WarmIPTarget     int  // WARM_IP_TARGET, free addresses
 	MinimumIPTarget  int  // MINIMUM_IP_TARGET, floor on addresses held by the node
 	WarmPrefixTarget int  // WARM_PREFIX_TARGET, free /28 prefixes (prefix mode)
@@ -122,6 +122,14 @@ func (p *parser) crossChecks(c *Config) {
 	if c.Socket == c.Checkpoint && c.Socket != "" {
 		p.fail("VPCIP_SOCKET", c.Socket, "a path different from VPCIP_CHECKPOINT")
 	}
+}
+
+// AdaptivePool reports that no warm variable is set (WARM_ENI_TARGET,
+// WARM_IP_TARGET, MINIMUM_IP_TARGET and WARM_PREFIX_TARGET all unset or 0):
+// the pool then runs vpcip's adaptive default (warmpool.Config.Adaptive).
+// Any of them set keeps the AWS VPC CNI's semantics.
+func (c Config) AdaptivePool() bool {
+	return c.WarmENITarget == 0 && c.WarmIPTarget == 0 && c.MinimumIPTarget == 0 && c.WarmPrefixTarget == 0
 }
 
 // Notes are remarks on a valid but odd configuration, for the start-up log.

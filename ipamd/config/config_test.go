@@ -20,8 +20,10 @@ func TestParseDefaults(t *testing.T) {
 		t.Fatalf("Parse(empty) error: %v", err)
 	}
 	want := map[string]string{
-		"WARM_ENI_TARGET":                    "1",
-		"WARM_IP_TARGET":                     "0",
+		"WARM_ENI_TARGET":                    "unset",
+		"WARM_IP_TARGET":                     "unset",
+		"MINIMUM_IP_TARGET":                  "unset",
+		"WARM_PREFIX_TARGET":                 "unset",
 		"IP_COOLDOWN_PERIOD":                 "30s",
 		"AWS_VPC_ENI_MTU":                    "9001",
 		"VPCIP_SOCKET":                       "/run/vpcip/ipamd.sock",
@@ -151,16 +153,24 @@ func FuzzParse(f *testing.F) {
 	})
 }
 
-// TestPrefixTargetDefaultIsEffective: in prefix mode an unset
-// WARM_PREFIX_TARGET is 1, the value the pool uses and the config shows.
-func TestPrefixTargetDefaultIsEffective(t *testing.T) {
-	env := map[string]string{"ENABLE_PREFIX_DELEGATION": "true"}
-	c, err := Parse(func(k string) string { return env[k] })
-	if err != nil || c.WarmPrefixTarget != 1 {
-		t.Errorf("prefix mode: WarmPrefixTarget %d, %v; want 1", c.WarmPrefixTarget, err)
-	}
-	c, err = Parse(func(string) string { return "" })
-	if err != nil || c.WarmPrefixTarget != 0 || len(c.Notes()) != 0 {
-		t.Errorf("secondary-IP mode: WarmPrefixTarget %d, notes %v, %v; want 0 and no notes", c.WarmPrefixTarget, c.Notes(), err)
+// TestUnsetWarmTargetsSelectAdaptive: with no warm variable set (in either
+// mode) the pool runs the adaptive default; any one of them set, even to
+// its AWS default, keeps the AWS semantics.
+func TestUnsetWarmTargetsSelectAdaptive(t *testing.T) {
+	for _, tc := range []struct {
+		env  map[string]string
+		want bool
+	}{
+		{map[string]string{}, true},
+		{map[string]string{"ENABLE_PREFIX_DELEGATION": "true"}, true},
+		{map[string]string{"WARM_ENI_TARGET": "1"}, false},
+		{map[string]string{"WARM_IP_TARGET": "5"}, false},
+		{map[string]string{"MINIMUM_IP_TARGET": "10"}, false},
+		{map[string]string{"ENABLE_PREFIX_DELEGATION": "true", "WARM_PREFIX_TARGET": "1"}, false},
+	} {
+		c, err := Parse(func(k string) string { return tc.env[k] })
+		if err != nil || c.AdaptivePool() != tc.want {
+			t.Errorf("%v: adaptive %v, %v; want %v", tc.env, c.AdaptivePool(), err, tc.want)
+		}
 	}
 }

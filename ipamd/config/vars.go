@@ -49,11 +49,11 @@ func withAliases(v Var, aliases ...string) Var {
 // it, as WARM_PREFIX_TARGET's default does on ENABLE_PREFIX_DELEGATION).
 var Vars = []Var{
 	// Warm pool.
-	setting("WARM_ENI_TARGET", "3", func(c *Config) *int { return &c.WarmENITarget }, count(1), strconv.Itoa),
-	setting("WARM_IP_TARGET", "5", func(c *Config) *int { return &c.WarmIPTarget }, count(0), strconv.Itoa),
-	setting("MINIMUM_IP_TARGET", "11", func(c *Config) *int { return &c.MinimumIPTarget }, count(0), strconv.Itoa),
+	setting("WARM_ENI_TARGET", "3", func(c *Config) *int { return &c.WarmENITarget }, count(0), showTarget),
+	setting("WARM_IP_TARGET", "5", func(c *Config) *int { return &c.WarmIPTarget }, count(0), showTarget),
+	setting("MINIMUM_IP_TARGET", "11", func(c *Config) *int { return &c.MinimumIPTarget }, count(0), showTarget),
 	setting("ENABLE_PREFIX_DELEGATION", "true", func(c *Config) *bool { return &c.PrefixDelegation }, boolean(false), strconv.FormatBool),
-	setting("WARM_PREFIX_TARGET", "4", func(c *Config) *int { return &c.WarmPrefixTarget }, readWarmPrefixTarget, strconv.Itoa),
+	setting("WARM_PREFIX_TARGET", "4", func(c *Config) *int { return &c.WarmPrefixTarget }, count(0), showTarget),
 	setting("MAX_ENI", "2", func(c *Config) *int { return &c.MaxENI }, readMaxENI, strconv.Itoa),
 	setting("VPCIP_MAX_PODS", "29", func(c *Config) *int { return &c.MaxPods }, count(0), strconv.Itoa),
 	setting("IP_COOLDOWN_PERIOD", "45s", func(c *Config) *time.Duration { return &c.Cooldown }, seconds(30*time.Second), time.Duration.String),
@@ -162,14 +162,13 @@ func oneOf(def string, allowed []string) func(*parser, string, *Config) string {
 	return func(p *parser, n string, _ *Config) string { return p.oneOf(n, def, allowed) }
 }
 
-// readWarmPrefixTarget defaults to 1 in prefix mode, the AWS VPC CNI default,
-// so the effective view shows the value the pool uses.
-func readWarmPrefixTarget(p *parser, n string, c *Config) int {
-	def := 0
-	if c.PrefixDelegation {
-		def = 1
+// showTarget shows a warm target, "unset" for 0: with all four unset the
+// pool runs vpcip's adaptive default (Config.AdaptivePool).
+func showTarget(n int) string {
+	if n == 0 {
+		return "unset"
 	}
-	return p.count(n, def)
+	return strconv.Itoa(n)
 }
 
 func readMaxENI(p *parser, n string, _ *Config) int { return p.maxENI(n) }

@@ -68,6 +68,9 @@ func (s *apiServer) Assign(ctx context.Context, req api.AssignRequest) (api.Assi
 		s.metrics.noAddress.WithLabelValues("not-ready").Inc()
 		return api.Assignment{}, &api.Error{Code: api.CodeNotReady, Message: "vpcipd is not ready: " + s.view.status().Reason}
 	}
+	if _, held := s.store.Get(req.Key); !held {
+		s.pool.Arrived(s.now())
+	}
 	waiting := false
 	defer func() {
 		if waiting {

@@ -138,7 +138,7 @@ func poolConfig(c config.Config) warmpool.Config {
 		WarmENITarget: c.WarmENITarget, WarmIPTarget: c.WarmIPTarget,
 		MinimumIPTarget: c.MinimumIPTarget, WarmPrefixTarget: c.WarmPrefixTarget,
 		PrefixDelegation: c.PrefixDelegation, ReleaseInterval: c.ReleaseInterval,
-		ENIMinAge: c.ENIMinAge,
+		ENIMinAge: c.ENIMinAge, Adaptive: c.AdaptivePool(),
 	}
 }
 

@@ -123,6 +123,17 @@ func testConfig(t testing.TB, dir string, env map[string]string) config.Config {
 	for k, v := range env {
 		vars[k] = v
 	}
+	// These tests were written for ENI-granular growth (the AWS VPC CNI
+	// default): a test that names no warm variable gets WARM_ENI_TARGET=1.
+	// The adaptive default's tests name one, empty.
+	named := false
+	for _, k := range []string{"WARM_ENI_TARGET", "WARM_IP_TARGET", "MINIMUM_IP_TARGET", "WARM_PREFIX_TARGET"} {
+		_, ok := env[k]
+		named = named || ok
+	}
+	if !named {
+		vars["WARM_ENI_TARGET"] = "1"
+	}
 	cfg, err := config.Parse(func(k string) string { return vars[k] })
 	if err != nil {
 		t.Fatalf("config: %v", err)

@@ -137,7 +137,7 @@ func TestIntrospectionState(t *testing.T) {
 	if len(st.ENIs) == 0 || st.ENIs[0].DeviceNumber != 0 || st.ENIs[0].RouteTable != 254 || len(st.ENIs[0].Addresses) == 0 {
 		t.Errorf("ENIs %+v", st.ENIs)
 	}
-	if st.Config["WARM_ENI_TARGET"] != "1" || st.Config["VPCIP_HOSTNET"] != "false" {
+	if st.Config["WARM_ENI_TARGET"] != "1" /* set by testConfig */ || st.Config["VPCIP_HOSTNET"] != "false" {
 		t.Errorf("config %v", st.Config)
 	}
 }

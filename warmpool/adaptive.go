@@ -51,9 +51,6 @@ const (
 	// CreateNetworkInterface, AttachNetworkInterface and instance metadata
 	// (about 4 s) plus the pool loop.
 	ENILatency = 5 * time.Second
-	// GrowInterval: under WARM_IP_TARGET/MINIMUM_IP_TARGET, growth that no
-	// waiting pod needs is made at most once per GrowInterval.
-	GrowInterval = 5 * time.Second
 	// RateWindow is how far back arrivals count toward the rate.
 	RateWindow = 2 * time.Minute
 	// BurstWindow is the span within which arrivals count as one burst.

@@ -176,12 +176,6 @@ func (s *state) grow() (p Plan, blocked bool) {
 		s.stalled = true
 		return p, true
 	}
-	if until := s.in.LastGrow.Add(GrowInterval); s.tgt.policy == byIPTargets && s.pool.available > s.tgt.pending && s.in.Now.Before(until) {
-		// vpcip: growth no waiting pod needs yet is batched, at most one
-		// call per GrowInterval (the reference's 5 s cycle), instead of one
-		// call per ADD.
-		return Plan{Action: Wait, Until: until, Reason: why + ": no pod waits, growth batched until " + stamp(until)}, true
-	}
 	if s.tgt.policy == byIPTargets && roomSlots(s.in) == 0 && len(s.in.ENIs) < s.in.Limits.MaxENIs {
 		// vpcip: no ENI for a shortfall that addresses cooling down cover
 		// sooner than a new ENI would be ready.

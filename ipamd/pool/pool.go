@@ -99,6 +99,8 @@ type Pool struct {
 	refusals    []warmpool.Refusal
 	strikes     map[warmpool.RefusalKind]int // consecutive refusals, for backoff
 	lastRelease time.Time
+	lastGrow    time.Time        // release pacing after growth (warmpool.Input.LastGrow)
+	history     warmpool.History // arrivals and levels, for the adaptive policy
 }
 
 // New returns a pool; it does no I/O.
@@ -170,11 +172,26 @@ func (p *Pool) Cycle(ctx context.Context) time.Duration {
 	return next
 }
 
+// Arrived records an address request (a CNI ADD for a key holding no
+// address) at now: the adaptive policy sizes the pool by the recent
+// arrival rate and bursts. Safe from any goroutine; it appends a time.
+func (p *Pool) Arrived(now time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.history = p.history.Record(now)
+}
+
 // Input is warmpool's view of the node at now.
 func (p *Pool) Input(now time.Time) warmpool.Input {
 	enis := p.o.Store.Snapshot(now)
 	if p.o.PrimaryHoldsNoPods {
 		enis = slices.DeleteFunc(enis, func(e warmpool.ENI) bool { return e.Primary })
+	}
+	inUse := 0
+	for _, e := range enis {
+		for _, sl := range e.Slots {
+			inUse += sl.Assigned + sl.Cooling
+		}
 	}
 	in := warmpool.Input{
 		ENIs:   enis,
@@ -190,7 +207,9 @@ func (p *Pool) Input(now time.Time) warmpool.Input {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	in.LastRelease = p.lastRelease // LastGrow and Demand.History stay zero: the default policy runs without them
+	in.LastRelease, in.LastGrow = p.lastRelease, p.lastGrow
+	p.history = p.history.Observe(now, inUse)
+	in.Demand.History = p.history
 	in.Refusals = slices.Clone(p.refusals)
 	return in
 }

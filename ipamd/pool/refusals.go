@@ -80,10 +80,12 @@ func (p *Pool) refuse(err error, plan warmpool.Plan, now time.Time) (time.Durati
 	return backoff(genericBackoff, p.strikes[0]), false
 }
 
-// grew clears the growth refusals a successful growth call disproves.
+// grew records a growth and clears the growth refusals a successful
+// growth call disproves.
 func (p *Pool) grew() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.lastGrow = p.o.Clock()
 	p.refusals = slices.DeleteFunc(p.refusals, func(r warmpool.Refusal) bool {
 		// A subnet refusal that caps the request size stays until it
 		// expires: asking for the refused size again would fail again.

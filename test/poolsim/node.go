@@ -124,10 +124,13 @@ type node struct {
 // Simulate runs trace on a fresh instance of typ whose pool is made by
 // newPool, and returns what it measured.
 func Simulate(trace Trace, typ InstanceType, lat Latencies, beh Behaviour, seed uint64,
-	newPool func(clock *Clock, cloud *Cloud) Pool) (Result, error) {
+	newPool func(clock *Clock, cloud *Cloud) (Pool, error)) (Result, error) {
 	n := &node{clock: NewClock(), beh: beh, rng: rand.New(rand.NewPCG(seed, 7)), ctx: context.Background()}
 	n.cloud = NewCloud(n.clock, typ, lat, n.account)
-	n.pool = newPool(n.clock, n.cloud)
+	var err error
+	if n.pool, err = newPool(n.clock, n.cloud); err != nil {
+		return Result{}, err
+	}
 	n.clock.Settled = n.retryWaiting
 	n.idleSince = n.clock.Now()
 	var startErr error

@@ -81,8 +81,8 @@ func TestADDWaitsAndKubeletBacksOff(t *testing.T) {
 		{"fails at once, kubelet retries after 10 s", Behaviour{}, 2 * time.Second, 10 * time.Second, 15 * time.Second},
 		{"second retry after 20 s more", Behaviour{}, 12 * time.Second, 30 * time.Second, 45 * time.Second},
 	} {
-		res, err := Simulate(tr, InstanceTypes[0], DefaultLatencies, tc.beh, 1, func(c *Clock, _ *Cloud) Pool {
-			return &gate{c: c, open: c.Now().Add(tc.open)}
+		res, err := Simulate(tr, InstanceTypes[0], DefaultLatencies, tc.beh, 1, func(c *Clock, _ *Cloud) (Pool, error) {
+			return &gate{c: c, open: c.Now().Add(tc.open)}, nil
 		})
 		if err != nil || res.Waited != 1 || len(res.Waits) != 1 {
 			t.Fatalf("%s: %+v, %v", tc.name, res, err)

@@ -113,17 +113,17 @@ func Table(o Options) []Row {
 	return rows
 }
 
-// Log, when set, receives every action vpcipd's pool plans (for Run).
-var Log func(now time.Time, plan warmpool.Plan)
+// Log, when set, receives every action vpcipd's pool executes (for Run).
+var Log func(now time.Time, action, reason string)
 
 // Run simulates one trace against one setup.
 func Run(tr poolsim.Trace, typ poolsim.InstanceType, prefix bool, s Setup, lat poolsim.Latencies, seed uint64) (poolsim.Result, error) {
-	return poolsim.Simulate(tr, typ, lat, s.Behavior, seed, func(clock *poolsim.Clock, cloud *poolsim.Cloud) poolsim.Pool {
+	return poolsim.Simulate(tr, typ, lat, s.Behavior, seed, func(clock *poolsim.Clock, cloud *poolsim.Cloud) (poolsim.Pool, error) {
 		if !s.Ours {
 			return reference.New(cloud, clock.Now, reference.Config{
 				WarmENITarget: 1, WarmPrefixTarget: 1, WarmIPTarget: s.WarmIP, MinimumIPTarget: s.MinIP,
 				PrefixDelegation: prefix, MaxPods: typ.MaxPods,
-			}, seed)
+			}, seed), nil
 		}
 		cfg := warmpool.Config{WarmIPTarget: s.WarmIP, MinimumIPTarget: s.MinIP, PrefixDelegation: prefix}
 		if s.WarmIP == 0 && s.MinIP == 0 {

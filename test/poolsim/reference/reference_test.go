@@ -20,8 +20,8 @@ func hold(t *testing.T, n int, cfg reference.Config) poolsim.Result {
 	for i := range n {
 		tr.Pods = append(tr.Pods, poolsim.Pod{Arrive: time.Duration(i) * 10 * time.Second, Life: 2 * time.Hour})
 	}
-	res, err := poolsim.Simulate(tr, m44x, poolsim.DefaultLatencies, poolsim.Behaviour{}, 1, func(c *poolsim.Clock, cloud *poolsim.Cloud) poolsim.Pool {
-		return reference.New(cloud, c.Now, cfg, 1)
+	res, err := poolsim.Simulate(tr, m44x, poolsim.DefaultLatencies, poolsim.Behaviour{}, 1, func(c *poolsim.Clock, cloud *poolsim.Cloud) (poolsim.Pool, error) {
+		return reference.New(cloud, c.Now, cfg, 1), nil
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -1,16 +1,19 @@
-// Package vpcipd runs vpcipd's pool in the simulator: the datastore of
-// package ipamd/datastore and the policy of package warmpool, driven by the
-// plan-and-execute cycle of the daemon's pool loop, against the simulator's
-// cloud on its virtual clock.
+// Package vpcipd runs vpcipd's pool in the simulator: the daemon's pool
+// component (package ipamd/pool: plan with warmpool, execute through the
+// provider, record in the datastore) on the datastore of package
+// ipamd/datastore, against the simulator's cloud on its virtual clock. What
+// the daemon's other parts do around it is done here as they do it: the
+// ADD path assigns from the datastore and reports each new request to the
+// pool (Pool.Arrived), and counts waiting ADDs as the pool's pending demand.
 package vpcipd
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/vpcip/vpcip/ipamd/api"
 	"github.com/vpcip/vpcip/ipamd/datastore"
+	"github.com/vpcip/vpcip/ipamd/pool"
 	"github.com/vpcip/vpcip/provider"
 	"github.com/vpcip/vpcip/test/poolsim"
 	"github.com/vpcip/vpcip/warmpool"
@@ -19,43 +22,79 @@ import (
 // Settings are the daemon's pool settings (its environment).
 type Settings struct {
 	Pool         warmpool.Config
-	Cooldown     time.Duration                           // IP_COOLDOWN_PERIOD
-	PoolInterval time.Duration                           // VPCIP_POOL_INTERVAL
-	MaxPods      int                                     // VPCIP_MAX_PODS
-	Log          func(now time.Time, plan warmpool.Plan) // each action planned, when set
+	Cooldown     time.Duration // IP_COOLDOWN_PERIOD
+	PoolInterval time.Duration // VPCIP_POOL_INTERVAL
+	MaxPods      int           // VPCIP_MAX_PODS
+	// Log receives each action the pool executes, when set.
+	Log func(now time.Time, action, reason string)
 }
 
-// Pool is one node's vpcipd pool.
+// Pool is one node's vpcipd pool: ipamd/pool's component and the datastore.
 type Pool struct {
 	prov  provider.Provider
 	now   func() time.Time
 	set   Settings
 	store *datastore.Store
+	node  *node
+	pool  *pool.Pool
 
-	limits      warmpool.Limits
-	lastRelease time.Time
-	lastGrow    time.Time
-	history     warmpool.History
-	seen        map[string]bool
+	demand func() poolsim.Demand // set by Cycle
+	seen   map[string]bool
 }
 
 var _ poolsim.Pool = (*Pool)(nil)
 
+// node is what the pool component reads of the instance.
+type node struct{ limits warmpool.Limits }
+
+func (n *node) Limits() warmpool.Limits { return n.limits }
+func (n *node) SubnetID() string        { return "subnet-sim" }
+
+// pending and unaddressed feed the simulated node's demand to the pool, as
+// the ADD path (pool.Options.Pending) and the Kubernetes part
+// (pool.Options.Demand) do in the daemon.
+type pending struct{ p *Pool }
+type unaddressed struct{ p *Pool }
+
+func (d pending) Demand() int {
+	if d.p.demand == nil {
+		return 0
+	}
+	return d.p.demand().Pending
+}
+
+func (d unaddressed) Demand() int {
+	if d.p.demand == nil {
+		return 0
+	}
+	return d.p.demand().Unaddressed
+}
+
 // New returns the pool of a daemon with settings s on prov, reading time
 // from now.
-func New(prov provider.Provider, now func() time.Time, s Settings) *Pool {
+func New(prov provider.Provider, now func() time.Time, s Settings) (*Pool, error) {
 	if s.Cooldown == 0 {
 		s.Cooldown = 30 * time.Second
 	}
 	if s.PoolInterval == 0 {
 		s.PoolInterval = 10 * time.Second
 	}
-	st := datastore.New(s.Cooldown)
-	st.SetMaxAssigned(s.MaxPods)
-	return &Pool{prov: prov, now: now, set: s, store: st, seen: map[string]bool{}}
+	p := &Pool{prov: prov, now: now, set: s, store: datastore.New(s.Cooldown), node: &node{}, seen: map[string]bool{}}
+	p.store.SetMaxAssigned(s.MaxPods)
+	var observe func(string, string)
+	if s.Log != nil {
+		observe = func(action, _ string) { s.Log(now(), action, "") }
+	}
+	var err error
+	p.pool, err = pool.New(pool.Options{
+		Store: p.store, Provider: prov, Node: p.node, Config: s.Pool, Interval: s.PoolInterval,
+		Clock: now, Pending: pending{p}, Demand: unaddressed{p}, Observe: observe,
+	})
+	return p, err
 }
 
-// Start reads the instance's limits and ENIs as the daemon does at start.
+// Start reads the instance's limits and ENIs as the daemon's start-up
+// reconciliation does.
 func (p *Pool) Start(ctx context.Context) error {
 	self, err := p.prov.Self(ctx)
 	if err != nil {
@@ -65,7 +104,7 @@ func (p *Pool) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	p.limits = warmpool.Limits{MaxENIs: lim.MaxENIs, SlotsPerENI: lim.PodAddressesPerENI(), MaxPods: p.set.MaxPods, PrefixSupported: lim.PrefixDelegation}
+	p.node.limits = warmpool.Limits{MaxENIs: lim.MaxENIs, SlotsPerENI: lim.PodAddressesPerENI(), MaxPods: p.set.MaxPods, PrefixSupported: lim.PrefixDelegation}
 	enis, err := p.prov.ENIs(ctx)
 	if err != nil {
 		return err
@@ -76,12 +115,12 @@ func (p *Pool) Start(ctx context.Context) error {
 
 func key(pod string) api.Key { return api.Key{Network: "vpcip", ContainerID: pod, IfName: "eth0"} }
 
-// Assign is the daemon's ADD: the datastore hands out an address. The
-// first ADD of each pod is an arrival for the adaptive policy.
+// Assign is the daemon's ADD: a pod's first request is reported to the
+// pool, and the datastore hands out an address.
 func (p *Pool) Assign(pod string, now time.Time) bool {
 	if !p.seen[pod] {
 		p.seen[pod] = true
-		p.history = p.history.Record(now)
+		p.pool.Arrived(now)
 	}
 	_, _, err := p.store.Assign(key(pod), api.Pod{Namespace: "default", Name: pod}, now)
 	return err == nil
@@ -93,85 +132,8 @@ func (p *Pool) Release(pod string, now time.Time) {
 	delete(p.seen, pod)
 }
 
-// maxSteps bounds the actions of one cycle, as in the daemon.
-const maxSteps = 16
-
-// Cycle is the daemon's pool cycle: plan, execute, until the plan is
-// Nothing or Wait.
+// Cycle is one cycle of the daemon's pool component.
 func (p *Pool) Cycle(ctx context.Context, demand func() poolsim.Demand) time.Duration {
-	next := p.set.PoolInterval
-	for range maxSteps {
-		now := p.now()
-		plan := warmpool.Next(p.input(now, demand()))
-		if plan.Action == warmpool.Nothing || plan.Action == warmpool.Wait {
-			if !plan.Until.IsZero() {
-				next = min(next, max(plan.Until.Sub(now), 10*time.Millisecond))
-			}
-			return next
-		}
-		if p.set.Log != nil {
-			p.set.Log(now, plan)
-		}
-		if err := p.execute(ctx, plan); err != nil {
-			return time.Second
-		}
-	}
-	return next
-}
-
-func (p *Pool) input(now time.Time, d poolsim.Demand) warmpool.Input {
-	c := p.store.Counts(now)
-	p.history = p.history.Observe(now, c.Assigned+c.Cooling)
-	return warmpool.Input{
-		ENIs: p.store.Snapshot(now), Limits: p.limits, Config: p.set.Pool,
-		Pending: d.Pending, Demand: warmpool.Demand{Unaddressed: d.Unaddressed, History: p.history},
-		Now: now, LastRelease: p.lastRelease, LastGrow: p.lastGrow,
-	}
-}
-
-var errRaced = errors.New("raced")
-
-func (p *Pool) execute(ctx context.Context, plan warmpool.Plan) error {
-	switch plan.Action {
-	case warmpool.Assign:
-		got, err := p.prov.AssignAddresses(ctx, plan.ENI, plan.Count, plan.Prefixes)
-		if err != nil {
-			return err
-		}
-		p.store.AddSlots(plan.ENI, got)
-		p.lastGrow = p.now()
-	case warmpool.CreateENI:
-		req := provider.CreateENIRequest{Addresses: plan.Count}
-		if plan.Prefixes {
-			req = provider.CreateENIRequest{Prefixes: plan.Count}
-		}
-		e, err := p.prov.CreateENI(ctx, req)
-		if err != nil {
-			return err
-		}
-		p.store.PutENI(e)
-		p.lastGrow = p.now()
-	case warmpool.Release:
-		marked := p.store.MarkRelease(plan.ENI, plan.Release, p.now())
-		if len(marked) == 0 {
-			return errRaced
-		}
-		err := p.prov.UnassignAddresses(ctx, plan.ENI, marked)
-		p.store.FinishRelease(plan.ENI, marked, err == nil)
-		if err != nil {
-			return err
-		}
-		p.lastRelease = p.now()
-	case warmpool.DeleteENI:
-		if !p.store.MarkDelete(plan.ENI) {
-			return errRaced
-		}
-		err := p.prov.DeleteENI(ctx, plan.ENI)
-		p.store.FinishDelete(plan.ENI, err == nil)
-		if err != nil {
-			return err
-		}
-		p.lastRelease = p.now()
-	}
-	return nil
+	p.demand = demand
+	return p.pool.Cycle(ctx)
 }

@@ -41,7 +41,9 @@ import (
 // cooling down cover within ENILatency: the plan waits for them. A
 // secondary ENI that holds no assigned or cooling address is deleted once
 // the others hold keep. The memory fades with time alone: the caller plans
-// again every VPCIP_POOL_INTERVAL, whatever Plan.Until says.
+// again every VPCIP_POOL_INTERVAL, whatever Plan.Until says. The delays and
+// memories below are for the default release interval (30 s); a shorter
+// Config.ReleaseInterval shrinks them in proportion (tests and demos).
 const (
 	// AssignLatency is how soon addresses asked of an attached ENI can be
 	// handed out: EC2 AssignPrivateIpAddresses (about 0.4 s) plus the pool
@@ -113,7 +115,7 @@ func demandOf(in Input, room int, prefixes bool, inUse int) demandTarget {
 	h := in.Demand.History
 	d.rate = float64(h.within(in.Now, RateWindow)) / RateWindow.Seconds()
 	var typical int
-	d.burst, typical = h.bursts(in.Now)
+	d.burst, typical = h.bursts(in.Now, scaled(in, BurstMemory))
 	if h.within(in.Now, BurstOnset) >= BurstStart {
 		d.ahead = max(typical-h.within(in.Now, BurstWindow), 0)
 	}
@@ -122,7 +124,7 @@ func demandOf(in Input, room int, prefixes bool, inUse int) demandTarget {
 		refill = AssignLatency
 	}
 	floor := MinWarm
-	if h.seen && h.within(in.Now, ChunkMemory) == 0 {
+	if h.seen && h.within(in.Now, scaled(in, ChunkMemory)) == 0 {
 		floor = 0 // a node quiet since pods came: the next pod waits for one assign call
 	}
 	burstCap := PrefixAddresses / 2
@@ -134,11 +136,11 @@ func demandOf(in Input, room int, prefixes bool, inUse int) demandTarget {
 	chunk := 0
 	if !prefixes {
 		chunk = max(ceilF(d.rate*ChunkSpan.Seconds()), in.Limits.SlotsPerENI/ChunkShare)
-		chunk = min(chunk, h.within(in.Now, ChunkMemory)) // no churn, no calls to save
+		chunk = min(chunk, h.within(in.Now, scaled(in, ChunkMemory))) // no churn, no calls to save
 	}
 	d.high = d.low + chunk
 	d.keep = d.high + chunk
-	if peak := h.peak(in.Now); peak > 0 {
+	if peak := h.peak(in.Now, scaled(in, PeakMemory)); peak > 0 {
 		free := max(peak-inUse, 0) + d.margin
 		d.high = max(d.high, free)
 		d.keep = max(d.keep, free)
@@ -225,26 +227,26 @@ func (h History) within(now time.Time, d time.Duration) int {
 	return n
 }
 
-// peak is the most addresses in use observed within PeakMemory.
-func (h History) peak(now time.Time) int {
+// peak is the most addresses in use observed within memory of now.
+func (h History) peak(now time.Time, memory time.Duration) int {
 	n := 0
 	for _, p := range h.peaks {
-		if now.Sub(p.minute) <= PeakMemory {
+		if now.Sub(p.minute) <= memory {
 			n = max(n, p.inUse)
 		}
 	}
 	return n
 }
 
-// bursts are the largest burst within BurstMemory of now and the typical
+// bursts are the largest burst within memory of now and the typical
 // one: the median of the minutes' largest bursts of BurstStart or more.
-func (h History) bursts(now time.Time) (largest, typical int) {
+func (h History) bursts(now time.Time, memory time.Duration) (largest, typical int) {
 	var sizes []int
 	for _, p := range h.peaks {
-		if now.Sub(p.minute) <= BurstMemory && p.burst >= BurstStart {
+		if now.Sub(p.minute) <= memory && p.burst >= BurstStart {
 			sizes = append(sizes, p.burst)
 		}
-		if now.Sub(p.minute) <= BurstMemory {
+		if now.Sub(p.minute) <= memory {
 			largest = max(largest, p.burst)
 		}
 	}
@@ -253,6 +255,17 @@ func (h History) bursts(now time.Time) (largest, typical int) {
 	}
 	slices.Sort(sizes)
 	return largest, sizes[len(sizes)/2]
+}
+
+// scaled is d in the time scale of Config.ReleaseInterval: the adaptive
+// policy's delays and memories are for the default 30 s interval and
+// shrink with a shorter one (tests and demos), never grow.
+func scaled(in Input, d time.Duration) time.Duration {
+	iv := in.Config.ReleaseInterval
+	if iv <= 0 || iv >= DefaultReleaseInterval {
+		return d
+	}
+	return time.Duration(float64(d) * float64(iv) / float64(DefaultReleaseInterval))
 }
 
 func ceilF(x float64) int { return int(math.Ceil(x - 1e-9)) }
@@ -347,7 +360,7 @@ func (s *state) adaptiveShrink(d demandTarget) (Plan, bool) {
 	for _, i := range s.order {
 		e, ep := &s.in.ENIs[i], s.enis[i]
 		if e.Primary || ep.assigned > 0 || ep.cooling > 0 || s.in.Now.Before(e.Attached.Add(minAge)) ||
-			s.in.Now.Before(s.in.LastGrow.Add(ENIDeleteDelay)) {
+			s.in.Now.Before(s.in.LastGrow.Add(scaled(s.in, ENIDeleteDelay))) {
 			continue
 		}
 		if (held-ep.available >= d.keep && s.pool.available-ep.available >= d.high) || (len(e.Slots) == 0 && s.pool.available >= d.low) {
@@ -379,7 +392,7 @@ func (s *state) delayUntil() time.Time {
 	}
 	var t time.Time
 	if !s.in.LastGrow.IsZero() {
-		t = s.in.LastGrow.Add(ReleaseDelay)
+		t = s.in.LastGrow.Add(scaled(s.in, ReleaseDelay))
 	}
 	if !s.in.LastRelease.IsZero() {
 		t = latest(t, s.in.LastRelease.Add(interval))

@@ -23,6 +23,8 @@
 //     /28 prefixes are kept; WARM_ENI_TARGET is not used.
 //   - Otherwise WARM_ENI_TARGET (default 1) whole ENIs' worth of free
 //     addresses are kept, and ENIs are filled whole.
+//   - vpcip: with Config.Adaptive and none of the targets above set, the
+//     adaptive policy sizes the pool by demand instead (adaptive.go).
 //   - Growth fills an attached ENI that has room before creating one, and a
 //     new ENI gets its addresses in the same call. Never beyond Limits.MaxENIs
 //     (the instance limit, capped by MAX_ENI) or Limits.MaxPods.

@@ -51,10 +51,11 @@ func main() {
 	step("done in %s", time.Since(start).Round(100*time.Millisecond))
 }
 
-// demoEnv keeps the warm pool small and the timers short, so the pool is
-// seen settling within the demo: production defaults are WARM_ENI_TARGET=1,
-// IP_COOLDOWN_PERIOD=30, a 30 s release interval and a 1 minute ENI minimum age.
-var demoEnv = []string{"WARM_IP_TARGET=3", "MINIMUM_IP_TARGET=6", "IP_COOLDOWN_PERIOD=5",
+// demoEnv runs the default (adaptive) warm pool with short timers, so the
+// pool is seen settling within the demo: production has IP_COOLDOWN_PERIOD=30,
+// a 30 s release interval (the adaptive policy's delays and memories shrink
+// with it, here 15-fold) and a 1 minute ENI minimum age.
+var demoEnv = []string{"IP_COOLDOWN_PERIOD=5",
 	"VPCIP_RELEASE_INTERVAL=2s", "VPCIP_ENI_MIN_AGE=5s", "VPCIP_POOL_INTERVAL=1s"}
 
 func step(format string, args ...any) {

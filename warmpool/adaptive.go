@@ -12,7 +12,8 @@ import (
 // variable is set. Its figures, in addresses unless noted:
 //
 //	need   = max(Input.Pending, Demand.Unaddressed)   pods waiting now
-//	rate   = arrivals within RateWindow / RateWindow   (Demand.History)
+//	rate   = arrivals per second within RateWindow, or within BurstWindow
+//	         if more (a fast rise is seen at once)      (Demand.History)
 //	burst  = most arrivals within BurstWindow in the last BurstMemory
 //	margin = max(MinWarm, ⌈rate × refill⌉, min(⌈BurstShare × burst⌉, cap))
 //	         refill: AssignLatency while an attached ENI has room, else
@@ -113,7 +114,7 @@ func demandOf(in Input, room int, prefixes bool, inUse int) demandTarget {
 	var d demandTarget
 	d.need = max(in.Pending, in.Demand.Unaddressed, 0)
 	h := in.Demand.History
-	d.rate = float64(h.within(in.Now, RateWindow)) / RateWindow.Seconds()
+	d.rate = max(float64(h.within(in.Now, RateWindow))/RateWindow.Seconds(), float64(h.within(in.Now, BurstWindow))/BurstWindow.Seconds())
 	var typical int
 	d.burst, typical = h.bursts(in.Now, scaled(in, BurstMemory))
 	if h.within(in.Now, BurstOnset) >= BurstStart {
@@ -135,8 +136,9 @@ func demandOf(in Input, room int, prefixes bool, inUse int) demandTarget {
 	d.low = d.need + d.ahead + d.margin
 	chunk := 0
 	if !prefixes {
-		chunk = max(ceilF(d.rate*ChunkSpan.Seconds()), in.Limits.SlotsPerENI/ChunkShare)
-		chunk = min(chunk, h.within(in.Now, scaled(in, ChunkMemory))) // no churn, no calls to save
+		byRate := ceilF(d.rate * ChunkSpan.Seconds())
+		// The ENI share only while pods come: no churn, no calls to save.
+		chunk = max(byRate, min(in.Limits.SlotsPerENI/ChunkShare, h.within(in.Now, scaled(in, ChunkMemory))))
 	}
 	d.high = d.low + chunk
 	d.keep = d.high + chunk
@@ -434,6 +436,9 @@ func (s *state) adaptiveReleasable(high, keep int) ([]netip.Prefix, string) {
 	held := s.pool.available + s.pool.cooling
 	for _, i := range order {
 		e := &s.in.ENIs[i]
+		if !e.Primary && s.enis[i].assigned+s.enis[i].cooling == 0 {
+			continue // an idle ENI goes whole once unneeded: one call less than emptying it first
+		}
 		var out []netip.Prefix
 		left, avail := held, s.pool.available
 		for _, sl := range freeSlots(e) {

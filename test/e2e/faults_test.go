@@ -149,6 +149,7 @@ func TestMain(m *testing.M) {
 func TestLeakedENIFromKillBetweenCreateAndAttachIsDeleted(t *testing.T) {
 	c := start(t, cluster.Options{Nodes: 1, InstanceType: "m5.large", DaemonEnv: []string{
 		"VPCIP_LEAKED_ENI_GRACE=2s", "VPCIP_LEAK_SWEEP_INTERVAL=1s",
+		"WARM_ENI_TARGET=1", // a whole ENI warm: 4 pods make the pool create one
 	}})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -225,7 +226,7 @@ func TestSmallSubnetIsUsedUp_B41(t *testing.T) {
 // the fallback's address target does not need.
 func TestPrefixModeInFragmentedSubnet_B20(t *testing.T) {
 	c := start(t, cluster.Options{Nodes: 1, InstanceType: "m5.large",
-		DaemonEnv: []string{"ENABLE_PREFIX_DELEGATION=true", "IP_COOLDOWN_PERIOD=1", "VPCIP_ADD_WAIT=3s",
+		DaemonEnv: []string{"ENABLE_PREFIX_DELEGATION=true", "WARM_PREFIX_TARGET=1", "IP_COOLDOWN_PERIOD=1", "VPCIP_ADD_WAIT=3s",
 			"VPCIP_RELEASE_INTERVAL=1s", "VPCIP_ENI_MIN_AGE=1s", "VPCIP_POOL_INTERVAL=500ms"},
 		Sim: vpcsim.Config{Subnets: []vpcsim.SubnetSpec{{CIDR: netip.MustParsePrefix("100.64.0.0/27"), AvailabilityZone: "us-west-2a"}}},
 	})

@@ -12,7 +12,8 @@ import (
 // attached without delete-on-termination; the restarted daemon adopts the
 // ENI and must set it, or the ENI outlives the instance.
 func TestENIAdoptedAfterKillDuringModifyGetsDeleteOnTermination(t *testing.T) {
-	c := start(t, cluster.Options{Nodes: 1, InstanceType: "m5.large"})
+	// A whole ENI warm (WARM_ENI_TARGET=1): 4 pods make the pool create one.
+	c := start(t, cluster.Options{Nodes: 1, InstanceType: "m5.large", DaemonEnv: []string{"WARM_ENI_TARGET=1"}})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	n, f := c.Nodes[0], c.Cloud.Faults()

@@ -19,6 +19,8 @@ func main() {
 	start := time.Now()
 	rows := compare.Table(compare.Options{Seed: *seed})
 	compare.Print(os.Stdout, rows)
+	fmt.Println()
+	compare.Summary(os.Stdout, rows)
 	fmt.Printf("\n%d rows × %d pools, %d-hour traces, seed %d, in %.1f s\n", len(rows), len(compare.Setups), 6, *seed, time.Since(start).Seconds())
 	for _, r := range rows {
 		if r.Err != nil {

@@ -164,6 +164,37 @@ func Print(w io.Writer, rows []Row) {
 	}
 }
 
+// Summary writes how many rows meet each target of the comparison: our
+// default against the reference default (idle address-hours ≤ 0.5×, pods
+// that waited ≤ 1×, p99 wait ≤ 1×, EC2 calls per pod start ≤ 1×) and ours
+// against the reference with WARM_IP_TARGET=5/MINIMUM_IP_TARGET=10 (pods
+// that waited ≤ 1×, calls ≤ 1.5×), and the totals of pods that waited.
+func Summary(w io.Writer, rows []Row) {
+	var idle, waited, p99, calls, wWaited, wCalls, refW, ourW, refWW, ourWW int
+	for _, r := range rows {
+		ref, refw, o, ow := r.Results[0], r.Results[1], r.Results[2], r.Results[3]
+		idle += b2i(o.IdleHours <= 0.5*ref.IdleHours)
+		waited += b2i(o.Waited <= ref.Waited)
+		p99 += b2i(o.P(0.99) <= ref.P(0.99))
+		calls += b2i(o.CallsPer1000() <= ref.CallsPer1000())
+		wWaited += b2i(ow.Waited <= refw.Waited)
+		wCalls += b2i(ow.CallsPer1000() <= 1.5*refw.CallsPer1000())
+		refW, ourW, refWW, ourWW = refW+ref.Waited, ourW+o.Waited, refWW+refw.Waited, ourWW+ow.Waited
+	}
+	n := len(rows)
+	fmt.Fprintf(w, "default vs reference default, rows meeting: idle ≤ 0.5× %d/%d, waited ≤ 1× %d/%d, p99 ≤ 1× %d/%d, calls ≤ 1× %d/%d; pods that waited in all rows: ours %d, reference %d\n",
+		idle, n, waited, n, p99, n, calls, n, ourW, refW)
+	fmt.Fprintf(w, "WARM_IP_TARGET=5/MINIMUM_IP_TARGET=10, rows meeting: waited ≤ 1× %d/%d, calls ≤ 1.5× %d/%d; pods that waited in all rows: ours %d, reference %d\n",
+		wWaited, n, wCalls, n, ourWW, refWW)
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 // ratio formats a/b; "=" when both are 0, "inf" when only b is.
 func ratio(a, b float64) string {
 	switch {

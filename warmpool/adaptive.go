@@ -199,6 +199,15 @@ func (h History) Observe(t time.Time, inUse int) History {
 	return h
 }
 
+// Snapshot is a copy of h that stays unchanged while h goes on recording
+// (Record only appends beyond the copy's arrivals; the minutes are copied),
+// for handing to Next from another goroutine.
+func (h History) Snapshot() History {
+	h.peaks = slices.Clone(h.peaks)
+	h.recent = h.recent[:len(h.recent):len(h.recent)]
+	return h
+}
+
 // minute makes t's minute the last entry of peaks and drops the ones older
 // than BurstMemory.
 func (h History) minute(t time.Time) History {

@@ -209,7 +209,7 @@ func (p *Pool) Input(now time.Time) warmpool.Input {
 	defer p.mu.Unlock()
 	in.LastRelease, in.LastGrow = p.lastRelease, p.lastGrow
 	p.history = p.history.Observe(now, inUse)
-	in.Demand.History = p.history
+	in.Demand.History = p.history.Snapshot()
 	in.Refusals = slices.Clone(p.refusals)
 	return in
 }

@@ -165,7 +165,8 @@ func (c *Cluster) Close() error {
 		if c.servers != nil {
 			errs = append(errs, c.servers.Close())
 		}
-		errs = append(errs, podruntime.CleanupNetns(c.Prefix))
+		// The separator keeps cluster "ve391" off the namespaces of "ve3910".
+		errs = append(errs, podruntime.CleanupNetns(c.Prefix+"-"))
 		if c.Fabric != nil {
 			errs = append(errs, c.Fabric.Close())
 		}

@@ -19,10 +19,10 @@ import (
 // signing key pair. ECDSA P-256 throughout (kube-apiserver signs service
 // account tokens with ES256 for such a key), which is quick to generate.
 type pki struct {
-	caCert, servingCert, servingKey string // paths
-	adminCert, adminKey                string // paths
-	saKey, saPub                       string // paths
-	caPEM, adminCertPEM, adminKeyPEM   []byte
+	caCert, servingCert, servingKey  string // paths
+	adminCert, adminKey              string // paths
+	saKey, saPub                     string // paths
+	caPEM, adminCertPEM, adminKeyPEM []byte
 }
 
 func newPKI(dir string) (*pki, error) {

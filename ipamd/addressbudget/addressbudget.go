@@ -1,0 +1,215 @@
+// Package addressbudget holds the AddressBudget resource (vpcip.io/v1alpha1,
+// cluster-scoped, one per node and named after it; CRD in
+// charts/vpcip/crds/addressbudgets.vpcip.io.yaml) as Go types, and a small
+// client over client-go's dynamic client. Each node's vpcipd writes its own
+// object's status; `kubectl get addressbudgets` shows the fleet.
+package addressbudget
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+)
+
+// Group, Version and Kind of the resource.
+const (
+	Group   = "vpcip.io"
+	Version = "v1alpha1"
+	Kind    = "AddressBudget"
+)
+
+// Resource is the resource the CRD serves.
+var Resource = schema.GroupVersionResource{Group: Group, Version: Version, Resource: "addressbudgets"}
+
+// AddressBudget is one node's published address budget.
+type AddressBudget struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	Status            Status `json:"status,omitempty"`
+}
+
+// Status is what the node's daemon publishes. Counts are pod addresses (ENI
+// primary addresses excluded), as in `vpcipctl capacity`.
+type Status struct {
+	InstanceType     string             `json:"instanceType,omitempty"` // e.g. "m5.large"
+	InstanceID       string             `json:"instanceID,omitempty"`
+	Zone             string             `json:"zone,omitempty"`
+	PrefixMode       bool               `json:"prefixMode,omitempty"`
+	ENIs             ENIs               `json:"enis"`
+	Addresses        Addresses          `json:"addresses"`
+	UsedPercent      int                `json:"usedPercent"` // Assigned*100/Budget, rounded down; 0 when Budget is 0
+	Subnets          []Subnet           `json:"subnets,omitempty"`
+	SubnetFree       int                `json:"subnetFree"` // sum of Subnets[].Free
+	MaxPods          MaxPods            `json:"maxPods"`
+	Version          string             `json:"version,omitempty"` // vpcipd version
+	CheckpointSchema int                `json:"checkpointSchema,omitempty"`
+	Conditions       []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// ENIs counts the node's ENIs.
+type ENIs struct {
+	Attached int    `json:"attached"`
+	Max      int    `json:"max"`     // instance type limit, capped by MAX_ENI
+	Summary  string `json:"summary"` // "Attached/Max", the ENIS column
+}
+
+// Addresses counts pod addresses. Invariant (checked by Check):
+// Assigned ≤ Assigned+Warm+Cooling ≤ Capacity ≤ Budget.
+type Addresses struct {
+	Assigned int `json:"assigned"` // held by pods
+	Warm     int `json:"warm"`     // free, ready to assign
+	Cooling  int `json:"cooling"`  // released, in IP_COOLDOWN_PERIOD
+	Capacity int `json:"capacity"` // what the attached ENIs could hold
+	Budget   int `json:"budget"`   // what the node could hold at its ENI limit
+}
+
+// Subnet is one subnet the node's ENIs are in.
+type Subnet struct {
+	ID   string `json:"id"`
+	CIDR string `json:"cidr,omitempty"`
+	Free int    `json:"free"` // EC2 AvailableIpAddressCount, from a cached DescribeSubnets
+}
+
+// MaxPods compares what the addresses allow with what kubelet admits.
+type MaxPods struct {
+	Addresses int `json:"addresses"`         // Budget + 2 host-network pods (the EKS max-pods formula's allowance)
+	Kubelet   int `json:"kubelet,omitempty"` // the Node's status.capacity.pods; 0 when unknown
+}
+
+// Condition types of Status.Conditions.
+const (
+	ConditionReady                   = "Ready"                   // the daemon can assign addresses
+	ConditionAddressesLow            = "AddressesLow"            // few addresses left below the budget
+	ConditionAtENILimit              = "AtENILimit"              // every ENI the node may have is attached
+	ConditionSubnetLow               = "SubnetLow"               // the node's subnets are nearly full
+	ConditionMaxPodsExceedsAddresses = "MaxPodsExceedsAddresses" // kubelet admits more pods than addresses can serve
+)
+
+// Check reports a broken invariant of the published numbers (field failure
+// K03: "assigned" above "total"), or nil.
+func (s Status) Check() error {
+	a := s.Addresses
+	var errs []error
+	if held := a.Assigned + a.Warm + a.Cooling; held > a.Capacity {
+		errs = append(errs, fmt.Errorf("held %d (assigned %d + warm %d + cooling %d) above capacity %d", held, a.Assigned, a.Warm, a.Cooling, a.Capacity))
+	}
+	if a.Capacity > a.Budget {
+		errs = append(errs, fmt.Errorf("capacity %d above budget %d", a.Capacity, a.Budget))
+	}
+	if s.ENIs.Attached > s.ENIs.Max {
+		errs = append(errs, fmt.Errorf("%d ENIs attached above the limit %d", s.ENIs.Attached, s.ENIs.Max))
+	}
+	if want := Percent(a.Assigned, a.Budget); s.UsedPercent != want {
+		errs = append(errs, fmt.Errorf("usedPercent %d, want %d", s.UsedPercent, want))
+	}
+	return errors.Join(errs...)
+}
+
+// Percent is part*100/whole rounded down, 0 when whole is 0.
+func Percent(part, whole int) int {
+	if whole <= 0 {
+		return 0
+	}
+	return part * 100 / whole
+}
+
+// Client reads and writes AddressBudgets through a dynamic client.
+type Client struct {
+	res dynamic.NamespaceableResourceInterface
+}
+
+// NewClient returns a Client over dyn.
+func NewClient(dyn dynamic.Interface) *Client {
+	return &Client{res: dyn.Resource(Resource)}
+}
+
+// Get reads the AddressBudget named name (a node name).
+func (c *Client) Get(ctx context.Context, name string) (*AddressBudget, error) {
+	u, err := c.res.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return fromUnstructured(u)
+}
+
+// List reads every AddressBudget.
+func (c *Client) List(ctx context.Context) ([]AddressBudget, error) {
+	l, err := c.res.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]AddressBudget, 0, len(l.Items))
+	for i := range l.Items {
+		ab, err := fromUnstructured(&l.Items[i])
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, *ab)
+	}
+	return out, nil
+}
+
+// Create creates ab (its status is dropped by the API server: write it with
+// UpdateStatus).
+func (c *Client) Create(ctx context.Context, ab *AddressBudget) (*AddressBudget, error) {
+	u, err := toUnstructured(ab)
+	if err != nil {
+		return nil, err
+	}
+	u, err = c.res.Create(ctx, u, metav1.CreateOptions{FieldManager: "vpcipd"})
+	if err != nil {
+		return nil, err
+	}
+	return fromUnstructured(u)
+}
+
+// Update writes ab's metadata (owner references, labels); ab.ResourceVersion
+// must be current or the API server answers Conflict.
+func (c *Client) Update(ctx context.Context, ab *AddressBudget) (*AddressBudget, error) {
+	u, err := toUnstructured(ab)
+	if err != nil {
+		return nil, err
+	}
+	u, err = c.res.Update(ctx, u, metav1.UpdateOptions{FieldManager: "vpcipd"})
+	if err != nil {
+		return nil, err
+	}
+	return fromUnstructured(u)
+}
+
+// UpdateStatus writes ab's status through the status subresource;
+// ab.ResourceVersion must be current or the API server answers Conflict.
+func (c *Client) UpdateStatus(ctx context.Context, ab *AddressBudget) (*AddressBudget, error) {
+	u, err := toUnstructured(ab)
+	if err != nil {
+		return nil, err
+	}
+	u, err = c.res.UpdateStatus(ctx, u, metav1.UpdateOptions{FieldManager: "vpcipd"})
+	if err != nil {
+		return nil, err
+	}
+	return fromUnstructured(u)
+}
+
+func toUnstructured(ab *AddressBudget) (*unstructured.Unstructured, error) {
+	ab.APIVersion, ab.Kind = Group+"/"+Version, Kind
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(ab)
+	if err != nil {
+		return nil, fmt.Errorf("addressbudget %s: %w", ab.Name, err)
+	}
+	return &unstructured.Unstructured{Object: m}, nil
+}
+
+func fromUnstructured(u *unstructured.Unstructured) (*AddressBudget, error) {
+	var ab AddressBudget
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &ab); err != nil {
+		return nil, fmt.Errorf("addressbudget %s: %w", u.GetName(), err)
+	}
+	return &ab, nil
+}

@@ -1,0 +1,147 @@
+package cluster
+
+import (
+	"context"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/vpcip/vpcip/ipamd/addressbudget"
+	"github.com/vpcip/vpcip/ipamd/api"
+)
+
+// wire builds the clients and the two node-scoped informers. No I/O.
+func (c *Cluster) wire() error {
+	cfg := *c.o.Config
+	cfg.UserAgent = "vpcipd/" + c.o.NodeName
+	cs, err := kubernetes.NewForConfig(&cfg)
+	if err != nil {
+		return err
+	}
+	dyn, err := dynamic.NewForConfig(&cfg)
+	if err != nil {
+		return err
+	}
+	c.cs, c.budgets = cs, addressbudget.NewClient(dyn)
+	c.pods = c.informer(&corev1.Pod{}, "pods", fields.OneTermEqualSelector("spec.nodeName", c.o.NodeName))
+	c.nodes = c.informer(&corev1.Node{}, "nodes", fields.OneTermEqualSelector("metadata.name", c.o.NodeName))
+	c.events = newRecorder(cs, c.o.NodeName, c.log)
+	return nil
+}
+
+// informer lists and watches one resource with a field selector, keeping
+// objects without managedFields (memory: at 250 pods they would be most of
+// the cache). Watch errors mark the part degraded.
+func (c *Cluster) informer(obj runtime.Object, resource string, sel fields.Selector) cache.SharedIndexInformer {
+	lw := cache.NewListWatchFromClient(c.cs.CoreV1().RESTClient(), resource, metav1.NamespaceAll, sel)
+	inf := cache.NewSharedIndexInformerWithOptions(lw, obj, cache.SharedIndexInformerOptions{})
+	inf.SetTransform(stripForCache)
+	inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
+		c.apiError("watch "+resource, err)
+	})
+	return inf
+}
+
+// stripForCache drops what the daemon never reads from cached objects:
+// managedFields and the last-applied annotation (the bulk of a pod's
+// metadata), and a pod's spec except the fields demand reads.
+func stripForCache(obj any) (any, error) {
+	switch o := obj.(type) {
+	case *corev1.Pod:
+		o.ManagedFields = nil
+		delete(o.Annotations, corev1.LastAppliedConfigAnnotation)
+		o.Spec = corev1.PodSpec{NodeName: o.Spec.NodeName, HostNetwork: o.Spec.HostNetwork}
+		o.Status = corev1.PodStatus{Phase: o.Status.Phase, PodIP: o.Status.PodIP, PodIPs: o.Status.PodIPs}
+	case *corev1.Node:
+		o.ManagedFields = nil
+		delete(o.Annotations, corev1.LastAppliedConfigAnnotation)
+		o.Spec = corev1.NodeSpec{}
+		o.Status = corev1.NodeStatus{Capacity: o.Status.Capacity}
+	case metav1.Object:
+		o.SetManagedFields(nil)
+	}
+	return obj, nil
+}
+
+// needsAddress reports whether p is a pod that wants a VPC address from this
+// node and may not have one yet: bound here, not host-network, not terminal,
+// not being deleted, and without a pod IP in its status.
+func needsAddress(p *corev1.Pod) bool {
+	if p.Spec.HostNetwork || p.DeletionTimestamp != nil || p.Status.PodIP != "" {
+		return false
+	}
+	return p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed
+}
+
+// Demand is the number of pods bound to this node that need an address and
+// hold none (holds reports whether the daemon holds one for a pod; it must
+// not block): pods the scheduler placed whose ADD has not arrived, is
+// waiting, or failed and sits in kubelet's back-off. The pool sizes for them
+// before their ADDs arrive (warmpool.Input.Pending). It is 0 while the part
+// is disabled, unsynced or degraded: without a trustworthy view the pool
+// falls back to the ADDs it sees.
+func (c *Cluster) Demand(holds func(api.Pod) bool) int {
+	if !c.synced() {
+		return 0
+	}
+	n := 0
+	for _, obj := range c.pods.GetStore().List() {
+		p := obj.(*corev1.Pod)
+		if needsAddress(p) && !holds(api.Pod{Namespace: p.Namespace, Name: p.Name, UID: string(p.UID)}) {
+			n++
+		}
+	}
+	return n
+}
+
+// noticeDemand kicks the pool when pending demand rose since the last look.
+func (c *Cluster) noticeDemand() {
+	held := map[podName]bool{}
+	for _, a := range c.o.Daemon.Snapshot().Assignments {
+		held[podName{a.Pod.Namespace, a.Pod.Name}] = true
+	}
+	n := c.Demand(func(p api.Pod) bool { return held[podName{p.Namespace, p.Name}] })
+	c.metrics.pendingPods.Set(float64(n))
+	c.mu.Lock()
+	rose := n > c.lastDemand
+	c.lastDemand = n
+	c.mu.Unlock()
+	if rose && c.o.Kick != nil {
+		c.o.Kick()
+	}
+}
+
+type podName struct{ namespace, name string }
+
+// livePods lists this node's pods from the API server itself (a quorum read,
+// not the cache): the last word before a release.
+func (c *Cluster) livePods(ctx context.Context) (map[podName]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	l, err := c.cs.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", c.o.NodeName).String(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[podName]string, len(l.Items))
+	for _, p := range l.Items {
+		out[podName{p.Namespace, p.Name}] = string(p.UID)
+	}
+	return out, nil
+}
+
+// cachedPod returns the cached pod namespace/name, or nil.
+func (c *Cluster) cachedPod(ns, name string) *corev1.Pod {
+	obj, ok, err := c.pods.GetStore().GetByKey(ns + "/" + name)
+	if err != nil || !ok {
+		return nil
+	}
+	return obj.(*corev1.Pod)
+}

@@ -1,0 +1,225 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/vpcip/vpcip/ipamd/addressbudget"
+)
+
+// HostNetworkAllowance is the number of host-network pods (the node daemon
+// and kube-proxy) the EKS max-pods formula adds to the address count:
+// ENIs × (IPv4 addresses per ENI − 1) + 2.
+const HostNetworkAllowance = 2
+
+// publishState is what the publisher last wrote.
+type publishState struct {
+	obj       *addressbudget.AddressBudget // as the API server returned it; nil: read it again
+	last      addressbudget.Status         // last status written
+	lastWrite time.Time
+	err       string // last write error, for Health
+	maxPodsOn bool   // MaxPodsExceedsAddresses was True at the last look
+}
+
+// node returns this node from the cache, or nil.
+func (c *Cluster) node() *corev1.Node {
+	obj, ok, err := c.nodes.GetStore().GetByKey(c.o.NodeName)
+	if err != nil || !ok {
+		return nil
+	}
+	return obj.(*corev1.Node)
+}
+
+// hostNetworkPods counts cached non-terminal host-network pods.
+func (c *Cluster) hostNetworkPods() int {
+	n := 0
+	for _, obj := range c.pods.GetStore().List() {
+		p := obj.(*corev1.Pod)
+		if p.Spec.HostNetwork && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+			n++
+		}
+	}
+	return n
+}
+
+// buildStatus turns the daemon's snapshot and the Node into the published
+// status; conditions keep their transition times from prev.
+func (c *Cluster) buildStatus(s Snapshot, node *corev1.Node, prev []metav1.Condition, now time.Time) addressbudget.Status {
+	st := addressbudget.Status{
+		InstanceType: s.InstanceType, InstanceID: s.InstanceID, Zone: s.Zone, PrefixMode: s.PrefixMode,
+		ENIs:        addressbudget.ENIs{Attached: s.ENIs, Max: s.MaxENIs, Summary: fmt.Sprintf("%d/%d", s.ENIs, s.MaxENIs)},
+		Addresses:   addressbudget.Addresses{Assigned: s.Assigned, Warm: s.Warm, Cooling: s.Cooling, Capacity: s.Capacity, Budget: s.Budget},
+		UsedPercent: addressbudget.Percent(s.Assigned, s.Budget),
+		Subnets:     s.Subnets,
+		MaxPods:     addressbudget.MaxPods{Addresses: s.Budget + HostNetworkAllowance},
+		Version:     s.Version, CheckpointSchema: s.CheckpointSchema,
+	}
+	for _, sn := range s.Subnets {
+		st.SubnetFree += sn.Free
+	}
+	if st.Zone == "" && node != nil {
+		st.Zone = node.Labels[corev1.LabelTopologyZone]
+	}
+	if node != nil {
+		if q, ok := node.Status.Capacity[corev1.ResourcePods]; ok {
+			st.MaxPods.Kubelet = int(q.Value())
+		}
+	}
+	conds := append([]metav1.Condition(nil), prev...)
+	for _, cond := range c.conditions(s, st) {
+		cond.LastTransitionTime = metav1.NewTime(now.Truncate(time.Second))
+		meta.SetStatusCondition(&conds, cond)
+	}
+	st.Conditions = conds
+	return st
+}
+
+// conditions derives the status conditions; rules in the comments.
+func (c *Cluster) conditions(s Snapshot, st addressbudget.Status) []metav1.Condition {
+	cond := func(typ string, on bool, reasonOn, reasonOff, msg string) metav1.Condition {
+		r, v := reasonOff, metav1.ConditionFalse
+		if on {
+			r, v = reasonOn, metav1.ConditionTrue
+		}
+		return metav1.Condition{Type: typ, Status: v, Reason: r, Message: msg}
+	}
+	free := s.Budget - s.Assigned
+	// Low: at most a tenth of the budget (at least 2) left to assign.
+	low := s.Budget > 0 && free <= max(2, s.Budget/10)
+	// Subnet low: the node's subnets hold less than one ENI's worth (at least 16).
+	perENI := 0
+	if s.MaxENIs > 0 {
+		perENI = s.Budget / s.MaxENIs
+	}
+	subnetLow := len(s.Subnets) > 0 && st.SubnetFree < max(16, perENI)
+	// Max pods: kubelet admits more pods than the addresses serve plus the
+	// host-network pods (at least the formula's 2).
+	serve := s.Budget + max(HostNetworkAllowance, c.hostNetworkPods())
+	exceeds := st.MaxPods.Kubelet > 0 && st.MaxPods.Kubelet > serve
+	return []metav1.Condition{
+		cond(addressbudget.ConditionReady, s.Ready, "DaemonReady", "DaemonNotReady", ""),
+		cond(addressbudget.ConditionAddressesLow, low, "FewAddressesLeft", "AddressesAvailable",
+			fmt.Sprintf("%d of %d addresses assigned, %d left", s.Assigned, s.Budget, free)),
+		cond(addressbudget.ConditionAtENILimit, s.MaxENIs > 0 && s.ENIs >= s.MaxENIs, "AllENIsAttached", "ENIsAvailable",
+			fmt.Sprintf("%d/%d ENIs attached", s.ENIs, s.MaxENIs)),
+		cond(addressbudget.ConditionSubnetLow, subnetLow, "SubnetNearlyFull", "SubnetHasAddresses",
+			fmt.Sprintf("%d free addresses in the node's subnets", st.SubnetFree)),
+		cond(addressbudget.ConditionMaxPodsExceedsAddresses, exceeds, "KubeletMaxPodsTooHigh", "KubeletMaxPodsServed",
+			maxPodsNote(st.MaxPods.Kubelet, serve, s)),
+	}
+}
+
+func maxPodsNote(kubelet, serve int, s Snapshot) string {
+	return fmt.Sprintf("kubelet max-pods %d, the node's addresses serve %d pods (%d addresses at %d ENIs + %d host-network pods)",
+		kubelet, serve, s.Budget, s.MaxENIs, serve-s.Budget)
+}
+
+// shownEqual compares two statuses ignoring condition transition times.
+func shownEqual(a, b addressbudget.Status) bool {
+	strip := func(s addressbudget.Status) addressbudget.Status {
+		s.Conditions = append([]metav1.Condition(nil), s.Conditions...)
+		for i := range s.Conditions {
+			s.Conditions[i].LastTransitionTime = metav1.Time{}
+		}
+		return s
+	}
+	return reflect.DeepEqual(strip(a), strip(b))
+}
+
+// publish writes the AddressBudget status when it changed and PublishInterval
+// passed since the last write, or ResyncInterval passed anyway. It needs the
+// Node (owner reference), so it waits for the node cache.
+func (c *Cluster) publish(ctx context.Context) {
+	if !c.nodes.HasSynced() {
+		return
+	}
+	node := c.node()
+	if node == nil {
+		return
+	}
+	now := c.o.Now()
+	c.mu.Lock()
+	prev := c.pub
+	c.mu.Unlock()
+	st := c.buildStatus(c.o.Daemon.Snapshot(), node, prev.last.Conditions, now)
+	c.noticeMaxPods(node, st)
+	since := now.Sub(prev.lastWrite)
+	due := prev.lastWrite.IsZero() || since >= c.o.ResyncInterval ||
+		(since >= c.o.PublishInterval && !shownEqual(st, prev.last))
+	if !due {
+		return
+	}
+	obj, err := c.write(ctx, prev.obj, node, st)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.pub.lastWrite = now // also on failure: retry after PublishInterval, not every tick
+	if err != nil {
+		c.pub.obj, c.pub.err = nil, "AddressBudget not written: "+err.Error()
+		c.log.Warn("AddressBudget write failed", "node", c.o.NodeName, "err", err)
+		return
+	}
+	c.pub.obj, c.pub.last, c.pub.err = obj, st, ""
+}
+
+// write makes sure the object exists and is owned by node, then writes its
+// status. obj is the last known object, nil to read it.
+func (c *Cluster) write(ctx context.Context, obj *addressbudget.AddressBudget, node *corev1.Node, st addressbudget.Status) (*addressbudget.AddressBudget, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	owner := metav1.OwnerReference{APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID}
+	var err error
+	if obj == nil {
+		obj, err = c.budgets.Get(ctx, c.o.NodeName)
+		if apierrors.IsNotFound(err) {
+			obj, err = c.budgets.Create(ctx, &addressbudget.AddressBudget{ObjectMeta: metav1.ObjectMeta{Name: c.o.NodeName, OwnerReferences: []metav1.OwnerReference{owner}}})
+			c.countWrite("addressbudget_create", err)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if len(obj.OwnerReferences) != 1 || obj.OwnerReferences[0].UID != node.UID {
+		obj.OwnerReferences = []metav1.OwnerReference{owner}
+		obj, err = c.budgets.Update(ctx, obj)
+		c.countWrite("addressbudget_update", err)
+		if err != nil {
+			return nil, err
+		}
+	}
+	obj.Status = st
+	obj, err = c.budgets.UpdateStatus(ctx, obj)
+	c.countWrite("addressbudget_status", err)
+	return obj, err
+}
+
+func (c *Cluster) countWrite(kind string, err error) {
+	outcome := "ok"
+	if err != nil {
+		outcome = "error"
+	}
+	c.metrics.writes.WithLabelValues(kind, outcome).Inc()
+}
+
+// noticeMaxPods emits a Warning Event on the Node when kubelet's max-pods
+// rises above what the addresses serve (field failure K05), once per
+// transition, and logs it.
+func (c *Cluster) noticeMaxPods(node *corev1.Node, st addressbudget.Status) {
+	cond := meta.FindStatusCondition(st.Conditions, addressbudget.ConditionMaxPodsExceedsAddresses)
+	on := cond != nil && cond.Status == metav1.ConditionTrue
+	c.mu.Lock()
+	was := c.pub.maxPodsOn
+	c.pub.maxPodsOn = on
+	c.mu.Unlock()
+	if on && !was {
+		msg := "pods scheduled here beyond the address limit will stay in ContainerCreating: " + cond.Message
+		c.log.Warn("kubelet max-pods above the node's address capacity", "node", c.o.NodeName, "detail", cond.Message)
+		c.nodeEvent(node, corev1.EventTypeWarning, ReasonMaxPodsExceedsAddresses, msg)
+	}
+}

@@ -1,0 +1,146 @@
+package cluster_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/vpcip/vpcip/ipamd/addressbudget"
+	"github.com/vpcip/vpcip/ipamd/api"
+	"github.com/vpcip/vpcip/ipamd/cluster"
+	"github.com/vpcip/vpcip/test/kubetest"
+)
+
+// TestRBACEveryVerbIsNeeded runs the cluster part as a ServiceAccount bound to
+// exactly charts/vpcip/files/clusterrole-rules.yaml and shows everything works;
+// then, for each verb of each rule, binds the rules without that verb and
+// shows the same scenario fails. A verb the code does not use, or one the
+// code needs and the file lacks, fails this test rather than a user.
+func TestRBACEveryVerbIsNeeded(t *testing.T) {
+	k := kubetest.Shared(t)
+	admin, _ := setup(t, k)
+	rules, err := kubetest.ReadRules(rulesFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	run := func(name string, rules []rbacv1.PolicyRule) error {
+		cfg, err := k.ServiceAccountConfig(ctx, "kube-system", "vpcipd-rbac", rules)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(300 * time.Millisecond) // the authorizer's role cache
+		return exerciseEveryVerb(t, k, admin, cfg, name)
+	}
+	if err := run("rbac-all", rules); err != nil {
+		t.Fatalf("with the chart's rules: %v", err)
+	}
+	for i, r := range rules {
+		for _, verb := range r.Verbs {
+			less := make([]rbacv1.PolicyRule, len(rules))
+			for j := range rules {
+				less[j] = *rules[j].DeepCopy()
+			}
+			less[i].Verbs = slices.DeleteFunc(slices.Clone(r.Verbs), func(v string) bool { return v == verb })
+			what := fmt.Sprintf("%s %v", verb, r.Resources)
+			t.Run(what, func(t *testing.T) {
+				if err := run(fmt.Sprintf("rbac-%d-%s", i, verb), less); err == nil {
+					t.Errorf("without %q on %v everything still worked: the verb is not needed, remove it from %s", verb, r.Resources, rulesFile)
+				} else {
+					t.Logf("without %s: %v", what, err)
+				}
+			})
+		}
+	}
+}
+
+// exerciseEveryVerb runs two nodes' cluster parts with cfg: node a has no
+// AddressBudget yet (create), node b has one without owner (get, update);
+// both publish status; a holds an assignment of a pod that does not exist
+// (list for the leak check's live list, watch for the cache); a pod gets a
+// NoAddress event twice (create, then patch for the series). It returns what
+// did not happen within a few seconds, or nil.
+func exerciseEveryVerb(t *testing.T, k *kubetest.Server, admin kubernetes.Interface, cfg *rest.Config, prefix string) error {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	suffix := fmt.Sprintf("-%d", time.Now().UnixNano()%1000000)
+	a, b := prefix+"-a"+suffix, prefix+"-b"+suffix
+	createNode(t, admin, a, 29)
+	createNode(t, admin, b, 29)
+	budgets := addressbudget.NewClient(dynamic.NewForConfigOrDie(k.Config))
+	if _, err := budgets.Create(ctx, &addressbudget.AddressBudget{ObjectMeta: metav1.ObjectMeta{Name: b}}); err != nil {
+		t.Fatal(err)
+	}
+	k.EnsureNamespace(ctx, a)
+	pod := createPod(t, admin, a, podSpec{name: "p", node: a})
+	var errs []error
+	start := func(node string, d *fakeDaemon) (*cluster.Cluster, *prometheus.Registry) {
+		reg := prometheus.NewRegistry()
+		c, err := cluster.New(cluster.Options{NodeName: node, Config: cfg, Daemon: d, Metrics: reg, LeakGrace: time.Second,
+			PublishInterval: time.Second, Tick: 100 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		go c.Run(ctx)
+		return c, reg
+	}
+	da := &fakeDaemon{snap: m5Snapshot(1), hostHas: map[string]bool{}}
+	da.snap.Assignments = []cluster.Assignment{{Key: api.Key{Network: "vpcip", ContainerID: "ghost", IfName: "eth0"},
+		Pod: api.Pod{Namespace: a, Name: "ghost"}, AssignedAt: time.Now().Add(-time.Hour)}}
+	ca, rega := start(a, da)
+	_, regb := start(b, &fakeDaemon{snap: m5Snapshot(2), hostHas: map[string]bool{}})
+	deadline := time.Now().Add(8 * time.Second)
+	for time.Now().Before(deadline) && !ca.Health().Connected {
+		time.Sleep(100 * time.Millisecond)
+	}
+	for range 2 {
+		ca.NoAddress(api.Pod{Namespace: a, Name: "p", UID: string(pod.UID)}, &api.Error{Code: api.CodeNoAddress, Cause: api.CauseSubnetFull, Message: "no free address: subnet full"})
+		time.Sleep(300 * time.Millisecond)
+	}
+	checks := []struct {
+		what string
+		ok   func() bool
+	}{
+		{"leaked ghost assignment released (pods list+watch)", func() bool { return da.releasedCount() == 1 }},
+		{"node a's AddressBudget created with status", func() bool {
+			ab, err := budgets.Get(ctx, a)
+			return err == nil && ab.Status.Addresses.Assigned == 0 && ab.Status.InstanceType == "m5.large"
+		}},
+		{"node b's AddressBudget adopted (owner) with status", func() bool {
+			ab, err := budgets.Get(ctx, b)
+			return err == nil && len(ab.OwnerReferences) == 1 && ab.Status.Addresses.Assigned == 2
+		}},
+		{"event with a series (create + patch)", func() bool {
+			l, err := admin.EventsV1().Events(a).List(ctx, metav1.ListOptions{})
+			return err == nil && len(l.Items) == 1 && l.Items[0].Series != nil
+		}},
+	}
+	for _, c := range checks {
+		for !c.ok() && time.Now().Before(deadline) {
+			time.Sleep(100 * time.Millisecond)
+		}
+		if !c.ok() {
+			errs = append(errs, errors.New(c.what+": did not happen"))
+		}
+	}
+	for name, reg := range map[string]*prometheus.Registry{"a": rega, "b": regb} {
+		if n := counter(reg, "vpcip_kubernetes_api_errors_total"); n > 0 {
+			errs = append(errs, fmt.Errorf("node %s: %v API errors (watch, list or probe)", name, n))
+		}
+		if n := counter(reg, "vpcip_kubernetes_writes_total", "outcome", "error"); n > 0 {
+			errs = append(errs, fmt.Errorf("node %s: %v failed writes", name, n))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -3,6 +3,10 @@
 // introspection endpoint (default 127.0.0.1:61679, docs/design.md §5).
 //
 //	vpcipctl [--addr host:port] [--timeout 5s] status|pool|enis|pods|capacity [-o table|json]
+//	vpcipctl max-pods --instance-type T [--prefix-delegation] [--custom-networking] [-o table|json]
+//
+// max-pods needs no daemon: it computes kubelet's max-pods from the built-in
+// instance-type limits (see MaxPods).
 //
 // Exit status: 0 on success, 1 when the daemon cannot be read, 2 on a usage
 // error.
@@ -66,6 +70,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	name := rest[0]
+	if name == "max-pods" {
+		return runMaxPods(rest[1:], *output, stdout, stderr)
+	}
 	cmd, ok := commands[name]
 	if !ok {
 		fmt.Fprintf(stderr, "vpcipctl: unknown command %q\n", name)
@@ -112,6 +119,7 @@ func usage(w io.Writer, fs *flag.FlagSet) {
 	for _, name := range commandOrder {
 		fmt.Fprintf(w, "  %-9s %s\n", name, commands[name].summary)
 	}
+	fmt.Fprintf(w, "  %-9s %s\n", "max-pods", "kubelet max-pods an instance type's addresses allow (--instance-type T [--prefix-delegation] [--custom-networking]; no daemon needed)")
 	fmt.Fprintln(w, "\nflags:")
 	fs.PrintDefaults()
 }

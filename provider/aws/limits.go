@@ -69,3 +69,11 @@ func limitsOf(it types.InstanceTypeInfo) provider.Limits {
 	l.PrefixDelegation = it.Hypervisor == types.InstanceTypeHypervisorNitro || l.BareMetal
 	return l
 }
+
+// TableLimits returns the built-in limits of an instance type (the generated
+// table of DescribeInstanceTypes figures), without calling EC2; ok is false
+// for a type the table lacks. Offline tools (vpcipctl max-pods) use it.
+func TableLimits(instanceType string) (l provider.Limits, ok bool) {
+	l, ok = limitsTable[instanceType]
+	return l, ok
+}

@@ -73,7 +73,7 @@ dashboards:
 
 ## test: lint, then every package's tests (netns, iptables and e2e tests need root).
 test: test-deps containerd-setup k8s-tools lint
-	VPCIP_REQUIRE_CONTAINERD=1 VPCIP_REQUIRE_CONTAINERD2=1 VPCIP_REQUIRE_KUBE=1 $(GO) test -count=1 -timeout 18m ./...
+	VPCIP_K8S_BIN=$$(bash scripts/k8s-tools.sh | tail -n 1) VPCIP_REQUIRE_CONTAINERD=1 VPCIP_REQUIRE_CONTAINERD2=1 VPCIP_REQUIRE_KUBE=1 $(GO) test -count=1 -timeout 18m ./...
 
 ## soak: the kill campaign with 100 kill -9 of vpcipd during churn on two vpcsim nodes (make test runs 6).
 soak: deps

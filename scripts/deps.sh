@@ -13,6 +13,7 @@ for extra in "$@"; do
 	runc) command -v runc >/dev/null 2>&1 || need+=(runc) ;;
 	promtool) command -v promtool >/dev/null 2>&1 || need+=(prometheus) ;;
 	valgrind) command -v valgrind >/dev/null 2>&1 || need+=(valgrind) ;;
+	etcd-server) command -v etcd >/dev/null 2>&1 || need+=(etcd-server) ;;
 	*) need+=("$extra") ;;
 	esac
 done

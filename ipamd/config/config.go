@@ -59,8 +59,13 @@ type Config struct {
 	ENIConfigLabel      string // ENI_CONFIG_LABEL_DEF: node label naming its ENIConfig; default k8s.amazonaws.com/eniConfig
 
 	// Daemon plumbing.
-	ClusterName           string        // VPCIP_CLUSTER_NAME (alias CLUSTER_NAME), tagged on the ENIs the daemon creates and matched against kubernetes.io/cluster/<name> subnet tags; default "vpcip"
-	NodeName              string        // MY_NODE_NAME, the Kubernetes node name (tagged on ENIs, shown by introspection); default empty
+	ClusterName string // VPCIP_CLUSTER_NAME (alias CLUSTER_NAME), tagged on the ENIs the daemon creates and matched against kubernetes.io/cluster/<name> subnet tags; default "vpcip"
+	NodeName    string // MY_NODE_NAME, the Kubernetes node name (tagged on ENIs, shown by introspection); default empty
+	// Kubernetes (package ipamd/cluster; on when NodeName is set and an API
+	// server is configured: Kubeconfig, or in a pod KUBERNETES_SERVICE_HOST).
+	Kubeconfig            string        // VPCIP_KUBECONFIG (alias KUBECONFIG): kubeconfig file; default empty (in-cluster)
+	PodLeakGrace          time.Duration // VPCIP_POD_LEAK_GRACE: an address whose pod is gone from the API server this long is released; default 2 m
+	BudgetInterval        time.Duration // VPCIP_BUDGET_INTERVAL: least time between AddressBudget status writes; default 15 s
 	Socket                string        // VPCIP_SOCKET, plugin API unix socket; default /run/vpcip/ipamd.sock
 	Checkpoint            string        // VPCIP_CHECKPOINT, allocation state file; default /var/run/vpcip/ipam.json
 	MetricsAddr           string        // VPCIP_METRICS_ADDR (alias METRICS_BIND_ADDRESS); default :61678; "off" disables

@@ -78,6 +78,9 @@ var Vars = []Var{
 	// Daemon plumbing.
 	withAliases(setting("VPCIP_CLUSTER_NAME", "blue-cluster", func(c *Config) *string { return &c.ClusterName }, name("vpcip"), plain), "CLUSTER_NAME"),
 	setting("MY_NODE_NAME", "node-7", func(c *Config) *string { return &c.NodeName }, name(""), plain),
+	withAliases(setting("VPCIP_KUBECONFIG", "/etc/x/kubeconfig", func(c *Config) *string { return &c.Kubeconfig }, path(""), plain), "KUBECONFIG"),
+	setting("VPCIP_POD_LEAK_GRACE", "3m0s", func(c *Config) *time.Duration { return &c.PodLeakGrace }, duration(2*time.Minute, time.Second), time.Duration.String),
+	setting("VPCIP_BUDGET_INTERVAL", "30s", func(c *Config) *time.Duration { return &c.BudgetInterval }, duration(15*time.Second, time.Second), time.Duration.String),
 	setting("VPCIP_SOCKET", "/run/x/ipamd.sock", func(c *Config) *string { return &c.Socket }, path(DefaultSocket), plain),
 	setting("VPCIP_CHECKPOINT", "/run/x/ipam.json", func(c *Config) *string { return &c.Checkpoint }, path(DefaultCheckpoint), plain),
 	withAliases(setting("VPCIP_METRICS_ADDR", "127.0.0.1:9101", func(c *Config) *string { return &c.MetricsAddr }, addr(DefaultMetricsAddr), plain), "METRICS_BIND_ADDRESS"),

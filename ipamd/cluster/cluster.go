@@ -203,11 +203,12 @@ func (c *Cluster) Run(ctx context.Context) error {
 // step is one look: health, demand, leaks, the published budget.
 func (c *Cluster) step(ctx context.Context) {
 	c.checkHealth(ctx)
+	snap := c.o.Daemon.Snapshot()
 	if c.synced() {
-		c.noticeDemand()
-		c.checkLeaks(ctx)
+		c.noticeDemand(snap)
+		c.checkLeaks(ctx, snap)
 	}
-	c.publish(ctx)
+	c.publish(ctx, snap)
 }
 
 func (c *Cluster) waitSynced(ctx context.Context) {

@@ -20,9 +20,8 @@ import (
 // Assignments without a pod name (runtimes that pass no K8S_POD_NAME) are
 // never judged here; CNI GC and the host checks cover them. The gauge
 // vpcip_addresses_without_pod counts assignments whose pod the cache lacks.
-func (c *Cluster) checkLeaks(ctx context.Context) {
+func (c *Cluster) checkLeaks(ctx context.Context, snap Snapshot) {
 	now := c.o.Now()
-	snap := c.o.Daemon.Snapshot()
 	var due []Assignment
 	missing := 0
 	c.mu.Lock()

@@ -101,9 +101,9 @@ func (c *Cluster) Demand(holds func(api.Pod) bool) int {
 }
 
 // noticeDemand kicks the pool when pending demand rose since the last look.
-func (c *Cluster) noticeDemand() {
+func (c *Cluster) noticeDemand(snap Snapshot) {
 	held := map[podName]bool{}
-	for _, a := range c.o.Daemon.Snapshot().Assignments {
+	for _, a := range snap.Assignments {
 		held[podName{a.Pod.Namespace, a.Pod.Name}] = true
 	}
 	n := c.Demand(func(p api.Pod) bool { return held[podName{p.Namespace, p.Name}] })

@@ -136,7 +136,7 @@ func shownEqual(a, b addressbudget.Status) bool {
 // publish writes the AddressBudget status when it changed and PublishInterval
 // passed since the last write, or ResyncInterval passed anyway. It needs the
 // Node (owner reference), so it waits for the node cache.
-func (c *Cluster) publish(ctx context.Context) {
+func (c *Cluster) publish(ctx context.Context, snap Snapshot) {
 	if !c.nodes.HasSynced() {
 		return
 	}
@@ -148,7 +148,7 @@ func (c *Cluster) publish(ctx context.Context) {
 	c.mu.Lock()
 	prev := c.pub
 	c.mu.Unlock()
-	st := c.buildStatus(c.o.Daemon.Snapshot(), node, prev.last.Conditions, now)
+	st := c.buildStatus(snap, node, prev.last.Conditions, now)
 	c.noticeMaxPods(node, st)
 	since := now.Sub(prev.lastWrite)
 	due := prev.lastWrite.IsZero() || since >= c.o.ResyncInterval ||

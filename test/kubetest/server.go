@@ -31,7 +31,8 @@ type Options struct {
 	Name string
 	// ExtraArgs are appended to kube-apiserver's flags (a later flag wins).
 	ExtraArgs []string
-	// StartTimeout bounds etcd + kube-apiserver start-up; 0 means 90 s.
+	// StartTimeout bounds etcd + kube-apiserver start-up; 0 means 3 minutes
+	// (a loaded 2-core machine can take over a minute).
 	StartTimeout time.Duration
 }
 
@@ -72,7 +73,7 @@ func Start(opts Options) (srv *Server, err error) {
 		return nil, err
 	}
 	if opts.StartTimeout == 0 {
-		opts.StartTimeout = 90 * time.Second
+		opts.StartTimeout = 3 * time.Minute
 	}
 	base := os.TempDir()
 	if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {

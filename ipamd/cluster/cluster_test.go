@@ -91,12 +91,12 @@ func TestLeakedAssignmentReleasedAfterGrace(t *testing.T) {
 		t.Errorf("vpcip_addresses_without_pod = %v with every pod present, want 0", g)
 	}
 	// The pod goes without a DEL (its node lost it, the runtime crashed).
+	deletedAt := time.Now()
 	deletePod(t, e.admin, ns, "leaked")
 	deletePod(t, e.admin, ns, "stuck")
 	eventually(t, 5*time.Second, "gauge counts the two assignments without pod", func() bool {
 		return gauge(t, e.reg, "vpcip_addresses_without_pod") == 2
 	})
-	deletedAt := time.Now()
 	eventually(t, grace+5*time.Second, "leaked assignment released", func() bool { return e.daemon.releasedCount() == 1 })
 	if waited := time.Since(deletedAt); waited < grace {
 		t.Errorf("released %v after the pod went, before the %v grace", waited, grace)

@@ -45,27 +45,23 @@ const RequireEnv = "VPCIP_REQUIRE_KUBE"
 // variable scripts/k8s-tools.sh reads too.
 const BinDirEnv = "VPCIP_K8S_BIN"
 
-// Binaries locates kube-apiserver, kubectl and etcd. It returns the bin dir of
+// Binaries locates kube-apiserver and etcd (kubectl, next to kube-apiserver,
+// is needed by Kubectl only). It returns the bin dir of
 // the Kubernetes binaries, the etcd path, or an error saying what is missing.
 func Binaries() (binDir, etcd string, err error) {
 	binDir = os.Getenv(BinDirEnv)
 	if binDir == "" {
 		matches, _ := filepath.Glob("/var/cache/vpcip/k8s-*/bin/kube-apiserver")
 		sort.Slice(matches, func(i, j int) bool { return modTime(matches[i]) > modTime(matches[j]) })
-		for _, m := range matches {
-			if _, err := os.Stat(filepath.Join(filepath.Dir(m), "kubectl")); err == nil {
-				binDir = filepath.Dir(m)
-				break
-			}
+		if len(matches) > 0 {
+			binDir = filepath.Dir(matches[0])
 		}
 	}
 	if binDir == "" {
 		return "", "", errors.New("no kube-apiserver: run `bash scripts/k8s-tools.sh` (or set " + BinDirEnv + ")")
 	}
-	for _, name := range []string{"kube-apiserver", "kubectl"} {
-		if _, err := os.Stat(filepath.Join(binDir, name)); err != nil {
-			return "", "", fmt.Errorf("%s missing in %s: run `bash scripts/k8s-tools.sh`", name, binDir)
-		}
+	if _, err := os.Stat(filepath.Join(binDir, "kube-apiserver")); err != nil {
+		return "", "", fmt.Errorf("kube-apiserver missing in %s: run `bash scripts/k8s-tools.sh`", binDir)
 	}
 	etcd, err = exec.LookPath("etcd")
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -39,7 +40,26 @@ func (c *Cluster) wire() error {
 // objects without managedFields (memory: at 250 pods they would be most of
 // the cache). Watch errors mark the part degraded.
 func (c *Cluster) informer(obj runtime.Object, resource string, sel fields.Selector) cache.SharedIndexInformer {
-	lw := cache.NewListWatchFromClient(c.cs.CoreV1().RESTClient(), resource, metav1.NamespaceAll, sel)
+	inner := cache.NewListWatchFromClient(c.cs.CoreV1().RESTClient(), resource, metav1.NamespaceAll, sel)
+	// The reflector retries a watch that fails with "connection refused"
+	// on its own, without telling the watch error handler: note every
+	// failed list and watch here, so a dead API server is seen at once.
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			obj, err := inner.ListWithContextFunc(ctx, o)
+			if err != nil && ctx.Err() == nil {
+				c.apiError("list "+resource, err)
+			}
+			return obj, err
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			w, err := inner.WatchFuncWithContext(ctx, o)
+			if err != nil && ctx.Err() == nil {
+				c.apiError("watch "+resource, err)
+			}
+			return w, err
+		},
+	}
 	inf := cache.NewSharedIndexInformerWithOptions(lw, obj, cache.SharedIndexInformerOptions{})
 	inf.SetTransform(stripForCache)
 	inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {

@@ -58,7 +58,7 @@ func TestAddressBudgetPublishedAndUpdatedWithin15s(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 2 || strings.Join(strings.Fields(lines[0]), " ") != "NODE TYPE USED BUDGET USED% ENIS SUBNET FREE VERSION AGE" {
+	if len(lines) != 2 || strings.Join(strings.Fields(lines[0]), " ") != "NAME TYPE USED BUDGET USED% ENIS SUBNET FREE VERSION AGE" {
 		t.Fatalf("kubectl get addressbudgets:\n%s", out)
 	}
 	if f := strings.Fields(lines[1]); len(f) < 8 || strings.Join(f[:8], " ") != e.node+" m5.large 9 27 33 2/3 4000 test" {

@@ -39,6 +39,7 @@ type apiServer struct {
 	kick    func()
 	// placement is the latest ENI placement decision (Options.Placement).
 	placement func() podsubnet.Decision
+	events    NoAddressRecorder // nil: none
 
 	waiting atomic.Int64 // ADDs waiting for an address
 }
@@ -94,7 +95,7 @@ func (s *apiServer) Assign(ctx context.Context, req api.AssignRequest) (api.Assi
 			return s.wire(a), nil
 		}
 		if e, final := s.noAddress(s.now()); final {
-			return api.Assignment{}, s.refused(req.Key, e)
+			return api.Assignment{}, s.refused(req, e)
 		}
 		if !waiting {
 			waiting = true
@@ -107,19 +108,23 @@ func (s *apiServer) Assign(ctx context.Context, req api.AssignRequest) (api.Assi
 		case <-changed:
 		case <-tick.C:
 		case <-s.life.closing:
-			return api.Assignment{}, s.refused(req.Key, &api.Error{Code: api.CodeNotReady, Cause: api.CauseWaitingCloud,
+			return api.Assignment{}, s.refused(req, &api.Error{Code: api.CodeNotReady, Cause: api.CauseWaitingCloud,
 				Message: "vpcipd is shutting down: no address now, try again"})
 		case <-ctx.Done():
 			e, _ := s.noAddress(s.now())
-			return api.Assignment{}, s.refused(req.Key, e)
+			return api.Assignment{}, s.refused(req, e)
 		}
 	}
 }
 
-// refused counts and logs an ADD answered without an address.
-func (s *apiServer) refused(key api.Key, e *api.Error) *api.Error {
+// refused counts and logs an ADD answered without an address, and has the
+// Kubernetes part record the same cause as an Event on the pod.
+func (s *apiServer) refused(req api.AssignRequest, e *api.Error) *api.Error {
 	s.metrics.noAddress.WithLabelValues(string(e.Cause)).Inc()
-	s.log.Info("no address for pod", "key", key.String(), "cause", e.Cause, "msg", e.Message)
+	s.log.Info("no address for pod", "key", req.Key.String(), "cause", e.Cause, "msg", e.Message)
+	if s.events != nil && e.Code == api.CodeNoAddress {
+		s.events.NoAddress(req.Pod, e)
+	}
 	return e
 }
 

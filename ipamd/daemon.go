@@ -47,6 +47,18 @@ type Options struct {
 	// part show it, and ADD refusals name its Problem (a missing or invalid
 	// ENIConfig, no eligible subnet). nil: nothing to show.
 	Placement func() podsubnet.Decision
+	// Events records, on the pod, why its ADD got no address (the
+	// Kubernetes part). It must not block. nil: none.
+	Events NoAddressRecorder
+	// Kubernetes reports the Kubernetes part's state for introspection and
+	// `vpcipctl status`. nil: shown as disabled.
+	Kubernetes func() introspect.Kubernetes
+}
+
+// NoAddressRecorder is told about every ADD answered without an address,
+// with the error (cause and numbers) the plugin returns.
+type NoAddressRecorder interface {
+	NoAddress(pod api.Pod, e *api.Error)
 }
 
 // Daemon is vpcipd: the wiring of its parts (see the package comment). Use
@@ -82,7 +94,7 @@ func New(o Options) (*Daemon, error) {
 	d.rec = &reconciler{cfg: cfg, prov: o.Provider, store: store, node: d.node, hosts: d.hosts, ckpt: d.ckpt,
 		life: d.life, log: o.Logger, metrics: o.Metrics, now: o.Clock, missing: map[string]int{}}
 	d.api = &apiServer{cfg: cfg, store: store, node: d.node, ckpt: d.ckpt, life: d.life, log: o.Logger,
-		metrics: o.Metrics, now: o.Clock, placement: o.Placement}
+		metrics: o.Metrics, now: o.Clock, placement: o.Placement, events: o.Events}
 	if d.api.placement == nil {
 		d.api.placement = func() podsubnet.Decision { return podsubnet.Decision{} }
 	}
@@ -97,7 +109,7 @@ func New(o Options) (*Daemon, error) {
 	}
 	d.pool, d.api.pool = p, p
 	d.view = &statusView{cfg: cfg, store: store, node: d.node, pool: p, hosts: d.hosts, life: d.life, placement: d.api.placement,
-		now: o.Clock, version: o.Version, started: o.Clock()}
+		now: o.Clock, version: o.Version, started: o.Clock(), kube: o.Kubernetes}
 	d.api.view = d.view
 	d.work = newWorker(cfg, p, d.rec, func() {
 		if o.Status != nil {

@@ -52,6 +52,7 @@ type statusView struct {
 	started time.Time
 	// placement is the latest ENI placement decision (Options.Placement).
 	placement func() podsubnet.Decision
+	kube      func() introspect.Kubernetes // nil: no Kubernetes part
 }
 
 // snapshot is the node's status now.
@@ -141,6 +142,7 @@ func (v *statusView) state() introspect.State {
 		Config:      v.cfg.Map(),
 		Ready:       st.Ready,
 		Reason:      st.Reason,
+		Kubernetes:  introspect.Kubernetes{Reason: "disabled"},
 		Time:        now,
 	}
 	if pl := snap.Placement; pl.Mode != "" {
@@ -148,6 +150,9 @@ func (v *statusView) state() introspect.State {
 		if len(pl.Targets) > 0 {
 			out.Placement.SubnetID, out.Placement.SecurityGroups = pl.Targets[0].SubnetID, pl.Targets[0].SecurityGroups
 		}
+	}
+	if v.kube != nil {
+		out.Kubernetes = v.kube()
 	}
 	for _, e := range v.store.ENIs() {
 		out.ENIs = append(out.ENIs, introspectENI(e, links[e.ID], eniCapacity(e, lim, slotSize(v.cfg, lim))))

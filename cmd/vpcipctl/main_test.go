@@ -49,6 +49,7 @@ Mode:        secondary-ip
 Ready:       yes
 Addresses:   3 assigned, 9 warm, 1 cooling; capacity 18, budget 27
 ENIs:        2 of 3
+Kubernetes:  disabled
 Started:     2026-11-29T10:58:00Z
 `},
 		{"enis", `

@@ -71,7 +71,21 @@ func writeStatus(w io.Writer, s introspect.State) error {
 		}
 		rows = append(rows, []string{"New ENIs:", placement})
 	}
+	rows = append(rows, []string{"Kubernetes:", kubernetesLine(s.Kubernetes)})
 	return table(w, append(rows, []string{"Started:", stamp(s.Node.StartedAt)}))
+}
+
+// kubernetesLine is the Kubernetes part's state: connected, or why not.
+func kubernetesLine(k introspect.Kubernetes) string {
+	switch {
+	case k.Connected:
+		return "connected"
+	case k.Reason != "":
+		return k.Reason
+	case k.Enabled:
+		return "not connected"
+	}
+	return "disabled"
 }
 
 func addrString(s string) string {

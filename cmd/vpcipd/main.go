@@ -141,22 +141,26 @@ func daemon(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if !cfg.HostNetwork {
 		host = ipamd.NoHost{}
 	}
+	subnets := fleetmetrics.NewSubnets(reg, prov, cfg.SubnetMetricsInterval, log.With("component", "subnet-metrics"))
+	kube, adapter := newCluster(cfg, log, reg, host, subnets, fleetmetrics.NewWithoutPod(reg))
 	d, err := ipamd.New(ipamd.Options{
 		Config: cfg, Provider: &podsubnet.Provider{Provider: prov, Placer: placer}, Host: host, Logger: log,
 		Placement: placer.Last,
 		Metrics:   metrics, Gatherer: reg, Version: version,
+		Demand: kube, Events: kube, Kubernetes: kube.KubernetesState,
 	})
 	if err != nil {
 		return err
 	}
+	adapter.Source = d
+	kube.SetKick(d.Kick)
 	fleetmetrics.RegisterBuildInfo(reg, version, checkpoint.Version)
-	fleetmetrics.NewWithoutPod(reg) // 0 until the Kubernetes part sets it
 	if cfg.AWSCNIMetricNames {
 		fleetmetrics.RegisterAWSCNINames(reg, d.Status)
 	}
-	subnets := fleetmetrics.NewSubnets(reg, prov, cfg.SubnetMetricsInterval, log.With("component", "subnet-metrics"))
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return d.Run(ctx) })
 	g.Go(func() error { return subnets.Run(ctx) })
+	g.Go(func() error { return kube.Run(ctx) })
 	return g.Wait()
 }

@@ -1,10 +1,9 @@
 package cluster
 
 import (
-	"context"
 	"fmt"
 	"net/netip"
-	"sync"
+	"sort"
 	"time"
 
 	"github.com/vpcip/vpcip/ipamd/addressbudget"
@@ -20,6 +19,7 @@ import (
 type Source interface {
 	State() introspect.State
 	Release(req api.ReleaseRequest) (api.ReleaseResponse, error)
+	PodsHolding() map[string]bool // "namespace/name" of pods holding an address
 }
 
 // HostView is the node's pod networking as leak detection checks it
@@ -31,22 +31,13 @@ type HostView interface {
 	RemovePodRules(addr netip.Addr) (int, error)
 }
 
-// SubnetsTTL is how long DescribeSubnets figures are reused: one EC2 call
-// per node per 5 minutes at most.
-const SubnetsTTL = 5 * time.Minute
-
-// Adapter implements Daemon over a Source, a HostView and the provider's
-// DescribeSubnets (cached for SubnetsTTL).
+// Adapter implements Daemon over a Source and a HostView; subnet free
+// counts come from Subnets (fleetmetrics.Subnets.Latest: the daemon's one
+// cached DescribeSubnets, so publishing costs no EC2 call).
 type Adapter struct {
-	Source   Source
-	Host     HostView
-	Provider provider.Provider // for subnet free counts; nil: none published
-	Now      func() time.Time  // nil: time.Now
-
-	mu        sync.Mutex // guards the subnet cache
-	subnets   map[string]addressbudget.Subnet
-	fetchedAt time.Time
-	fetching  bool
+	Source  Source
+	Host    HostView
+	Subnets func() ([]provider.Subnet, time.Time) // nil: no subnets published
 }
 
 var _ Daemon = (*Adapter)(nil)
@@ -63,70 +54,14 @@ func (a *Adapter) Snapshot() Snapshot {
 	for _, as := range st.Assignments {
 		s.Assignments = append(s.Assignments, Assignment{Key: as.Key, Pod: as.Pod, AssignedAt: as.AssignedAt})
 	}
-	ids := map[string]bool{}
-	for _, e := range st.ENIs {
-		ids[e.SubnetID] = true
+	if a.Subnets != nil {
+		latest, _ := a.Subnets()
+		for _, sn := range latest {
+			s.Subnets = append(s.Subnets, addressbudget.Subnet{ID: sn.ID, CIDR: sn.CIDR.String(), Free: sn.FreeAddresses})
+		}
+		sort.Slice(s.Subnets, func(i, j int) bool { return s.Subnets[i].ID < s.Subnets[j].ID })
 	}
-	s.Subnets = a.subnetsOf(ids)
 	return s
-}
-
-// subnetsOf returns the cached subnets, refreshing them in the background
-// when stale or when the node's set of subnets changed; never blocks.
-func (a *Adapter) subnetsOf(ids map[string]bool) []addressbudget.Subnet {
-	now := time.Now
-	if a.Now != nil {
-		now = a.Now
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	same := len(ids) == len(a.subnets)
-	for id := range ids {
-		if _, ok := a.subnets[id]; !ok {
-			same = false
-		}
-	}
-	if a.Provider != nil && !a.fetching && len(ids) > 0 && (!same || now().Sub(a.fetchedAt) >= SubnetsTTL) {
-		a.fetching = true
-		go a.fetch(ids, now)
-	}
-	var out []addressbudget.Subnet // a subnet not fetched yet is published once known
-	for id := range ids {
-		if sn, ok := a.subnets[id]; ok {
-			out = append(out, sn)
-		}
-	}
-	sortSubnets(out)
-	return out
-}
-
-func (a *Adapter) fetch(ids map[string]bool, now func() time.Time) {
-	q := provider.SubnetQuery{}
-	for id := range ids {
-		q.IDs = append(q.IDs, id)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	got, err := a.Provider.Subnets(ctx, q)
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.fetching = false
-	a.fetchedAt = now() // also on error: retried after the TTL
-	if err != nil {
-		return
-	}
-	a.subnets = map[string]addressbudget.Subnet{}
-	for _, sn := range got {
-		a.subnets[sn.ID] = addressbudget.Subnet{ID: sn.ID, CIDR: sn.CIDR.String(), Free: sn.FreeAddresses}
-	}
-}
-
-func sortSubnets(s []addressbudget.Subnet) {
-	for i := 1; i < len(s); i++ {
-		for j := i; j > 0 && s[j].ID < s[j-1].ID; j-- {
-			s[j], s[j-1] = s[j-1], s[j]
-		}
-	}
 }
 
 // ReleaseLeaked releases as after the host checks the daemon's own route
@@ -172,3 +107,6 @@ func errText(err error) string {
 	}
 	return err.Error()
 }
+
+// PodsHolding asks the daemon which pods hold an address.
+func (a *Adapter) PodsHolding() map[string]bool { return a.Source.PodsHolding() }

@@ -32,6 +32,8 @@ import (
 
 	"github.com/vpcip/vpcip/ipamd/addressbudget"
 	"github.com/vpcip/vpcip/ipamd/api"
+	"github.com/vpcip/vpcip/ipamd/fleetmetrics"
+	"github.com/vpcip/vpcip/ipamd/introspect"
 )
 
 // Daemon is what the cluster part reads from, and asks of, the rest of vpcipd.
@@ -44,6 +46,9 @@ type Daemon interface {
 	// address: the checks GC uses). It reports whether it released, and why
 	// not otherwise.
 	ReleaseLeaked(a Assignment) (released bool, why string)
+	// PodsHolding returns "namespace/name" of every pod holding an address
+	// now; cheap enough for every pool cycle.
+	PodsHolding() map[string]bool
 }
 
 // Snapshot is the daemon's state as the cluster part publishes it. Address
@@ -75,6 +80,9 @@ type Options struct {
 	Daemon   Daemon
 	Logger   *slog.Logger          // nil: discard
 	Metrics  prometheus.Registerer // nil: not registered
+	// WithoutPod is vpcip_addresses_without_pod when the daemon registered
+	// it (package fleetmetrics); nil registers it on Metrics.
+	WithoutPod *fleetmetrics.WithoutPod
 	// Kick is called when pending demand rises, so the pool grows at once.
 	Kick func()
 	// LeakGrace is how long a pod must be absent from a synced cache (and
@@ -139,7 +147,7 @@ func New(o Options) (*Cluster, error) {
 	if o.Tick <= 0 {
 		o.Tick = time.Second
 	}
-	c := &Cluster{o: o, log: o.Logger, metrics: newMetrics(o.Metrics), goneAt: map[api.Key]time.Time{}}
+	c := &Cluster{o: o, log: o.Logger, metrics: newMetrics(o.Metrics, o.WithoutPod), goneAt: map[api.Key]time.Time{}}
 	switch {
 	case o.NodeName == "":
 		c.state = "disabled: MY_NODE_NAME unset"
@@ -273,4 +281,18 @@ func (c *Cluster) checkHealth(ctx context.Context) {
 	c.mu.Unlock()
 	c.metrics.setConnected(true)
 	c.log.Info("kubernetes API reachable again", "node", c.o.NodeName)
+}
+
+// SetKick sets Options.Kick after New (the daemon that owns Kick is built
+// after its Kubernetes part). Call it before Run.
+func (c *Cluster) SetKick(kick func()) {
+	if c != nil {
+		c.o.Kick = kick
+	}
+}
+
+// KubernetesState is Health in introspection's shape (`vpcipctl status`).
+func (c *Cluster) KubernetesState() introspect.Kubernetes {
+	h := c.Health()
+	return introspect.Kubernetes{Enabled: h.Enabled, Connected: h.Connected, Reason: h.Reason}
 }

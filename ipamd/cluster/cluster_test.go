@@ -45,7 +45,7 @@ func TestDemandCountsPodsBoundHereWithoutAddress(t *testing.T) {
 		}
 	}
 	held := holder(e, "held")
-	eventually(t, 10*time.Second, "demand reaches the pods without address", func() bool { return e.c.Demand(held) == want })
+	eventually(t, 10*time.Second, "demand reaches the pods without address", func() bool { return e.c.Unaddressed(held) == want })
 	// The pool is kicked when demand rises, not only when an ADD arrives.
 	select {
 	case <-e.kicks:
@@ -55,11 +55,11 @@ func TestDemandCountsPodsBoundHereWithoutAddress(t *testing.T) {
 	// The back-off pod still counts seconds later (the pool must not
 	// release what it is about to need).
 	time.Sleep(2 * time.Second)
-	if got := e.c.Demand(held); got != want {
+	if got := e.c.Unaddressed(held); got != want {
 		t.Errorf("demand after 2 s = %d, want %d (a pod in back-off keeps counting)", got, want)
 	}
 	deletePod(t, e.admin, ns, "scheduled")
-	eventually(t, 10*time.Second, "demand drops when a pending pod is deleted", func() bool { return e.c.Demand(held) == want-1 })
+	eventually(t, 10*time.Second, "demand drops when a pending pod is deleted", func() bool { return e.c.Unaddressed(held) == want-1 })
 }
 
 func TestLeakedAssignmentReleasedAfterGrace(t *testing.T) {
@@ -164,7 +164,7 @@ func TestNothingReleasedWithoutATrustworthyView(t *testing.T) {
 	if n := e.daemon.releasedCount(); n != 0 {
 		t.Fatalf("%d assignments released while the API server was down", n)
 	}
-	if got := e.c.Demand(func(api.Pod) bool { return false }); got != 0 {
+	if got := e.c.Unaddressed(func(api.Pod) bool { return false }); got != 0 {
 		t.Errorf("demand %d while degraded, want 0 (no trustworthy view)", got)
 	}
 	if err := k.StartAPIServer(); err != nil {
@@ -206,7 +206,7 @@ func TestDisabledWithoutNodeName(t *testing.T) {
 	if h.Enabled || h.Connected || !strings.Contains(h.Reason, "MY_NODE_NAME") {
 		t.Errorf("health %+v, want disabled naming MY_NODE_NAME", h)
 	}
-	if got := c.Demand(func(api.Pod) bool { return false }); got != 0 {
+	if got := c.Unaddressed(func(api.Pod) bool { return false }); got != 0 {
 		t.Errorf("demand %d when disabled", got)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)

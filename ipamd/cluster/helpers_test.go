@@ -64,6 +64,16 @@ func (f *fakeDaemon) ReleaseLeaked(a cluster.Assignment) (bool, string) {
 	return false, "not held"
 }
 
+func (f *fakeDaemon) PodsHolding() map[string]bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	held := map[string]bool{}
+	for _, a := range f.snap.Assignments {
+		held[a.Pod.Namespace+"/"+a.Pod.Name] = true
+	}
+	return held
+}
+
 func (f *fakeDaemon) set(fn func(s *cluster.Snapshot)) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -51,7 +51,7 @@ func (c *Cluster) checkLeaks(ctx context.Context, snap Snapshot) {
 		}
 	}
 	c.mu.Unlock()
-	c.metrics.withoutPod.Set(float64(missing))
+	c.metrics.withoutPod.Set(missing)
 	if len(due) == 0 {
 		return
 	}

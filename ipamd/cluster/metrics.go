@@ -1,11 +1,15 @@
 package cluster
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/vpcip/vpcip/ipamd/fleetmetrics"
+)
 
 // metrics of the cluster part (docs/design.md §8 naming).
 type metrics struct {
 	connected     prometheus.Gauge
-	withoutPod    prometheus.Gauge
+	withoutPod    *fleetmetrics.WithoutPod
 	pendingPods   prometheus.Gauge
 	apiErrors     prometheus.Counter
 	writes        *prometheus.CounterVec
@@ -14,15 +18,17 @@ type metrics struct {
 	leakMismatch  prometheus.Counter
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
-	m := &metrics{
+// newMetrics registers the part's metrics on reg (nil: none). withoutPod is
+// vpcip_addresses_without_pod when the daemon registered it already; nil
+// registers it here.
+func newMetrics(reg prometheus.Registerer, withoutPod *fleetmetrics.WithoutPod) *metrics {
+	if withoutPod == nil && reg != nil {
+		withoutPod = fleetmetrics.NewWithoutPod(reg)
+	}
+	m := &metrics{withoutPod: withoutPod,
 		connected: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "vpcip_kubernetes_connected",
 			Help: "1 when the Kubernetes part's caches are synced and the API server answers; 0 when disabled, connecting or degraded (addresses are served either way).",
-		}),
-		withoutPod: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "vpcip_addresses_without_pod",
-			Help: "Assigned addresses whose pod (namespace/name/UID) is missing from the node's synced pod cache: candidate leaks, released after the leak grace period.",
 		}),
 		pendingPods: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "vpcip_pending_pods",
@@ -50,7 +56,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.connected, m.withoutPod, m.pendingPods, m.apiErrors, m.writes, m.events, m.leaksReleased, m.leakMismatch)
+		reg.MustRegister(m.connected, m.pendingPods, m.apiErrors, m.writes, m.events, m.leaksReleased, m.leakMismatch)
 	}
 	return m
 }

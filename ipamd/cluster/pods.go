@@ -99,14 +99,26 @@ func needsAddress(p *corev1.Pod) bool {
 	return p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed
 }
 
-// Demand is the number of pods bound to this node that need an address and
-// hold none (holds reports whether the daemon holds one for a pod; it must
-// not block): pods the scheduler placed whose ADD has not arrived, is
+// Demand implements the pool's demand input (ipamd/pool.Demand): the pods
+// bound to this node that need an address and hold none, with the daemon's
+// own view of who holds one (Daemon.PodsHolding). The pool reads it every
+// cycle as warmpool's Demand.Unaddressed.
+func (c *Cluster) Demand() int {
+	if !c.synced() {
+		return 0
+	}
+	held := c.o.Daemon.PodsHolding()
+	return c.Unaddressed(func(p api.Pod) bool { return held[p.Namespace+"/"+p.Name] })
+}
+
+// Unaddressed is the number of pods bound to this node that need an address
+// and hold none (holds reports whether the daemon holds one for a pod; it
+// must not block): pods the scheduler placed whose ADD has not arrived, is
 // waiting, or failed and sits in kubelet's back-off. The pool sizes for them
-// before their ADDs arrive (warmpool.Input.Pending). It is 0 while the part
-// is disabled, unsynced or degraded: without a trustworthy view the pool
-// falls back to the ADDs it sees.
-func (c *Cluster) Demand(holds func(api.Pod) bool) int {
+// before their ADDs arrive. It is 0 while the part is disabled, unsynced or
+// degraded: without a trustworthy view the pool falls back to the ADDs it
+// sees.
+func (c *Cluster) Unaddressed(holds func(api.Pod) bool) int {
 	if !c.synced() {
 		return 0
 	}
@@ -126,7 +138,7 @@ func (c *Cluster) noticeDemand(snap Snapshot) {
 	for _, a := range snap.Assignments {
 		held[podName{a.Pod.Namespace, a.Pod.Name}] = true
 	}
-	n := c.Demand(func(p api.Pod) bool { return held[podName{p.Namespace, p.Name}] })
+	n := c.Unaddressed(func(p api.Pod) bool { return held[podName{p.Namespace, p.Name}] })
 	c.metrics.pendingPods.Set(float64(n))
 	c.mu.Lock()
 	rose := n > c.lastDemand

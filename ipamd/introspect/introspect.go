@@ -44,6 +44,7 @@ type State struct {
 	Config      map[string]string `json:"config"`      // effective configuration, by environment variable name
 	Ready       bool              `json:"ready"`       // the daemon can assign addresses (CNI STATUS succeeds)
 	Reason      string            `json:"reason,omitempty"`
+	Kubernetes  Kubernetes        `json:"kubernetes"`
 	Time        time.Time         `json:"time"` // when the daemon took this view
 	// Placement is where the latest new ENI went (or why none can be
 	// placed); nil before the daemon placed one.
@@ -63,6 +64,14 @@ type Placement struct {
 	ENIConfig      string    `json:"eniConfig,omitempty"`
 	Reason         string    `json:"reason,omitempty"`
 	Problem        string    `json:"problem,omitempty"`
+}
+
+// Kubernetes is the state of the daemon's Kubernetes part (ipamd/cluster).
+// Addresses are served in every state.
+type Kubernetes struct {
+	Enabled   bool   `json:"enabled"`          // MY_NODE_NAME and an API server configured
+	Connected bool   `json:"connected"`        // caches synced, API server answering
+	Reason    string `json:"reason,omitempty"` // why not enabled or connected, e.g. "disabled: MY_NODE_NAME unset"
 }
 
 // NodeInfo identifies the node and its instance (from IMDS).

@@ -1,0 +1,51 @@
+package main
+
+import (
+	"log/slog"
+	"os"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/vpcip/vpcip/ipamd"
+	"github.com/vpcip/vpcip/ipamd/cluster"
+	"github.com/vpcip/vpcip/ipamd/config"
+	"github.com/vpcip/vpcip/ipamd/fleetmetrics"
+)
+
+// kubeConfig is how the Kubernetes part reaches the API server:
+// VPCIP_KUBECONFIG (or KUBECONFIG), else the pod's ServiceAccount when running
+// in a cluster (KUBERNETES_SERVICE_HOST set); nil when neither, with why.
+func kubeConfig(cfg config.Config) (*rest.Config, error) {
+	if cfg.Kubeconfig != "" {
+		return clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
+	}
+	if os.Getenv("KUBERNETES_SERVICE_HOST") == "" {
+		return nil, nil
+	}
+	return rest.InClusterConfig()
+}
+
+// newCluster wires the Kubernetes part. It never fails the daemon: a bad
+// kubeconfig leaves the part disabled, with the reason in the log and in
+// `vpcipctl status`.
+func newCluster(cfg config.Config, log *slog.Logger, reg prometheus.Registerer, host ipamd.Host,
+	subnets *fleetmetrics.Subnets, withoutPod *fleetmetrics.WithoutPod) (*cluster.Cluster, *cluster.Adapter) {
+	restCfg, err := kubeConfig(cfg)
+	if err != nil {
+		log.Error("kubernetes configuration unusable: running without the Kubernetes part", "err", err)
+		restCfg = nil
+	}
+	adapter := &cluster.Adapter{Host: host, Subnets: subnets.Latest}
+	c, err := cluster.New(cluster.Options{
+		NodeName: cfg.NodeName, Config: restCfg, Daemon: adapter,
+		Logger: log.With("component", "kubernetes"), Metrics: reg, WithoutPod: withoutPod,
+		LeakGrace: cfg.PodLeakGrace, PublishInterval: cfg.BudgetInterval,
+	})
+	if err != nil {
+		log.Error("kubernetes part not wired: running without it", "err", err)
+		c, _ = cluster.New(cluster.Options{Metrics: reg, WithoutPod: withoutPod})
+	}
+	return c, adapter
+}

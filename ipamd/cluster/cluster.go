@@ -22,6 +22,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -244,7 +245,7 @@ func (c *Cluster) synced() bool {
 // succeeds (checkHealth).
 func (c *Cluster) apiError(what string, err error) {
 	c.mu.Lock()
-	first := c.state == ""
+	first := !strings.HasPrefix(c.state, "degraded")
 	c.lastErr = c.o.Now()
 	c.state = "degraded: " + what + ": " + err.Error()
 	c.goneAt = map[api.Key]time.Time{} // absences seen so far are no evidence now

@@ -13,6 +13,7 @@ import (
 
 	"github.com/vpcip/vpcip/ipamd/introspect"
 	"github.com/vpcip/vpcip/test/e2e/cluster"
+	"github.com/vpcip/vpcip/test/kubetest"
 	"github.com/vpcip/vpcip/test/vpcsim"
 	"github.com/vpcip/vpcip/test/vpcsim/podruntime"
 )
@@ -137,6 +138,7 @@ func TestIMDSLag(t *testing.T) {
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	kubetest.StopShared()
 	if binDir != "" {
 		os.RemoveAll(binDir)
 	}

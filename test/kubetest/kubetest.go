@@ -130,10 +130,17 @@ func Shared(t testing.TB) *Server {
 // when a test failed. Call it from TestMain; it does not return.
 func Main(m *testing.M) {
 	code := m.Run()
+	StopShared()
+	os.Exit(code)
+}
+
+// StopShared stops the shared server if Shared started one; for a TestMain
+// that cannot use Main.
+func StopShared() {
 	shared.mu.Lock()
+	defer shared.mu.Unlock()
 	if shared.srv != nil {
 		shared.srv.Stop()
+		shared.srv, shared.err = nil, nil
 	}
-	shared.mu.Unlock()
-	os.Exit(code)
 }

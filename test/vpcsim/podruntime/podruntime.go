@@ -44,6 +44,7 @@ type PodSpec struct {
 	Namespace string // Kubernetes namespace, e.g. "default"
 	Name      string // pod name
 	IfName    string // default "eth0"
+	UID       string // K8S_POD_UID, as kubelet passes the API object's; default random
 }
 
 // Pod is a started pod sandbox.
@@ -94,7 +95,10 @@ func (n *Node) Add(ctx context.Context, spec PodSpec) (*Pod, error) {
 	if err != nil {
 		return nil, err
 	}
-	pod := &Pod{PodSpec: spec, UID: randomHex(16), ContainerID: randomHex(32), Network: list.Name}
+	pod := &Pod{PodSpec: spec, UID: spec.UID, ContainerID: randomHex(32), Network: list.Name}
+	if pod.UID == "" {
+		pod.UID = randomHex(16)
+	}
 	pod.Netns = n.podNetnsName(spec)
 	if err := CreateNetns(pod.Netns); err != nil {
 		return nil, err

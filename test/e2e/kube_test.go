@@ -422,7 +422,7 @@ func TestKubeAddressBudgetsOfTwoNodes(t *testing.T) {
 		}
 	}
 	changed := time.Now()
-	waitFor(t, 16*time.Second, "the change published within 15 s", match)
+	waitFor(t, 17*time.Second, "the change published within 15 s (plus the 1 s tick)", match)
 	t.Logf("change visible after %v", time.Since(changed).Round(100*time.Millisecond))
 
 	waitFor(t, 15*time.Second, "MaxPodsExceedsAddresses Node event", func() bool {

@@ -371,7 +371,9 @@ func TestKubeEventNamesCauseOfNoAddress(t *testing.T) {
 // Node event; under churn the writes per node stay at most one per 15 s.
 func TestKubeAddressBudgetsOfTwoNodes(t *testing.T) {
 	kubetest.SkipIfUnavailable(t)
-	c := start(t, cluster.Options{Nodes: 2, InstanceType: "m5.large"})
+	// Cooldown 0: the churn below reuses addresses at once instead of
+	// running the nodes into their ENI limit.
+	c := start(t, cluster.Options{Nodes: 2, InstanceType: "m5.large", DaemonEnv: []string{"IP_COOLDOWN_PERIOD=0"}})
 	k := kubetest.Shared(t)
 	e := joinKube(t, k, c, 110, nil) // kubelet's default 110 on an m5.large (29 by address)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -216,7 +217,8 @@ func kill(p *proc) {
 }
 
 // spawn starts a process in its own process group, killed if the test binary
-// dies (Pdeathsig), logging to <dir>/<name>.log.
+// dies (Pdeathsig, from a thread that outlives the child), logging to
+// <dir>/<name>.log.
 func (s *Server) spawn(name, path string, args ...string) (*proc, error) {
 	logf, err := os.OpenFile(filepath.Join(s.dir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -226,14 +228,25 @@ func (s *Server) spawn(name, path string, args ...string) (*proc, error) {
 	cmd := exec.Command(path, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
 	p := &proc{cmd: cmd, done: make(chan struct{})}
+	started := make(chan error)
 	go func() {
+		// The kernel sends Pdeathsig when the forking thread exits, and Go
+		// ends threads that netns code locked and left: fork from a thread
+		// of our own that lives until the child is gone.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
 		cmd.Wait()
 		close(p.done)
 	}()
+	if err := <-started; err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
 	return p, nil
 }
 

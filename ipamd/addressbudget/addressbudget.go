@@ -45,7 +45,7 @@ type Status struct {
 	Addresses        Addresses          `json:"addresses"`
 	UsedPercent      int                `json:"usedPercent"` // Assigned*100/Budget, rounded down; 0 when Budget is 0
 	Subnets          []Subnet           `json:"subnets,omitempty"`
-	SubnetFree       int                `json:"subnetFree"` // sum of Subnets[].Free
+	SubnetFree       *int               `json:"subnetFree,omitempty"` // sum of Subnets[].Free; nil until the subnets were read
 	MaxPods          MaxPods            `json:"maxPods"`
 	Version          string             `json:"version,omitempty"` // vpcipd version
 	CheckpointSchema int                `json:"checkpointSchema,omitempty"`

@@ -61,8 +61,12 @@ func (c *Cluster) buildStatus(s Snapshot, node *corev1.Node, prev []metav1.Condi
 		MaxPods:     addressbudget.MaxPods{Addresses: s.Budget + HostNetworkAllowance},
 		Version:     s.Version, CheckpointSchema: s.CheckpointSchema,
 	}
-	for _, sn := range s.Subnets {
-		st.SubnetFree += sn.Free
+	if len(s.Subnets) > 0 {
+		free := 0
+		for _, sn := range s.Subnets {
+			free += sn.Free
+		}
+		st.SubnetFree = &free
 	}
 	if st.Zone == "" && node != nil {
 		st.Zone = node.Labels[corev1.LabelTopologyZone]
@@ -98,7 +102,7 @@ func (c *Cluster) conditions(s Snapshot, st addressbudget.Status) []metav1.Condi
 	if s.MaxENIs > 0 {
 		perENI = s.Budget / s.MaxENIs
 	}
-	subnetLow := len(s.Subnets) > 0 && st.SubnetFree < max(16, perENI)
+	subnetLow := st.SubnetFree != nil && *st.SubnetFree < max(16, perENI)
 	// Max pods: kubelet admits more pods than the addresses serve plus the
 	// host-network pods (at least the formula's 2).
 	serve := s.Budget + max(HostNetworkAllowance, c.hostNetworkPods())
@@ -109,8 +113,7 @@ func (c *Cluster) conditions(s Snapshot, st addressbudget.Status) []metav1.Condi
 			fmt.Sprintf("%d of %d addresses assigned, %d left", s.Assigned, s.Budget, free)),
 		cond(addressbudget.ConditionAtENILimit, s.MaxENIs > 0 && s.ENIs >= s.MaxENIs, "AllENIsAttached", "ENIsAvailable",
 			fmt.Sprintf("%d/%d ENIs attached", s.ENIs, s.MaxENIs)),
-		cond(addressbudget.ConditionSubnetLow, subnetLow, "SubnetNearlyFull", "SubnetHasAddresses",
-			fmt.Sprintf("%d free addresses in the node's subnets", st.SubnetFree)),
+		cond(addressbudget.ConditionSubnetLow, subnetLow, "SubnetNearlyFull", "SubnetHasAddresses", subnetNote(st.SubnetFree)),
 		cond(addressbudget.ConditionMaxPodsExceedsAddresses, exceeds, "KubeletMaxPodsTooHigh", "KubeletMaxPodsServed",
 			maxPodsNote(st.MaxPods.Kubelet, serve, s)),
 	}
@@ -222,4 +225,11 @@ func (c *Cluster) noticeMaxPods(node *corev1.Node, st addressbudget.Status) {
 		c.log.Warn("kubelet max-pods above the node's address capacity", "node", c.o.NodeName, "detail", cond.Message)
 		c.nodeEvent(node, corev1.EventTypeWarning, ReasonMaxPodsExceedsAddresses, msg)
 	}
+}
+
+func subnetNote(free *int) string {
+	if free == nil {
+		return "subnets not read yet"
+	}
+	return fmt.Sprintf("%d free addresses in the node's subnets", *free)
 }

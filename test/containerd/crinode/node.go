@@ -34,8 +34,8 @@ import (
 
 // Config describes one Node.
 type Config struct {
-	Dir     string   // everything the node writes lives under it; keep it short (unix socket paths hold 108 bytes)
-	Netns   string   // named network namespace (/var/run/netns/<Netns>) to run in; "" = the caller's
+	Dir   string // everything the node writes lives under it; keep it short (unix socket paths hold 108 bytes)
+	Netns string // named network namespace (/var/run/netns/<Netns>) to run in; "" = the caller's
 	// Mountns, when set, is a persistent mount namespace (a file bound by
 	// `unshare --mount=<file>`) containerd runs in: a Kubernetes node's own
 	// view of host paths such as /opt/cni/bin or /run/vpcip. Dir and the CNI

@@ -44,7 +44,7 @@ type kubeEnv struct {
 // joinKube relays apiAddr to k, creates a Node object per vpcsim node (kubelet
 // max-pods maxPods) and restarts the daemons of nodes with MY_NODE_NAME and
 // VPCIP_KUBECONFIG set (plus env). With no nodes given, every node joins.
-func joinKube(t *testing.T, k *kubetest.Server, c *cluster.Cluster, maxPods int64, env []string, nodes ...*cluster.Node) *kubeEnv {
+func joinKube(t testing.TB, k *kubetest.Server, c *cluster.Cluster, maxPods int64, env []string, nodes ...*cluster.Node) *kubeEnv {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -97,7 +97,7 @@ func joinKube(t *testing.T, k *kubetest.Server, c *cluster.Cluster, maxPods int6
 
 // bind creates pod name in the test's namespace bound to n, as the scheduler
 // leaves it: no address yet.
-func (e *kubeEnv) bind(t *testing.T, n *cluster.Node, name string) *corev1.Pod {
+func (e *kubeEnv) bind(t testing.TB, n *cluster.Node, name string) *corev1.Pod {
 	t.Helper()
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.c.Prefix},
 		Spec: corev1.PodSpec{NodeName: e.names[n], Containers: []corev1.Container{{Name: "c", Image: "pause"}}}}
@@ -124,7 +124,7 @@ func (e *kubeEnv) deleteAPIPod(t *testing.T, name string) {
 
 // metric reads one unlabelled sample (or a full series name with labels)
 // from the daemon's /metrics; -1 when absent.
-func metric(t *testing.T, n *cluster.Node, name string) float64 {
+func metric(t testing.TB, n *cluster.Node, name string) float64 {
 	t.Helper()
 	resp, err := n.HTTPClient().Get("http://127.0.0.1:61678/metrics")
 	if err != nil {
@@ -161,7 +161,7 @@ func holds(st introspect.State, ns, name string) bool {
 	return false
 }
 
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for !cond() {

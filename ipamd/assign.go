@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"sync/atomic"
 	"time"
 
@@ -40,6 +41,7 @@ type apiServer struct {
 	// placement is the latest ENI placement decision (Options.Placement).
 	placement func() podsubnet.Decision
 	events    NoAddressRecorder // nil: none
+	flush     *conntrackFlusher
 
 	waiting atomic.Int64 // ADDs waiting for an address
 }
@@ -91,6 +93,9 @@ func (s *apiServer) Assign(ctx context.Context, req api.AssignRequest) (api.Assi
 				}
 				s.log.Debug("assigned", "key", req.Key.String(), "pod", req.Pod.Namespace+"/"+req.Pod.Name, "address", a.Address, "eni", a.ENIID)
 			}
+			if a.Unflushed {
+				s.flushBeforeUse(ctx, a)
+			}
 			s.kick()
 			return s.wire(a), nil
 		}
@@ -115,6 +120,21 @@ func (s *apiServer) Assign(ctx context.Context, req api.AssignRequest) (api.Assi
 			return api.Assignment{}, s.refused(req, e)
 		}
 	}
+}
+
+// flushBeforeUse removes the conntrack entries of an address handed out
+// before the daemon's background flush reached it (IP_COOLDOWN_PERIOD=0
+// leaves no time to do it in the background; otherwise an ADD came within
+// the batching window after the cooldown ended), in a dump that begins
+// after the call, shared with the ADDs arriving meanwhile. A failed flush
+// is logged and the ADD goes on: refusing would stop every reuse of the
+// node's addresses for as long as ctnetlink fails.
+func (s *apiServer) flushBeforeUse(ctx context.Context, a datastore.Assignment) {
+	if err := s.flush.flush(ctx, []netip.Addr{a.Address}); err != nil {
+		s.log.Error("conntrack flush of a reused address failed", "address", a.Address, "err", err)
+		return
+	}
+	s.store.Flushed([]netip.Addr{a.Address}, a.FlushMark)
 }
 
 // refused counts and logs an ADD answered without an address, and has the
@@ -266,6 +286,6 @@ func (s *apiServer) wire(a datastore.Assignment) api.Assignment {
 	return api.Assignment{
 		Version: api.Version, Key: a.Key, Pod: a.Pod, Address: a.Address,
 		ENIID: a.ENIID, DeviceNumber: a.DeviceNumber, RouteTable: table,
-		SubnetCIDR: a.SubnetCIDR, VPCCIDRs: self.VPCCIDRs, MTU: s.cfg.MTU, AssignedAt: a.AssignedAt, Reused: a.Reused,
+		SubnetCIDR: a.SubnetCIDR, VPCCIDRs: self.VPCCIDRs, MTU: s.cfg.MTU, AssignedAt: a.AssignedAt,
 	}
 }

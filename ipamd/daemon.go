@@ -78,6 +78,7 @@ type Daemon struct {
 	work  *worker
 	api   *apiServer
 	view  *statusView
+	flush *conntrackFlusher
 }
 
 // New wires a daemon. It does no I/O.
@@ -88,13 +89,15 @@ func New(o Options) (*Daemon, error) {
 	o = withDefaults(o)
 	cfg, store := o.Config, datastore.New(o.Config.Cooldown)
 	store.SetMaxAssigned(cfg.MaxPods)
+	store.SetConntrackFlush(true)
 	d := &Daemon{cfg: cfg, log: o.Logger, gatherer: o.Gatherer, store: store, life: newLifecycle(), node: &nodeInfo{}}
 	d.ckpt = &checkpointer{path: cfg.Checkpoint, store: store, log: o.Logger, metrics: o.Metrics, now: o.Clock}
 	d.hosts = newHostSync(o.Host, cfg, store, o.Logger, o.Metrics, o.Clock)
 	d.rec = &reconciler{cfg: cfg, prov: o.Provider, store: store, node: d.node, hosts: d.hosts, ckpt: d.ckpt,
 		life: d.life, log: o.Logger, metrics: o.Metrics, now: o.Clock, missing: map[string]int{}}
+	d.flush = &conntrackFlusher{host: o.Host, store: store, log: o.Logger, now: o.Clock}
 	d.api = &apiServer{cfg: cfg, store: store, node: d.node, ckpt: d.ckpt, life: d.life, log: o.Logger,
-		metrics: o.Metrics, now: o.Clock, placement: o.Placement, events: o.Events}
+		metrics: o.Metrics, now: o.Clock, placement: o.Placement, events: o.Events, flush: d.flush}
 	if d.api.placement == nil {
 		d.api.placement = func() podsubnet.Decision { return podsubnet.Decision{} }
 	}
@@ -217,6 +220,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	g.Go(func() error {
 		d.work.run(gctx, restored)
+		return nil
+	})
+	g.Go(func() error {
+		d.flush.run(gctx)
 		return nil
 	})
 	g.Go(func() error {

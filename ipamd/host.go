@@ -26,10 +26,12 @@ type Host interface {
 	// PodRoutes lists the host routes to pod veths. ErrNoHostView means the
 	// host cannot be observed, which is not the same as "no pods".
 	PodRoutes() ([]hostnet.PodRoute, error)
-	// RemovePodRules deletes the plugin's per-pod policy rules (and the
-	// conntrack entries) of an address released without a DEL; it returns
-	// how many rules it deleted.
+	// RemovePodRules deletes the plugin's per-pod policy rules of an
+	// address released without a DEL; it returns how many rules it deleted.
 	RemovePodRules(addr netip.Addr) (int, error)
+	// FlushConntrack deletes the connection-tracking entries of addrs (one
+	// dump of the table for all); it returns how many it deleted.
+	FlushConntrack(addrs []netip.Addr) (uint, error)
 	// PodRuleAddresses lists the addresses with per-pod policy rules.
 	PodRuleAddresses() ([]netip.Addr, error)
 }
@@ -48,15 +50,9 @@ func (NodeHost) EnsureSNAT(c hostnet.SNATConfig) error   { return hostnet.Ensure
 func (NodeHost) LinkName(mac string) (string, error)     { return linkByMAC(mac) }
 func (NodeHost) PodRoutes() ([]hostnet.PodRoute, error)  { return hostnet.PodRoutes() }
 
-// RemovePodRules also deletes the address's conntrack entries: the address
-// is released without a DEL (or held by no one), and the next pod given it
-// must not receive the old pod's connections.
-func (NodeHost) RemovePodRules(a netip.Addr) (int, error) {
-	n, err := routing.RemovePodRules(a)
-	if _, cerr := hostnet.FlushPodConntrack(a); err == nil {
-		err = cerr
-	}
-	return n, err
+func (NodeHost) RemovePodRules(a netip.Addr) (int, error) { return routing.RemovePodRules(a) }
+func (NodeHost) FlushConntrack(addrs []netip.Addr) (uint, error) {
+	return hostnet.FlushConntrack(addrs)
 }
 func (NodeHost) PodRuleAddresses() ([]netip.Addr, error) { return routing.PodRuleAddresses() }
 
@@ -66,13 +62,14 @@ type NoHost struct{}
 
 var _ Host = NoHost{}
 
-func (NoHost) EnsureENI(e hostnet.ENI) (string, error) { return "", nil }
-func (NoHost) RemoveENI(hostnet.ENI) error             { return nil }
-func (NoHost) EnsureSNAT(hostnet.SNATConfig) error     { return nil }
-func (NoHost) LinkName(string) (string, error)         { return "", nil }
-func (NoHost) PodRoutes() ([]hostnet.PodRoute, error)  { return nil, ErrNoHostView }
-func (NoHost) RemovePodRules(netip.Addr) (int, error)  { return 0, nil }
-func (NoHost) PodRuleAddresses() ([]netip.Addr, error) { return nil, nil }
+func (NoHost) EnsureENI(e hostnet.ENI) (string, error)   { return "", nil }
+func (NoHost) RemoveENI(hostnet.ENI) error               { return nil }
+func (NoHost) EnsureSNAT(hostnet.SNATConfig) error       { return nil }
+func (NoHost) LinkName(string) (string, error)           { return "", nil }
+func (NoHost) PodRoutes() ([]hostnet.PodRoute, error)    { return nil, ErrNoHostView }
+func (NoHost) RemovePodRules(netip.Addr) (int, error)    { return 0, nil }
+func (NoHost) FlushConntrack([]netip.Addr) (uint, error) { return 0, nil }
+func (NoHost) PodRuleAddresses() ([]netip.Addr, error)   { return nil, nil }
 
 func linkByMAC(mac string) (string, error) {
 	ifs, err := net.Interfaces()

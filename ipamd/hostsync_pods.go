@@ -30,6 +30,9 @@ func (h *hostSync) removeStaleRules(byAddr map[netip.Addr]string) {
 		if _, held := h.store.Holder(a); held {
 			continue
 		}
+		// The vanished pod's conntrack entries go before the address is
+		// handed out again.
+		h.store.MarkUnflushed(a)
 		n, err := h.host.RemovePodRules(a)
 		if err != nil {
 			h.log.Error("removing stale pod rules failed", "address", a, "err", err)
@@ -54,7 +57,8 @@ func (h *hostSync) releaseRouteless(byAddr map[netip.Addr]string, now time.Time)
 		if _, ok := h.store.Release(a.Key, now); ok {
 			h.metrics.repaired("released_no_route", 1)
 			// The pod went without a DEL: its veth and host route went with
-			// its netns, but the plugin's rules stay in the node netns.
+			// its netns, but the plugin's rules stay in the node netns (its
+			// conntrack entries are flushed before the address is reused).
 			rules, err := h.host.RemovePodRules(a.Address)
 			if err != nil {
 				h.log.Error("removing the released address's pod rules failed", "address", a.Address, "err", err)

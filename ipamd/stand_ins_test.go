@@ -46,6 +46,8 @@ func (h *memHost) LinkName(string) (string, error) { return "eth0", nil }
 
 func (h *memHost) EnsureSNAT(hostnet.SNATConfig) error { return nil }
 
+func (h *memHost) FlushConntrack([]netip.Addr) (uint, error) { return 0, nil }
+
 func (h *memHost) RemovePodRules(a netip.Addr) (int, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -42,13 +42,6 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	in.log = in.log.With("address", asg.Address.String(), "routeTable", asg.RouteTable, "hostVeth", att.HostVeth)
 	var wired datapath.Wired
 	if err = pair.err; err == nil {
-		// Entries made while a reused address cooled down (a Service still
-		// sending to its previous pod) must not reach this pod.
-		if asg.Reused {
-			if n, ferr := flushConntrackShared(in.conntrackQueue(), asg.Address); ferr != nil || n > 0 {
-				in.log.Info("flushed conntrack entries of the reused address before wiring", "entries", n, "error", ferr)
-			}
-		}
 		wired, err = datapath.Configure(podNS, att)
 	}
 	if err != nil {

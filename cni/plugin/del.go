@@ -116,9 +116,9 @@ func localAddrs(in *invocation, ifName string, podAddrs []netip.Addr) []netip.Ad
 	return slices.Compact(local)
 }
 
-// removeHostSide removes the host route, rules, veth and conntrack entries
-// of addr when they are
-// key's: the route is gone (rules left over), or it leads to a veth marked as
+// removeHostSide removes the host route, rules and veth of addr when they
+// are key's (its conntrack entries are vpcipd's to flush, before it hands
+// the address out again): the route is gone (rules left over), or it leads to a veth marked as
 // key's sandbox (Identity), or to an unmarked veth (made before veths were
 // marked) named as one of owners, the names the attachment may have (from
 // this call's CNI_ARGS, and from the pod the daemon recorded at ADD). An
@@ -159,10 +159,6 @@ func removeHostSide(in *invocation, addr netip.Addr, key api.Key, owners ...stri
 	if err != nil {
 		errs = append(errs, err)
 	}
-	flows, err := flushConntrackShared(in.conntrackQueue(), addr)
-	if err != nil {
-		errs = append(errs, err)
-	}
-	log.Debug("host side removed", "address", addr.String(), "rules", n, "routeLink", link, "conntrackEntries", flows)
+	log.Debug("host side removed", "address", addr.String(), "rules", n, "routeLink", link)
 	return errors.Join(errs...)
 }

@@ -82,13 +82,6 @@ func (in *invocation) ctx(d Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), time.Duration(d))
 }
 
-// conntrackQueue is the directory where the plugin processes of this node
-// share their conntrack dumps (flushConntrackShared): next to the daemon's
-// socket, of which a node has one (and each simulated node its own).
-func (in *invocation) conntrackQueue() string {
-	return filepath.Join(filepath.Dir(in.conf.IPAMDSocket), "conntrack-flush")
-}
-
 func (in *invocation) hostVeth() string {
 	return datapath.HostVethName(in.conf.VethPrefix, in.pod.Namespace, in.pod.Name, in.key.ContainerID)
 }

@@ -69,10 +69,6 @@ type Assignment struct {
 	VPCCIDRs     []netip.Prefix `json:"vpcCIDRs"`
 	MTU          int            `json:"mtu"` // bytes
 	AssignedAt   time.Time      `json:"assignedAt"`
-	// Reused: another attachment held the address before on this node, so
-	// connections tracked for it may still exist; the plugin removes them
-	// before wiring (only then: the flush walks the whole conntrack table).
-	Reused bool `json:"reused,omitempty"`
 }
 
 // ReleaseRequest gives an address back by Key. Releasing an unknown Key is

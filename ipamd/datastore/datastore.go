@@ -72,9 +72,11 @@ type Assignment struct {
 	ENIID        string // "" when the cloud no longer shows the address on any ENI
 	DeviceNumber int
 	SubnetCIDR   netip.Prefix
-	// Reused (from Assign only): the address was released by another
-	// attachment before (or its release time was lost with the checkpoint).
-	Reused bool
+	// Unflushed (from Assign only): the address may still have conntrack
+	// entries of a previous holder, not flushed since; the caller flushes
+	// them (FlushMark: the mark to give Flushed) before the pod uses it.
+	Unflushed bool
+	FlushMark uint64
 }
 
 // address is one pod-usable address.
@@ -84,6 +86,7 @@ type address struct {
 	owner        *Owner
 	unassignedAt time.Time // last release; zero: never released
 	releasing    bool      // its slot is being unassigned: never hand it out
+	unflushed    uint64    // conntrack not flushed since it was marked (the mark); 0: clean
 }
 
 // Store is the datastore. The zero value is not usable; use New.
@@ -91,13 +94,15 @@ type Store struct {
 	cooldown    time.Duration
 	maxAssigned int // 0: no limit (VPCIP_MAX_PODS)
 
-	mu      sync.Mutex              // guards the fields below
-	enis    map[string]*ENI         // by ENI id
-	addrs   map[netip.Addr]*address // every address we know, assigned or not
-	byKey   map[api.Key]netip.Addr  // assigned addresses by key
-	gen     uint64                  // bumped on every change a checkpoint records
-	synced  bool                    // a Sync with the authoritative ENI list happened
-	changed chan struct{}           // closed (and replaced) when an address may have become free
+	mu        sync.Mutex              // guards the fields below
+	enis      map[string]*ENI         // by ENI id
+	addrs     map[netip.Addr]*address // every address we know, assigned or not
+	byKey     map[api.Key]netip.Addr  // assigned addresses by key
+	gen       uint64                  // bumped on every change a checkpoint records
+	synced    bool                    // a Sync with the authoritative ENI list happened
+	changed   chan struct{}           // closed (and replaced) when an address may have become free
+	flushing  bool                    // conntrack flush bookkeeping on (SetConntrackFlush)
+	flushMark uint64                  // last mark given to an unflushed address
 }
 
 // New returns an empty store whose released addresses cool down for cooldown.
@@ -184,7 +189,9 @@ func (s *Store) AssignIn(key api.Key, pod api.Pod, netns string, now time.Time) 
 	s.byKey[key] = addr
 	s.gen++
 	out := s.assignmentLocked(addr, st)
-	out.Reused = !st.unassignedAt.IsZero()
+	if st.unflushed != 0 {
+		out.Unflushed, out.FlushMark = true, s.flushMark
+	}
 	return out, false, nil
 }
 
@@ -263,6 +270,7 @@ func (s *Store) releaseLocked(key api.Key, now time.Time) (Assignment, bool) {
 	delete(s.byKey, key)
 	st.owner = nil
 	st.unassignedAt = now
+	s.unflushedLocked(st)
 	if st.eni == "" && s.synced {
 		delete(s.addrs, addr) // the cloud no longer has it: nothing to cool
 	}

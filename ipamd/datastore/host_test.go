@@ -126,18 +126,3 @@ func TestGenerationContinuesAcrossRestore(t *testing.T) {
 		t.Errorf("restored generation %d, want above %d", r.Generation(), gen)
 	}
 }
-
-// Assign says when an address was held before on this node (its conntrack
-// entries may outlive that pod), and only then.
-func TestAssignReportsReuse(t *testing.T) {
-	s := node(t, 0)
-	first := mustAssign(t, s, "c1", t0)
-	if first.Reused {
-		t.Errorf("a never used address is reported reused")
-	}
-	s.Release(key("c1"), t0)
-	again := mustAssign(t, s, "c2", t0.Add(time.Second))
-	if again.Address != first.Address || !again.Reused {
-		t.Errorf("c2 got %v reused %v, want %v reused", again.Address, again.Reused, first.Address)
-	}
-}

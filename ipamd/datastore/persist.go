@@ -49,6 +49,7 @@ func (s *Store) Restore(st checkpoint.State) error {
 	for _, c := range st.Cooling {
 		if s.addrs[c.Address] == nil {
 			s.addrs[c.Address] = &address{unassignedAt: c.UnassignedAt}
+			s.unflushedLocked(s.addrs[c.Address])
 		}
 	}
 	s.gen = max(s.gen, st.Generation) + 1 // generations keep rising across restarts

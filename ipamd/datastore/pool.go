@@ -218,6 +218,7 @@ func (s *Store) addSlotLocked(eni string, slot netip.Prefix) {
 		a := s.addrs[addr]
 		if a == nil {
 			a = &address{}
+			s.unflushedLocked(a) // a previous holder on this node may have left entries
 			s.addrs[addr] = a
 		}
 		a.eni, a.slot = eni, slot

@@ -75,8 +75,8 @@ func (m cpuMeter) since(s cpuSample) (chain, daemon time.Duration) {
 const conntrackWalks = 20
 
 // conntrackWalk is the CPU time of one dump of the conntrack table from
-// the node netns, as vpcip-cni makes on every ADD and DEL to remove the pod
-// address's entries (the kernel keeps one hash for every netns and has no
+// the node netns, as vpcipd makes for each batch of released addresses it
+// flushes before reuse (the kernel keeps one hash for every netns and has no
 // index by address, so each dump walks all of it). It is measured on this
 // process's own CPU clock, on a thread in the node netns.
 func conntrackWalk(netnsName string) (time.Duration, error) {

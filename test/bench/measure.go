@@ -62,7 +62,7 @@ func (b *bench) latency(ctx context.Context) error {
 		return err
 	}
 	b.add(Figure{Name: "(a) one conntrack table dump", Value: ms(walk), Unit: "ms",
-		Note: "CPU; vpcip-cni makes one in each ADD and DEL"})
+		Note: "CPU; vpcipd makes one per batch of addresses before reuse"})
 
 	// One burst is 30 samples on a 2-core machine: repeat it (b.rounds
 	// times) and report percentiles over all of them and the median wall time.

@@ -4,6 +4,7 @@ import (
 	"net"
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -53,40 +54,70 @@ func flowsOf(t *testing.T, e *Env, a netip.Addr) int {
 
 func ip(a netip.Addr) net.IP { return net.IP(a.AsSlice()) }
 
-// A deleted pod's conntrack entries go with it, and entries made for its
-// address while it cooled down are gone before the next pod is wired with
-// it, so a client's retransmitted SYN to a Service whose backend was deleted
-// (SYN_SENT lives 120 s) never reaches the pod that gets the address next
-// (issue kind 4). Another address's entries stay.
+// vpcipd flushes the conntrack entries of a deleted pod's address before
+// it hands the address to another pod, including entries made for it while
+// it cooled down, so a client's retransmitted SYN to a Service whose backend
+// was deleted (SYN_SENT lives 120 s) never reaches the pod that gets the
+// address next (issue kind 4). Another address's entries stay. With
+// IP_COOLDOWN_PERIOD=0 the ADD that reuses the address waits for the flush;
+// with a cooldown the daemon flushes it as the cooldown ends.
 func TestConntrackOfDeletedPodIsFlushed(t *testing.T) {
 	RequireRoot(t)
-	e, _ := fakeEnv(t, FakePool(1))
+	if testing.Short() {
+		t.Skip("starts vpcsim and vpcipd")
+	}
+	v := startVPC(t, "m5.large", 1)
+	d := v.daemons[0]
+	e := NewEnv(t, v.nodes[0], d)
+	e.Chain = false
 	client, service := netip.MustParseAddr("198.51.100.7"), netip.MustParseAddr("10.96.0.10")
 	bystander := netip.MustParseAddr("100.64.200.200")
-	old := e.NewPod(t, "backend")
-	e.MustAdd(t, old)
-	trackFlow(t, e, client, service, old.Address, 40001) // Service DNAT to the pod
-	trackFlow(t, e, old.Address, client, client, 40002)  // the pod's own connection
-	trackFlow(t, e, client, service, bystander, 40003)   // another backend
-	if n := flowsOf(t, e, old.Address); n != 2 {
-		t.Fatalf("setup: %d entries name %v, want 2", n, old.Address)
-	}
-	mustDel(t, e, old)
-	if n := flowsOf(t, e, old.Address); n != 0 {
-		t.Errorf("after DEL, %d conntrack entries still name the deleted pod's %v", n, old.Address)
-	}
+	trackFlow(t, e, client, service, bystander, 40003) // another backend
+
+	t.Run("no cooldown", func(t *testing.T) {
+		d.Stop(t)
+		d.env = append(d.env, "IP_COOLDOWN_PERIOD=0")
+		d.Start(t)
+		old := e.NewPod(t, "backend")
+		e.MustAdd(t, old)
+		trackFlow(t, e, client, service, old.Address, 40001) // Service DNAT to the pod
+		trackFlow(t, e, old.Address, client, client, 40002)  // the pod's own connection
+		if n := flowsOf(t, e, old.Address); n != 2 {
+			t.Fatalf("setup: %d entries name %v, want 2", n, old.Address)
+		}
+		mustDel(t, e, old)
+		// After the DEL, the Service's stale rule sent a SYN again.
+		trackFlow(t, e, client, service, old.Address, 40004)
+		next := e.NewPod(t, "next")
+		e.MustAdd(t, next)
+		if next.Address != old.Address {
+			t.Fatalf("setup: next pod got %v, want the reused %v", next.Address, old.Address)
+		}
+		if n := flowsOf(t, e, next.Address); n != 0 {
+			t.Errorf("the next pod was given %v while %d old conntrack entries still lead to it", next.Address, n)
+		}
+		mustDel(t, e, next)
+	})
+	t.Run("cooldown", func(t *testing.T) {
+		d.Stop(t)
+		d.env = append(d.env, "IP_COOLDOWN_PERIOD=2")
+		d.Start(t)
+		old := e.NewPod(t, "backend2")
+		e.MustAdd(t, old)
+		trackFlow(t, e, client, service, old.Address, 40011)
+		mustDel(t, e, old)
+		// While the address cools down, a client retransmits to it.
+		trackFlow(t, e, client, service, old.Address, 40012)
+		deadline := time.Now().Add(15 * time.Second)
+		for flowsOf(t, e, old.Address) != 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d conntrack entries still lead to %v 15 s after its 2 s cooldown began; log:\n%s",
+					flowsOf(t, e, old.Address), old.Address, d.log())
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	})
 	if n := flowsOf(t, e, bystander); n != 1 {
-		t.Errorf("after DEL, %d entries name %v, want its 1 untouched", n, bystander)
+		t.Errorf("%d entries name %v, want its 1 untouched", n, bystander)
 	}
-	// While the address cooled down, the Service's stale rule sent a SYN again.
-	trackFlow(t, e, client, service, old.Address, 40004)
-	next := e.NewPod(t, "next")
-	e.MustAdd(t, next)
-	if next.Address != old.Address {
-		t.Fatalf("setup: next pod got %v, want the reused %v", next.Address, old.Address)
-	}
-	if n := flowsOf(t, e, next.Address); n != 0 {
-		t.Errorf("the next pod was wired with %v while %d old conntrack entries still lead to it", next.Address, n)
-	}
-	mustDel(t, e, next)
 }

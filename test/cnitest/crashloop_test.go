@@ -79,7 +79,7 @@ func TestSandboxesDroppedWithoutDELAreReclaimed(t *testing.T) {
 	trackFlow(t, e, client, service, dropped[0].Address, 40100)
 	// The daemon restarts (an upgrade) and reconciles every second.
 	d.Stop(t)
-	d.env = append(d.env, "VPCIP_RECONCILE_INTERVAL=1s")
+	d.env = append(d.env, "VPCIP_RECONCILE_INTERVAL=1s", "IP_COOLDOWN_PERIOD=1")
 	d.Start(t)
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -97,8 +97,13 @@ func TestSandboxesDroppedWithoutDELAreReclaimed(t *testing.T) {
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-	if n := flowsOf(t, e, dropped[0].Address); n != 0 {
-		t.Errorf("%d conntrack entries still lead to %v, released by the daemon", n, dropped[0].Address)
+	// Its conntrack entries go as its cooldown ends, before it is handed out.
+	deadline = time.Now().Add(10 * time.Second)
+	for flowsOf(t, e, dropped[0].Address) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d conntrack entries still lead to %v, released by the daemon", flowsOf(t, e, dropped[0].Address), dropped[0].Address)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 	a := mustHeld(t, e, prev)
 	AssertPodWired(t, e, prev, a.RouteTable, mtuOf(e, a))

@@ -45,7 +45,6 @@ type FakeDaemon struct {
 
 	mu    sync.Mutex // guards the fields below
 	free  []FakeAddress
-	used  map[netip.Addr]bool // released at least once: handed out again as Reused
 	held  map[api.Key]api.Assignment
 	ready bool
 	calls map[string]int
@@ -215,7 +214,7 @@ func (d *FakeDaemon) assign(body []byte) (any, *api.Error) {
 	a := api.Assignment{Version: api.Version, Key: req.Key, Pod: req.Pod, Address: fa.Addr,
 		ENIID: fmt.Sprintf("eni-%d", fa.DeviceNumber), DeviceNumber: fa.DeviceNumber, RouteTable: table,
 		SubnetCIDR: netip.PrefixFrom(fa.Addr, 24).Masked(), VPCCIDRs: []netip.Prefix{netip.MustParsePrefix("100.64.0.0/16")},
-		MTU: d.mtu, AssignedAt: time.Now(), Reused: d.used[fa.Addr]}
+		MTU: d.mtu, AssignedAt: time.Now()}
 	d.held[req.Key] = a
 	return a, nil
 }
@@ -226,10 +225,6 @@ func (d *FakeDaemon) releaseLocked(k api.Key) *api.Assignment {
 		return nil
 	}
 	delete(d.held, k)
-	if d.used == nil {
-		d.used = map[netip.Addr]bool{}
-	}
-	d.used[a.Address] = true
 	d.free = append(d.free, FakeAddress{Addr: a.Address, DeviceNumber: a.DeviceNumber})
 	return &a
 }

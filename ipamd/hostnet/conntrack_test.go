@@ -1,4 +1,4 @@
-package plugin
+package hostnet
 
 import (
 	"net/netip"
@@ -28,7 +28,7 @@ func ctEntry(origSrc, origDst, replySrc, replyDst string) []byte {
 
 func TestConntrackNames(t *testing.T) {
 	pod := netip.MustParseAddr("100.64.1.9").As4()
-	want := map[[4]byte]uint{pod: 0, netip.MustParseAddr("100.64.1.77").As4(): 0}
+	want := map[[4]byte]bool{pod: true, netip.MustParseAddr("100.64.1.77").As4(): true}
 	tests := []struct {
 		name string
 		msg  []byte
@@ -45,9 +45,8 @@ func TestConntrackNames(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, ok := conntrackNames(tt.msg, want)
-			if ok != tt.want || (ok && got != pod) {
-				t.Errorf("conntrackNames = %v, %v; want %v", netip.AddrFrom4(got), ok, tt.want)
+			if got := conntrackNames(tt.msg, want); got != tt.want {
+				t.Errorf("conntrackNames = %v, want %v", got, tt.want)
 			}
 		})
 	}
@@ -57,6 +56,6 @@ func TestConntrackNames(t *testing.T) {
 func TestConntrackNamesTruncated(t *testing.T) {
 	msg := ctEntry("10.0.0.5", "10.96.0.10", "100.64.1.9", "10.0.0.5")
 	for n := range len(msg) {
-		conntrackNames(msg[:n], map[[4]byte]uint{netip.MustParseAddr("100.64.1.9").As4(): 0})
+		conntrackNames(msg[:n], map[[4]byte]bool{netip.MustParseAddr("100.64.1.9").As4(): true})
 	}
 }

@@ -1,0 +1,93 @@
+package datastore
+
+import (
+	"net/netip"
+	"slices"
+	"time"
+)
+
+// Conntrack flush bookkeeping. An address whose connection-tracking
+// entries may lead to a previous holder is unflushed: every address the
+// store learns (at start-up, restored or from the cloud), every address
+// released (DEL, GC, route-less release), and any MarkUnflushed names
+// (stale rules). It is due for a flush once its cooldown has passed, so
+// entries made while it cooled down (a client retransmitting to the
+// deleted pod) go too; the daemon flushes every due address in one dump
+// (FlushDue, Flushed), off the ADD path. An Assign that hands out an
+// address not flushed since (an ADD ahead of that dump, or
+// IP_COOLDOWN_PERIOD=0, which leaves no time to flush in) says so with
+// Assignment.Unflushed, and the caller flushes it before answering.
+
+// SetConntrackFlush turns the bookkeeping on (the daemon, which flushes);
+// off, no address is ever unflushed. Set it before use.
+func (s *Store) SetConntrackFlush(on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.flushing = on
+}
+
+// unflushedLocked marks a as unflushed by a mark newer than any flush
+// started before now.
+func (s *Store) unflushedLocked(a *address) {
+	if !s.flushing {
+		return
+	}
+	s.flushMark++
+	a.unflushed = s.flushMark
+}
+
+// MarkUnflushed marks addr, if the store knows it and no one holds it, as
+// needing a conntrack flush before it is handed out.
+func (s *Store) MarkUnflushed(addr netip.Addr) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if a := s.addrs[addr]; a != nil && a.owner == nil {
+		s.unflushedLocked(a)
+		s.notifyLocked()
+	}
+}
+
+// dueLocked reports whether free address a waits for a flush at now: it
+// is unflushed and out of cooldown (a released address with no cooldown
+// waits for the Assign that hands it out).
+func (s *Store) dueLocked(a *address, now time.Time) bool {
+	if a.owner != nil || a.unflushed == 0 || a.releasing {
+		return false
+	}
+	return a.unassignedAt.IsZero() || (s.cooldown > 0 && !s.coolingLocked(a, now))
+}
+
+// FlushDue returns the free addresses due for a conntrack flush at now
+// (sorted), the mark to give Flushed once they are flushed, and the
+// earliest time another address becomes due (zero: none is cooling
+// unflushed).
+func (s *Store) FlushDue(now time.Time) (due []netip.Addr, mark uint64, next time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for addr, a := range s.addrs {
+		switch {
+		case s.dueLocked(a, now):
+			due = append(due, addr)
+		case a.owner == nil && a.unflushed != 0 && s.cooldown > 0 && s.coolingLocked(a, now):
+			if t := a.unassignedAt.Add(s.cooldown); next.IsZero() || t.Before(next) {
+				next = t
+			}
+		}
+	}
+	slices.SortFunc(due, netip.Addr.Compare)
+	return due, s.flushMark, next
+}
+
+// Flushed records that a conntrack flush of addrs began after FlushDue (or
+// Assign) returned mark: those not marked again since are clean, and
+// waiting Assigns look again.
+func (s *Store) Flushed(addrs []netip.Addr, mark uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, addr := range addrs {
+		if a := s.addrs[addr]; a != nil && a.unflushed != 0 && a.unflushed <= mark {
+			a.unflushed = 0
+		}
+	}
+	s.notifyLocked()
+}

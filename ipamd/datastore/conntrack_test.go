@@ -1,0 +1,81 @@
+package datastore
+
+import (
+	"net/netip"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/vpcip/vpcip/provider"
+)
+
+// flushingNode is node with conntrack flush bookkeeping on, as vpcipd runs it.
+func flushingNode(t *testing.T, cooldown time.Duration) *Store {
+	t.Helper()
+	s := New(cooldown)
+	s.SetConntrackFlush(true)
+	s.Sync([]provider.ENI{{ID: "eni-a", DeviceNumber: 0, PrimaryIP: netip.MustParseAddr("10.0.0.10"),
+		SecondaryIPs: addrs("10.0.0.11", "10.0.0.12")}}, t0)
+	return s
+}
+
+// With a cooldown: every address the store learns, and every released one
+// once its cooldown has passed, is due for one flush; an address handed out
+// before it says so; a flush that began before the address was marked again
+// does not count.
+func TestConntrackFlushDue(t *testing.T) {
+	s := flushingNode(t, 30*time.Second)
+	due, mark, _ := s.FlushDue(t0)
+	if !slices.Equal(due, addrs("10.0.0.11", "10.0.0.12")) {
+		t.Fatalf("due at start-up %v, want every free address", due)
+	}
+	if a := mustAssign(t, s, "c0", t0); !a.Unflushed || a.Address != due[0] {
+		t.Errorf("Assign before the start-up flush: %v unflushed %v, want %v unflushed", a.Address, a.Unflushed, due[0])
+	}
+	s.Flushed(due, mark)
+	a := mustAssign(t, s, "c1", t0)
+	if a.Unflushed {
+		t.Errorf("a flushed address is handed out as unflushed")
+	}
+	s.Release(key("c1"), t0)
+	if due, _, next := s.FlushDue(t0.Add(29 * time.Second)); len(due) != 0 || !next.Equal(t0.Add(30*time.Second)) {
+		t.Errorf("while cooling: due %v next %v, want none and the cooldown's end", due, next)
+	}
+	due, mark, _ = s.FlushDue(t0.Add(31 * time.Second))
+	if !slices.Equal(due, []netip.Addr{a.Address}) {
+		t.Fatalf("due after the cooldown %v, want %v", due, a.Address)
+	}
+	// Marked again (a stale rule) while the flush runs: not covered by it.
+	s.MarkUnflushed(a.Address)
+	s.Flushed(due, mark)
+	if again, _, _ := s.FlushDue(t0.Add(32 * time.Second)); !slices.Equal(again, due) {
+		t.Errorf("due after a flush that began before the address was marked again: %v, want %v", again, due)
+	}
+	due, mark, _ = s.FlushDue(t0.Add(32 * time.Second))
+	s.Flushed(due, mark)
+	if c := mustAssign(t, s, "c3", t0.Add(32*time.Second)); c.Address != a.Address || c.Unflushed {
+		t.Errorf("after the flush c3 got %v unflushed %v, want %v flushed", c.Address, c.Unflushed, a.Address)
+	}
+	if due, _, next := s.FlushDue(t0.Add(32 * time.Second)); len(due) != 0 || !next.IsZero() {
+		t.Errorf("nothing left to flush, got due %v next %v", due, next)
+	}
+}
+
+// Without a cooldown a released address is handed out at once, saying it
+// needs a flush first; a flushed one does not.
+func TestConntrackFlushNoCooldown(t *testing.T) {
+	s := flushingNode(t, 0)
+	a := mustAssign(t, s, "c1", t0)
+	if !a.Unflushed {
+		t.Errorf("an address never flushed is handed out as flushed")
+	}
+	s.Flushed([]netip.Addr{a.Address}, a.FlushMark)
+	s.Release(key("c1"), t0)
+	if due, _, _ := s.FlushDue(t0); slices.Contains(due, a.Address) {
+		t.Errorf("a released address is due in the background with no cooldown; it is flushed at hand-out")
+	}
+	again := mustAssign(t, s, "c2", t0)
+	if again.Address != a.Address || !again.Unflushed {
+		t.Errorf("c2 got %v unflushed %v, want %v unflushed", again.Address, again.Unflushed, a.Address)
+	}
+}

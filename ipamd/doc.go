@@ -11,7 +11,10 @@
 // netlink call (the checkpointer's lock spans the file write it serializes).
 //
 //	part           file             owns                                                 runs on                  lock
-//	datastore      datastore/       ENIs, slots, assignments, cooldown                    any goroutine            its own mutex
+//	datastore      datastore/       ENIs, slots, assignments, cooldown, conntrack        any goroutine            its own mutex
+//	                                 flush marks
+//	conntrackFlusher conntrack.go   pending conntrack flushes: one dump for all           its own goroutine;       mu: the pending
+//	                                 addresses due in a window (cooldown over, new)        ADDs wait on it          requests only
 //	checkpointer   persist.go       the checkpoint file: load, foreign-instance check,   any goroutine            mu: serializes writes
 //	                                 folded writes
 //	nodeInfo       node.go          instance identity and limits (MAX_ENI applied)       written by the worker,   none (atomic pointer

@@ -4,9 +4,15 @@
 //
 //	vpcipctl [--addr host:port] [--timeout 5s] status|pool|enis|pods|capacity [-o table|json]
 //	vpcipctl max-pods --instance-type T [--prefix-delegation] [--custom-networking] [-o table|json]
+//	vpcipctl capacity --cluster [--kubeconfig f] [--context c] [-o table|json|yaml]
 //
 // max-pods needs no daemon: it computes kubelet's max-pods from the built-in
 // instance-type limits (see MaxPods).
+//
+// capacity --cluster reads every node's AddressBudget from the API server
+// through the user's kubeconfig instead: nodes least headroom first with a
+// usage bar, then totals per zone and per subnet. Installed (copied or
+// linked) as kubectl-vpcip, `kubectl vpcip capacity` does the same.
 //
 // Exit status: 0 on success, 1 when the daemon cannot be read, 2 on a usage
 // error.
@@ -19,13 +25,18 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/vpcip/vpcip/ipamd/introspect"
 )
 
 func main() {
-	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+	args := os.Args[1:]
+	if filepath.Base(os.Args[0]) == "kubectl-vpcip" {
+		args = pluginArgs(args)
+	}
+	os.Exit(run(context.Background(), args, os.Stdout, os.Stderr))
 }
 
 // command prints one view of the state as a table or as JSON.
@@ -82,12 +93,24 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	sub := flag.NewFlagSet("vpcipctl "+name, flag.ContinueOnError)
 	sub.SetOutput(stderr)
 	sub.StringVar(output, "o", *output, "output format: table or json")
+	var cluster bool
+	var cf clusterFlags
+	if name == "capacity" {
+		sub.BoolVar(&cluster, "cluster", false, "every node's AddressBudget through the kubeconfig, least headroom first (-o table|json|yaml)")
+		sub.StringVar(&cf.kubeconfig, "kubeconfig", "", "with --cluster: kubeconfig file (default $KUBECONFIG, then ~/.kube/config)")
+		sub.StringVar(&cf.context, "context", "", "with --cluster: kubeconfig context (default the current one)")
+	}
 	if err := sub.Parse(rest[1:]); err != nil {
 		return exitUsage
 	}
 	if sub.NArg() > 0 {
 		fmt.Fprintf(stderr, "vpcipctl %s: unexpected arguments %q\n", name, sub.Args())
 		return exitUsage
+	}
+	if cluster {
+		ctx, cancel := context.WithTimeout(ctx, *timeout)
+		defer cancel()
+		return runCluster(ctx, cf, *output, stdout, stderr)
 	}
 	if *output != "table" && *output != "json" {
 		fmt.Fprintf(stderr, "vpcipctl: -o %q: want table or json\n", *output)
@@ -115,6 +138,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 func usage(w io.Writer, fs *flag.FlagSet) {
 	fmt.Fprintln(w, "usage: vpcipctl [--addr host:port] [--timeout d] <command> [-o table|json]")
+	fmt.Fprintln(w, "       vpcipctl capacity --cluster [--kubeconfig f] [--context c] [-o table|json|yaml]")
 	fmt.Fprintln(w, "\ncommands:")
 	for _, name := range commandOrder {
 		fmt.Fprintf(w, "  %-9s %s\n", name, commands[name].summary)

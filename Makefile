@@ -21,6 +21,7 @@ build:
 	@mkdir -p $(BIN)
 	$(GO) build -ldflags='$(LDFLAGS)' -o $(BIN)/ $(addprefix ./cmd/,$(filter-out vpcip-cni,$(BINARIES)))
 	CGO_ENABLED=0 $(GO) build -ldflags='$(LDFLAGS)' -o $(BIN)/ ./cmd/vpcip-cni
+	ln -f $(BIN)/vpcipctl $(BIN)/kubectl-vpcip
 
 deps:
 	@bash scripts/deps.sh

@@ -6,7 +6,7 @@ export GOFLAGS ?= -buildvcs=false
 
 BINARIES := vpcipd vpcip-cni vpcipctl vpcsim
 
-.PHONY: all build deps test-deps containerd-setup k8s-tools image demo demo-containerd test lint bench bench-pool soak clean dashboards readme-picture
+.PHONY: all build deps test-deps containerd-setup k8s-tools image demo demo-containerd demo-cluster test lint bench bench-pool soak clean dashboards readme-picture
 
 all: build
 
@@ -47,6 +47,11 @@ containerd-setup:
 k8s-tools:
 	@bash scripts/k8s-tools.sh >/dev/null
 
+## demo-cluster: a real Kubernetes cluster on two vpcsim instances (kubelet + containerd each); vpcip installed
+## with its Helm chart from `make image`, 40 pods, a full node, a rolling upgrade, uninstall; then tear down.
+demo-cluster: deps containerd-setup k8s-tools image
+	$(GO) run ./test/kubecluster/demo --image $(BIN)/vpcip-image.tar --vpcipctl $(BIN)/image/vpcipctl
+
 ## demo: two m5.large nodes on vpcsim, 40 pods through the real plugin path, then tear down.
 demo: deps build
 	$(GO) run ./test/e2e/demo --bin $(BIN)
@@ -73,8 +78,9 @@ dashboards:
 	cd tools/dashboards && $(GO) run . -out $(CURDIR)/charts/vpcip/files/dashboards
 
 ## test: lint, then every package's tests (netns, iptables and e2e tests need root).
-test: test-deps containerd-setup k8s-tools lint
-	VPCIP_K8S_BIN=$$(bash scripts/k8s-tools.sh | tail -n 1) VPCIP_REQUIRE_CONTAINERD=1 VPCIP_REQUIRE_CONTAINERD2=1 VPCIP_REQUIRE_KUBE=1 $(GO) test -count=1 -timeout 18m ./...
+test: test-deps containerd-setup k8s-tools image lint
+	VPCIP_K8S_BIN=$$(bash scripts/k8s-tools.sh | tail -n 1) VPCIP_REQUIRE_CONTAINERD=1 VPCIP_REQUIRE_CONTAINERD2=1 VPCIP_REQUIRE_KUBE=1 \
+	VPCIP_IMAGE=$(BIN)/vpcip-image.tar VPCIP_VPCIPCTL=$(BIN)/image/vpcipctl $(GO) test -count=1 -timeout 18m ./...
 
 ## soak: the kill campaign with 100 kill -9 of vpcipd during churn on two vpcsim nodes (make test runs 6).
 soak: deps

@@ -1,0 +1,111 @@
+package kubecluster
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vpcip/vpcip/test/chart"
+	"github.com/vpcip/vpcip/test/containerd/crinode"
+	"github.com/vpcip/vpcip/test/kubetest"
+)
+
+// ImageEnv names the vpcip image archive the test installs (make image);
+// VpcipctlEnv the vpcipctl binary it runs on the nodes. `make test` sets both.
+const (
+	ImageEnv    = "VPCIP_IMAGE"
+	VpcipctlEnv = "VPCIP_VPCIPCTL"
+)
+
+// need skips (or, with VPCIP_REQUIRE_KUBE=1, fails) when something the
+// cluster needs is missing.
+func need(t *testing.T) (image, vpcipctl string, h chart.Helm) {
+	t.Helper()
+	skip := func(why string) {
+		if os.Getenv(kubetest.RequireEnv) == "1" {
+			t.Fatal(why)
+		}
+		t.Skip(why)
+	}
+	if os.Geteuid() != 0 {
+		skip("needs root (network and mount namespaces, containerd, kubelet)")
+	}
+	if why := kubetest.Unavailable(); why != "" {
+		skip(why)
+	}
+	image, vpcipctl = os.Getenv(ImageEnv), os.Getenv(VpcipctlEnv)
+	for _, p := range []string{image, vpcipctl} {
+		if _, err := os.Stat(p); p == "" || err != nil {
+			skip("set " + ImageEnv + " and " + VpcipctlEnv + " (make image builds them)")
+		}
+	}
+	if _, err := crinode.FindTools(crinode.Containerd2Dir()); err != nil {
+		skip(err.Error())
+	}
+	if _, err := exec.LookPath("unshare"); err != nil {
+		skip("unshare missing")
+	}
+	helms, err := chart.Helms()
+	if err != nil {
+		skip(err.Error())
+	}
+	return image, vpcipctl, helms[len(helms)-1] // Helm 4 here; the demo installs with Helm 3
+}
+
+// TestClusterScenario: the whole walk-through of Scenario in a real cluster,
+// with the aws-node style values file installed unchanged.
+func TestClusterScenario(t *testing.T) {
+	image, vpcipctl, h := need(t)
+	values, err := filepath.Abs("../chart/testdata/aws-node-values.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := WantConfigFromValues(values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	c, err := Start(ctx, Options{Prefix: "vkt", Image: image, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := c.Close(); err != nil {
+			t.Errorf("teardown: %v", err)
+		}
+		assertNothingLeft(t, c)
+	})
+	s := &Scenario{C: c, Helm: h, Vpcipctl: vpcipctl, Values: values, Logf: t.Logf, WantConfig: want}
+	if err := s.Run(ctx); err != nil {
+		for _, n := range c.Nodes {
+			t.Logf("kubelet log of %s:\n%s", n.Name, tail(n.KubeletLog(), 30))
+		}
+		t.Fatal(err)
+	}
+}
+
+// assertNothingLeft checks the cluster removed its directory, its network
+// namespaces and its processes.
+func assertNothingLeft(t *testing.T, c *Cluster) {
+	t.Helper()
+	if _, err := os.Stat(c.Dir); !os.IsNotExist(err) {
+		t.Errorf("work directory %s left behind (%v)", c.Dir, err)
+	}
+	out, _ := exec.Command("ip", "netns", "list").Output()
+	for _, n := range c.Nodes {
+		if containsWord(string(out), n.Netns) {
+			t.Errorf("netns %s left behind", n.Netns)
+		}
+	}
+	if out, err := exec.Command("pgrep", "-f", c.Dir).Output(); err == nil {
+		t.Errorf("processes of %s left running: %s", c.Dir, out)
+	}
+}
+
+func containsWord(s, w string) bool { return slices.Contains(strings.Fields(s), w) }

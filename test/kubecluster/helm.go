@@ -1,0 +1,83 @@
+package kubecluster
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/vpcip/vpcip/test/chart"
+	"github.com/vpcip/vpcip/test/vpcsim/fabric"
+)
+
+// Release is the Helm release name the scenario installs.
+const Release = "vpcip"
+
+// clusterValues are the values every install here adds to the user's: the
+// image imported into each node (no registry to pull from), the AWS SDK
+// pointed at vpcsim's EC2 endpoint inside the fabric (IMDS is at its real
+// address there), and the API server at the nodes' loopback relay.
+func (c *Cluster) clusterValues() string {
+	return fmt.Sprintf(`image:
+  pullPolicy: Never
+extraEnv:
+  - {name: AWS_REGION, value: %q}
+  - {name: AWS_ENDPOINT_URL_EC2, value: %q}
+  - {name: AWS_ACCESS_KEY_ID, value: vpcsim}
+  - {name: AWS_SECRET_ACCESS_KEY, value: vpcsim}
+  - {name: KUBERNETES_SERVICE_HOST, value: localhost}
+  - {name: KUBERNETES_SERVICE_PORT, value: "%d"}
+`, c.Cloud.Region(), fabric.EC2URL, apiPort)
+}
+
+// Helm runs h against the cluster with the admin kubeconfig.
+func (c *Cluster) Helm(h chart.Helm, args ...string) (string, error) {
+	out, err := h.Run(append(args, "--kubeconfig", c.API.Kubeconfig)...)
+	return string(out), err
+}
+
+// InstallChart runs `helm install` (or `upgrade` when upgrade is set) of
+// charts/vpcip into kube-system with the user's values file (may be "") and
+// extra --set arguments, on top of the cluster's own values. It returns
+// Helm's output (the NOTES).
+func (c *Cluster) InstallChart(h chart.Helm, upgrade bool, userValues string, set ...string) (string, error) {
+	own := filepath.Join(c.Dir, "cluster-values.yaml")
+	if err := os.WriteFile(own, []byte(c.clusterValues()), 0o644); err != nil {
+		return "", err
+	}
+	verb := "install"
+	if upgrade {
+		verb = "upgrade"
+	}
+	args := []string{verb, Release, chart.ChartDir(), "-n", "kube-system"}
+	if userValues != "" {
+		args = append(args, "-f", userValues)
+	}
+	args = append(args, "-f", own)
+	for _, s := range set {
+		args = append(args, "--set", s)
+	}
+	return c.Helm(h, args...)
+}
+
+// DaemonConfig reads a node's effective daemon configuration through
+// vpcipctl on the node (introspection listens on the node's loopback).
+func (c *Cluster) DaemonConfig(ctx context.Context, n *Node, vpcipctl string) (map[string]string, error) {
+	out, err := n.InNetns(ctx, vpcipctl, "status", "-o", "json")
+	if err != nil {
+		return nil, err
+	}
+	return parseConfig(out)
+}
+
+func parseConfig(statusJSON string) (map[string]string, error) {
+	var st struct {
+		Config map[string]string `json:"config"`
+		Ready  bool              `json:"ready"`
+	}
+	if err := jsonUnmarshal(statusJSON, &st); err != nil {
+		return nil, fmt.Errorf("vpcipctl status: %w: %.200s", err, strings.TrimSpace(statusJSON))
+	}
+	return st.Config, nil
+}

@@ -1,0 +1,221 @@
+package kubecluster
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"k8s.io/client-go/rest"
+
+	"github.com/vpcip/vpcip/test/containerd/crinode"
+	"github.com/vpcip/vpcip/test/kubetest"
+)
+
+// hostPaths are the host directories a node sees as its own: each is bound
+// from the node's directory in the node's mount namespace, as a kind node
+// container has them on its own file system. /var/run/vpcip is /run/vpcip
+// through the host's /var/run -> /run link, so binding /run/vpcip covers both.
+var hostPaths = []struct{ dir, at string }{
+	{"cni-bin", "/opt/cni/bin"},
+	{"cni-conf", "/etc/cni/net.d"},
+	{"run-vpcip", "/run/vpcip"},
+	{"log-vpcip", "/var/log/vpcip"},
+}
+
+// apiPort is where each node reaches the API server on its own loopback: a
+// relay listening inside the node's network namespace, so kubelet and
+// hostNetwork pods reach the API without any route out of the fabric.
+const apiPort = 6443
+
+// Node is one Kubernetes node on a vpcsim instance: a network namespace (the
+// instance), a mount namespace, a containerd and a kubelet.
+type Node struct {
+	Name       string // Kubernetes node name, e.g. "node-1"
+	InstanceID string
+	PrimaryIP  string
+	Netns      string // the instance's named network namespace
+	Mountns    string // file holding the node's mount namespace
+	Dir        string // everything the node writes, on the host
+	CRI        *crinode.Node
+
+	kubelet     *exec.Cmd
+	kubeletDone chan struct{}
+	api         net.Listener
+}
+
+func (n *Node) path(elem ...string) string { return filepath.Join(append([]string{n.Dir}, elem...)...) }
+
+// KubeletLog is the kubelet's log file.
+func (n *Node) KubeletLog() string { return n.path("kubelet.log") }
+
+// makeMountns creates the node's persistent mount namespace and binds its
+// host paths in it. mntDir must be a private mount (see Cluster.prepareMounts).
+func (n *Node) makeMountns(ctx context.Context, mntDir string) error {
+	n.Mountns = filepath.Join(mntDir, n.Name)
+	if err := os.WriteFile(n.Mountns, nil, 0o600); err != nil {
+		return err
+	}
+	if out, err := exec.CommandContext(ctx, "unshare", "--mount="+n.Mountns, "--propagation", "private", "true").CombinedOutput(); err != nil {
+		return fmt.Errorf("mount namespace of %s: %v: %s", n.Name, err, out)
+	}
+	var script []string
+	for _, p := range hostPaths {
+		src := n.path(p.dir)
+		if err := os.MkdirAll(src, 0o755); err != nil {
+			return err
+		}
+		script = append(script, fmt.Sprintf("mount --bind %s %s", src, p.at))
+	}
+	out, err := exec.CommandContext(ctx, "nsenter", "--mount="+n.Mountns, "--", "sh", "-ec", strings.Join(script, "\n")).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("bind host paths of %s: %v: %s", n.Name, err, out)
+	}
+	return nil
+}
+
+// serveAPI starts the API relay on the node's loopback.
+func (n *Node) serveAPI(api *kubetest.Server) error {
+	netns, err := ns.GetNS(filepath.Join("/var/run/netns", n.Netns))
+	if err != nil {
+		return err
+	}
+	defer netns.Close()
+	err = netns.Do(func(ns.NetNS) error {
+		var lerr error
+		n.api, lerr = net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", apiPort))
+		return lerr
+	})
+	if err != nil {
+		return fmt.Errorf("API relay in %s: %w", n.Netns, err)
+	}
+	go api.Forward(n.api)
+	return nil
+}
+
+// kubeletConfig is the node's KubeletConfiguration. cgroupsPerQOS off and
+// failCgroupV1 off: these VMs run cgroup v1 without a systemd; oomScoreAdj 0:
+// they lack CAP_SYS_RESOURCE; eviction and image GC thresholds out of reach so
+// a full test disk never evicts the scenario's pods; logs and state under the
+// node's directory.
+const kubeletConfig = `apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+failCgroupV1: false
+cgroupsPerQOS: false
+enforceNodeAllocatable: ["none"]
+cgroupDriver: cgroupfs
+oomScoreAdj: 0
+failSwapOn: false
+containerRuntimeEndpoint: unix://%s
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: false}
+authorization: {mode: AlwaysAllow}
+readOnlyPort: 0
+podLogsDir: %s
+evictionHard: {memory.available: "1Mi", nodefs.available: "1%%", imagefs.available: "1%%", nodefs.inodesFree: "1%%"}
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+localStorageCapacityIsolation: false
+maxPods: %d
+resolvConf: /etc/resolv.conf
+registerNode: true
+nodeStatusUpdateFrequency: 4s
+syncFrequency: 10s
+`
+
+// startKubelet writes the kubelet's config and kubeconfig and starts it in
+// the node's network and mount namespaces.
+func (n *Node) startKubelet(binDir string, admin *rest.Config, maxPods int) error {
+	for _, d := range []string{n.path("kubelet"), n.path("pod-logs")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	cfg := fmt.Sprintf(kubeletConfig, n.CRI.Socket, n.path("pod-logs"), maxPods)
+	if err := os.WriteFile(n.path("kubelet.yaml"), []byte(cfg), 0o644); err != nil {
+		return err
+	}
+	via := rest.CopyConfig(admin)
+	via.Host = fmt.Sprintf("https://localhost:%d", apiPort)
+	if err := kubetest.WriteKubeconfig(via, n.path("kubelet.kubeconfig")); err != nil {
+		return err
+	}
+	log, err := os.OpenFile(n.KubeletLog(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer log.Close()
+	cmd := exec.Command("nsenter", "--net="+filepath.Join("/var/run/netns", n.Netns), "--mount="+n.Mountns, "--",
+		filepath.Join(binDir, "kubelet"),
+		"--config="+n.path("kubelet.yaml"), "--kubeconfig="+n.path("kubelet.kubeconfig"),
+		"--hostname-override="+n.Name, "--node-ip="+n.PrimaryIP,
+		"--root-dir="+n.path("kubelet"), "--cert-dir="+n.path("kubelet", "pki"), "--v=1")
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // a Ctrl-C reaches us, not it: we stop it in order
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start kubelet of %s: %w", n.Name, err)
+	}
+	n.kubelet, n.kubeletDone = cmd, make(chan struct{})
+	go func(done chan struct{}) { cmd.Wait(); close(done) }(n.kubeletDone)
+	return nil
+}
+
+// stopKubelet stops the kubelet (SIGTERM, SIGKILL after 10 s). Its pods keep
+// running in containerd, as on a real node.
+func (n *Node) stopKubelet() {
+	if n.kubelet == nil {
+		return
+	}
+	n.kubelet.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-n.kubeletDone:
+	case <-time.After(10 * time.Second):
+		n.kubelet.Process.Kill()
+		<-n.kubeletDone
+	}
+	n.kubelet = nil
+}
+
+// importImage loads an OCI archive into the node's containerd (namespace k8s.io).
+func (n *Node) importImage(ctx context.Context, ctr, archive string) error {
+	out, err := exec.CommandContext(ctx, ctr, "--address", n.CRI.Socket, "-n", "k8s.io", "images", "import", archive).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("import %s into %s: %v: %s", archive, n.Name, err, out)
+	}
+	return nil
+}
+
+// InNetns runs a command in the node's network namespace (vpcipctl reads
+// the daemon's introspection endpoint on the node's loopback).
+func (n *Node) InNetns(ctx context.Context, name string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, "nsenter", append([]string{"--net=" + filepath.Join("/var/run/netns", n.Netns), "--", name}, args...)...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("%s %s on %s: %v: %s", name, strings.Join(args, " "), n.Name, err, out)
+	}
+	return string(out), nil
+}
+
+// close stops the kubelet, removes every sandbox and stops containerd, closes
+// the API relay and drops the mount namespace.
+func (n *Node) close() error {
+	n.stopKubelet()
+	var err error
+	if n.CRI != nil {
+		err = n.CRI.Close()
+	}
+	if n.api != nil {
+		n.api.Close()
+	}
+	if n.Mountns != "" {
+		syscall.Unmount(n.Mountns, syscall.MNT_DETACH)
+	}
+	return err
+}

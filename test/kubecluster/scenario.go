@@ -288,7 +288,11 @@ func (s *Scenario) budgets(ctx context.Context) error {
 	deadline := time.Now().Add(time.Minute)
 	for {
 		out, err := s.C.Kubectl(ctx, "get", "addressbudgets")
-		if err == nil && strings.Count(strings.TrimSpace(out), "\n") >= len(s.C.Nodes) {
+		every := err == nil
+		for _, n := range s.C.Nodes {
+			every = every && slices.Contains(strings.Fields(out), n.Name)
+		}
+		if every {
 			s.Logf("%s", indent(out))
 			return nil
 		}

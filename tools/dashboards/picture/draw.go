@@ -95,8 +95,8 @@ func panelPlot(p panel, unit string) (*plot.Plot, error) {
 	n := 0
 	for _, q := range p.Queries {
 		for _, s := range q.Series {
-			if len(s.Values) == 0 {
-				continue
+			if len(s.Values) == 0 || (len(q.Series) > 1 && allZero(s.Values)) {
+				continue // as Grafana's legend can hide all-zero series (causes never seen)
 			}
 			xy := make(plotter.XYs, len(s.Values))
 			for i := range s.Values {
@@ -147,4 +147,13 @@ func barPlot(pl *plot.Plot, p panel) (*plot.Plot, error) {
 	pl.X.Label.Text = "% of budget"
 	pl.X.Min, pl.X.Max = 0, 100
 	return pl, nil
+}
+
+func allZero(v []float64) bool {
+	for _, x := range v {
+		if x != 0 {
+			return false
+		}
+	}
+	return true
 }

@@ -146,7 +146,7 @@ func (v *statusView) state() introspect.State {
 		Time:        now,
 	}
 	if pl := snap.Placement; pl.Mode != "" {
-		out.Placement = &introspect.Placement{At: pl.At, Mode: pl.Mode, ENIConfig: pl.ENIConfig, Reason: pl.Reason, Problem: pl.Problem}
+		out.Placement = &introspect.Placement{At: pl.At, Mode: pl.Mode, ENIConfig: pl.ENIConfig, Reason: pl.Reason, Problem: pl.Problem, Cause: pl.Cause}
 		if len(pl.Targets) > 0 {
 			out.Placement.SubnetID, out.Placement.SecurityGroups = pl.Targets[0].SubnetID, pl.Targets[0].SecurityGroups
 		}

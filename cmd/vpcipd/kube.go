@@ -11,7 +11,9 @@ import (
 	"github.com/vpcip/vpcip/ipamd"
 	"github.com/vpcip/vpcip/ipamd/cluster"
 	"github.com/vpcip/vpcip/ipamd/config"
+	"github.com/vpcip/vpcip/ipamd/eniconfig"
 	"github.com/vpcip/vpcip/ipamd/fleetmetrics"
+	"github.com/vpcip/vpcip/ipamd/podsubnet"
 )
 
 // kubeConfig is how the Kubernetes part reaches the API server:
@@ -48,4 +50,27 @@ func newCluster(cfg config.Config, log *slog.Logger, reg prometheus.Registerer, 
 		c, _ = cluster.New(cluster.Options{Metrics: reg, WithoutPod: withoutPod})
 	}
 	return c, adapter
+}
+
+// newENIConfigs is custom networking's ENIConfig reader, or nil when custom
+// networking is off or there is no API server to read from (the placer then
+// makes no ENI and says why). changed is called when the node's ENIConfig
+// may have changed.
+func newENIConfigs(cfg config.Config, log *slog.Logger, changed func()) *eniconfig.Source {
+	if !cfg.CustomNetworking {
+		return nil
+	}
+	restCfg, err := kubeConfig(cfg)
+	if err != nil || restCfg == nil || cfg.NodeName == "" {
+		log.Warn("custom networking needs the Kubernetes part (MY_NODE_NAME and an API server) to read ENIConfigs; no ENI is made without one", "err", err)
+		return nil
+	}
+	src, err := eniconfig.New(eniconfig.Options{Config: restCfg, NodeName: cfg.NodeName,
+		Keys:   podsubnet.NodeKeys{Annotation: cfg.ENIConfigAnnotation, Label: cfg.ENIConfigLabel},
+		Logger: log.With("component", "eniconfig"), Changed: changed})
+	if err != nil {
+		log.Error("custom networking: ENIConfig reader not wired", "err", err)
+		return nil
+	}
+	return src
 }

@@ -132,18 +132,27 @@ func daemon(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	// New ENIs are placed by custom networking (the node's ENIConfig), subnet
-	// discovery, or in the node's subnet. The ENIConfig comes from the
-	// Kubernetes part; without it custom networking makes no ENI and says why.
-	placer := podsubnet.NewPlacer(prov, podsubnet.Settings{Custom: cfg.CustomNetworking, Discovery: cfg.SubnetDiscovery, Cluster: cfg.ClusterName},
-		nil, log.With("component", "podsubnet"), nil)
 	var host ipamd.Host = ipamd.NodeHost{}
 	if !cfg.HostNetwork {
 		host = ipamd.NoHost{}
 	}
 	subnets := fleetmetrics.NewSubnets(reg, prov, cfg.SubnetMetricsInterval, log.With("component", "subnet-metrics"))
 	kube, adapter := newCluster(cfg, log, reg, host, subnets, fleetmetrics.NewWithoutPod(reg))
-	d, err := ipamd.New(ipamd.Options{
+	// New ENIs are placed by custom networking (the node's ENIConfig, read
+	// from the API server), subnet discovery, or in the node's subnet.
+	var d *ipamd.Daemon
+	eniConfigs := newENIConfigs(cfg, log, func() {
+		if d != nil {
+			d.Kick() // the node's ENIConfig may have appeared or changed
+		}
+	})
+	var src podsubnet.ENIConfigSource
+	if eniConfigs != nil {
+		src = eniConfigs
+	}
+	placer := podsubnet.NewPlacer(prov, podsubnet.Settings{Custom: cfg.CustomNetworking, Discovery: cfg.SubnetDiscovery, Cluster: cfg.ClusterName},
+		src, log.With("component", "podsubnet"), kube.NodeWarning)
+	d, err = ipamd.New(ipamd.Options{
 		Config: cfg, Provider: &podsubnet.Provider{Provider: prov, Placer: placer}, Host: host, Logger: log,
 		Placement: placer.Last,
 		Metrics:   metrics, Gatherer: reg, Version: version,
@@ -162,5 +171,8 @@ func daemon(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	g.Go(func() error { return d.Run(ctx) })
 	g.Go(func() error { return subnets.Run(ctx) })
 	g.Go(func() error { return kube.Run(ctx) })
+	if eniConfigs != nil {
+		g.Go(func() error { return eniConfigs.Run(ctx) })
+	}
 	return g.Wait()
 }

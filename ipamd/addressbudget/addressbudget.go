@@ -49,7 +49,20 @@ type Status struct {
 	MaxPods          MaxPods            `json:"maxPods"`
 	Version          string             `json:"version,omitempty"` // vpcipd version
 	CheckpointSchema int                `json:"checkpointSchema,omitempty"`
+	PodSubnet        *PodSubnet         `json:"podSubnet,omitempty"` // nil until the daemon placed an ENI
 	Conditions       []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// PodSubnet is where the node's latest new ENI went and why (package
+// ipamd/podsubnet), or why none can be placed.
+type PodSubnet struct {
+	Mode           string   `json:"mode"` // "subnet-discovery", "custom-networking" or "node-subnet"
+	Subnet         string   `json:"subnet,omitempty"`
+	SecurityGroups []string `json:"securityGroups,omitempty"`
+	ENIConfig      string   `json:"eniConfig,omitempty"` // custom networking: the node's ENIConfig
+	Reason         string   `json:"reason,omitempty"`    // the choice and why, with free counts
+	Problem        string   `json:"problem,omitempty"`   // why no ENI can be placed now
+	Cause          string   `json:"cause,omitempty"`     // the problem's name, the PodSubnetReady condition's reason
 }
 
 // ENIs counts the node's ENIs.
@@ -89,6 +102,7 @@ const (
 	ConditionAtENILimit              = "AtENILimit"              // every ENI the node may have is attached
 	ConditionSubnetLow               = "SubnetLow"               // the node's subnets are nearly full
 	ConditionMaxPodsExceedsAddresses = "MaxPodsExceedsAddresses" // kubelet admits more pods than addresses can serve
+	ConditionPodSubnetReady          = "PodSubnetReady"          // new ENIs can be placed (False: a missing or invalid ENIConfig, no eligible subnet)
 )
 
 // Check reports a broken invariant of the published numbers (field failure

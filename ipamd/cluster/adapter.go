@@ -54,6 +54,10 @@ func (a *Adapter) Snapshot() Snapshot {
 	for _, as := range st.Assignments {
 		s.Assignments = append(s.Assignments, Assignment{Key: as.Key, Pod: as.Pod, AssignedAt: as.AssignedAt})
 	}
+	if p := st.Placement; p != nil {
+		s.PodSubnet = &addressbudget.PodSubnet{Mode: p.Mode, Subnet: p.SubnetID, SecurityGroups: p.SecurityGroups,
+			ENIConfig: p.ENIConfig, Reason: p.Reason, Problem: p.Problem, Cause: p.Cause}
+	}
 	if a.Subnets != nil {
 		latest, _ := a.Subnets()
 		for _, sn := range latest {

@@ -65,6 +65,7 @@ type Snapshot struct {
 	Version                        string                 // vpcipd version
 	CheckpointSchema               int
 	Assignments                    []Assignment
+	PodSubnet                      *addressbudget.PodSubnet // the latest ENI placement; nil before the first
 }
 
 // Assignment is one held address as leak detection sees it.

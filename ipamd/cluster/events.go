@@ -79,3 +79,20 @@ func (c *Cluster) nodeEvent(node *corev1.Node, eventType, reason, note string) {
 	c.events.r.Eventf(node, nil, eventType, reason, "CheckMaxPods", "%s", note)
 	c.metrics.events.WithLabelValues(reason).Inc()
 }
+
+// NodeWarning records a Warning Event on this node, for problems of the node
+// as a whole rather than of one pod: reason is CamelCase (e.g.
+// "ENIConfigNotFound"), note the message. It returns at once; with the part
+// disabled it does nothing. Before the node cache has the Node the Event
+// names it without its UID.
+func (c *Cluster) NodeWarning(reason, note string) {
+	if !c.enabled() {
+		return
+	}
+	node := c.node()
+	if node == nil {
+		node = &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: c.o.NodeName}}
+	}
+	c.events.r.Eventf(node, nil, corev1.EventTypeWarning, reason, "PlaceENI", "%s", note)
+	c.metrics.events.WithLabelValues(reason).Inc()
+}

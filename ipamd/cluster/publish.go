@@ -59,7 +59,7 @@ func (c *Cluster) buildStatus(s Snapshot, node *corev1.Node, prev []metav1.Condi
 		UsedPercent: addressbudget.Percent(s.Assigned, s.Budget),
 		Subnets:     s.Subnets,
 		MaxPods:     addressbudget.MaxPods{Addresses: s.Budget + HostNetworkAllowance},
-		Version:     s.Version, CheckpointSchema: s.CheckpointSchema,
+		Version:     s.Version, CheckpointSchema: s.CheckpointSchema, PodSubnet: s.PodSubnet,
 	}
 	if len(s.Subnets) > 0 {
 		free := 0
@@ -107,7 +107,7 @@ func (c *Cluster) conditions(s Snapshot, st addressbudget.Status) []metav1.Condi
 	// host-network pods (at least the formula's 2).
 	serve := s.Budget + max(HostNetworkAllowance, c.hostNetworkPods())
 	exceeds := st.MaxPods.Kubelet > 0 && st.MaxPods.Kubelet > serve
-	return []metav1.Condition{
+	out := []metav1.Condition{
 		cond(addressbudget.ConditionReady, s.Ready, "DaemonReady", "DaemonNotReady", ""),
 		cond(addressbudget.ConditionAddressesLow, low, "FewAddressesLeft", "AddressesAvailable",
 			fmt.Sprintf("%d of %d addresses assigned, %d left", s.Assigned, s.Budget, free)),
@@ -117,6 +117,15 @@ func (c *Cluster) conditions(s Snapshot, st addressbudget.Status) []metav1.Condi
 		cond(addressbudget.ConditionMaxPodsExceedsAddresses, exceeds, "KubeletMaxPodsTooHigh", "KubeletMaxPodsServed",
 			maxPodsNote(st.MaxPods.Kubelet, serve, s)),
 	}
+	// Pod subnet: once the daemon placed (or failed to place) an ENI.
+	if p := s.PodSubnet; p != nil {
+		c := cond(addressbudget.ConditionPodSubnetReady, p.Problem == "", "ENIPlaced", p.Cause, p.Reason)
+		if p.Problem != "" {
+			c.Message = p.Problem
+		}
+		out = append(out, c)
+	}
+	return out
 }
 
 func maxPodsNote(kubelet, serve int, s Snapshot) string {

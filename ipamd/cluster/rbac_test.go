@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -19,6 +20,7 @@ import (
 	"github.com/vpcip/vpcip/ipamd/addressbudget"
 	"github.com/vpcip/vpcip/ipamd/api"
 	"github.com/vpcip/vpcip/ipamd/cluster"
+	"github.com/vpcip/vpcip/ipamd/eniconfig"
 	"github.com/vpcip/vpcip/test/kubetest"
 )
 
@@ -102,6 +104,7 @@ func exerciseEveryVerb(t *testing.T, k *kubetest.Server, admin kubernetes.Interf
 	da := &fakeDaemon{snap: m5Snapshot(1), hostHas: map[string]bool{}}
 	da.snap.Assignments = []cluster.Assignment{{Key: api.Key{Network: "vpcip", ContainerID: "ghost", IfName: "eth0"},
 		Pod: api.Pod{Namespace: a, Name: "ghost"}, AssignedAt: time.Now().Add(-time.Hour)}}
+	eniCfg := startENIConfigs(t, ctx, k, cfg, a)
 	ca, rega := start(a, da)
 	_, regb := start(b, &fakeDaemon{snap: m5Snapshot(2), hostHas: map[string]bool{}})
 	deadline := time.Now().Add(8 * time.Second)
@@ -125,6 +128,10 @@ func exerciseEveryVerb(t *testing.T, k *kubetest.Server, admin kubernetes.Interf
 			ab, err := budgets.Get(ctx, b)
 			return err == nil && len(ab.OwnerReferences) == 1 && ab.Status.Addresses.Assigned == 2
 		}},
+		{"node a's ENIConfig read (eniconfigs list+watch)", func() bool {
+			c, _, err := eniCfg.NodeENIConfig()
+			return err == nil && c.Subnet == "subnet-0000000000000rbac"
+		}},
 		{"event with a series (create + patch)", func() bool {
 			l, err := admin.EventsV1().Events(a).List(ctx, metav1.ListOptions{})
 			return err == nil && len(l.Items) == 1 && l.Items[0].Series != nil
@@ -138,6 +145,9 @@ func exerciseEveryVerb(t *testing.T, k *kubetest.Server, admin kubernetes.Interf
 			errs = append(errs, errors.New(c.what+": did not happen"))
 		}
 	}
+	if n := eniCfg.APIErrors(); n > 0 {
+		errs = append(errs, fmt.Errorf("node a's ENIConfig reader: %d API errors (list or watch)", n))
+	}
 	for name, reg := range map[string]*prometheus.Registry{"a": rega, "b": regb} {
 		if n := counter(reg, "vpcip_kubernetes_api_errors_total"); n > 0 {
 			errs = append(errs, fmt.Errorf("node %s: %v API errors (watch, list or probe)", name, n))
@@ -147,4 +157,26 @@ func exerciseEveryVerb(t *testing.T, k *kubetest.Server, admin kubernetes.Interf
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// startENIConfigs applies the ENIConfig CRD and a "default" ENIConfig as
+// admin, and starts the custom-networking ENIConfig reader for node as the
+// identity cfg.
+func startENIConfigs(t *testing.T, ctx context.Context, k *kubetest.Server, cfg *rest.Config, node string) *eniconfig.Source {
+	t.Helper()
+	if err := k.ApplyFiles(ctx, "../../charts/vpcip/crds/eniconfigs.crd.k8s.amazonaws.com.yaml"); err != nil {
+		t.Fatal(err)
+	}
+	obj := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "crd.k8s.amazonaws.com/v1alpha1", "kind": "ENIConfig",
+		"metadata": map[string]any{"name": "default"}, "spec": map[string]any{"subnet": "subnet-0000000000000rbac"}}}
+	if err := kubetest.ApplyObjects(ctx, k.Config, obj); err != nil {
+		t.Fatal(err)
+	}
+	src, err := eniconfig.New(eniconfig.Options{Config: cfg, NodeName: node})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go src.Run(ctx)
+	return src
 }

@@ -64,6 +64,7 @@ type Placement struct {
 	ENIConfig      string    `json:"eniConfig,omitempty"`
 	Reason         string    `json:"reason,omitempty"`
 	Problem        string    `json:"problem,omitempty"`
+	Cause          string    `json:"cause,omitempty"` // the problem's name: ENIConfigNotFound, ENIConfigInvalid, NoPodSubnet, PodSubnetsFull, ENIPlacementFailed
 }
 
 // Kubernetes is the state of the daemon's Kubernetes part (ipamd/cluster).

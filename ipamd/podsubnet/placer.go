@@ -65,6 +65,10 @@ type Decision struct {
 	Reason     string      `json:"reason"`              // one line: the choice and why, with free counts
 	Candidates []Candidate `json:"-"`                   // discovery's judgement of each subnet of the zone
 	Problem    string      `json:"problem,omitempty"`   // why no ENI can be placed now; "" when Targets is usable
+	// Cause names the problem in CamelCase, as the node's Warning Event and
+	// the AddressBudget condition do: ENIConfigNotFound, ENIConfigInvalid,
+	// NoPodSubnet, PodSubnetsFull or ENIPlacementFailed.
+	Cause string `json:"cause,omitempty"`
 }
 
 // Placer decides the subnet and security groups of each new ENI. It calls
@@ -142,7 +146,7 @@ func (p *Placer) Place(ctx context.Context) (Decision, error) {
 	}
 	d.At = time.Now()
 	if err != nil {
-		d.Problem = err.Error()
+		d.Problem, d.Cause = err.Error(), problemReason(err)
 	}
 	p.record(d, err, input)
 	return d, err
@@ -268,7 +272,7 @@ func (p *Placer) record(d Decision, err error, input string) {
 			p.log.Warn("no ENI can be placed: the pool waits", "mode", d.Mode, "eniConfig", d.ENIConfig, "problem", d.Problem)
 		}
 		if changed && p.onProblem != nil {
-			p.onProblem(problemReason(err), d.Problem)
+			p.onProblem(d.Cause, d.Problem)
 		}
 		return
 	}

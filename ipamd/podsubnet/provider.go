@@ -46,7 +46,7 @@ func (w *Provider) CreateENI(ctx context.Context, req provider.CreateENIRequest)
 		}
 		if err != nil && d.Mode == ModeCustom && errors.Is(err, provider.ErrNotFound) {
 			err = fmt.Errorf("%w: ENIConfig %q: EC2 refused its subnet or security groups: %v", ErrInvalidENIConfig, d.ENIConfig, err)
-			w.Placer.record(Decision{At: d.At, Mode: d.Mode, ENIConfig: d.ENIConfig, Reason: d.Reason, Problem: err.Error()}, err, w.Placer.inputKey())
+			w.Placer.record(Decision{At: d.At, Mode: d.Mode, ENIConfig: d.ENIConfig, Reason: d.Reason, Problem: err.Error(), Cause: problemReason(err)}, err, w.Placer.inputKey())
 		}
 		return e, err
 	}

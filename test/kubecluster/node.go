@@ -203,12 +203,34 @@ func (n *Node) InNetns(ctx context.Context, name string, args ...string) (string
 	return string(out), nil
 }
 
+// removePodNetworkSandboxes removes the workload's sandboxes while the
+// node's vpcipd still runs, so their CNI
+// DELs release the addresses; a teardown after Ctrl-C then leaves nothing for
+// DEL retries. Best effort: crinode.Close sweeps whatever remains.
+func (n *Node) removePodNetworkSandboxes() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ids, err := n.CRI.PodSandboxIDs(ctx)
+	if err != nil {
+		return
+	}
+	for _, id := range ids {
+		// Not kube-system's: vpcipd runs there (its host-network sandbox may
+		// report the node's address as its own).
+		if sb, err := n.CRI.InspectPodSandbox(ctx, id); err == nil && sb.Pod.Namespace != "kube-system" {
+			n.CRI.StopPodSandbox(ctx, id)
+			n.CRI.RemovePodSandbox(ctx, id)
+		}
+	}
+}
+
 // close stops the kubelet, removes every sandbox and stops containerd, closes
 // the API relay and drops the mount namespace.
 func (n *Node) close() error {
 	n.stopKubelet()
 	var err error
 	if n.CRI != nil {
+		n.removePodNetworkSandboxes()
 		err = n.CRI.Close()
 	}
 	if n.api != nil {

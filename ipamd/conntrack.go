@@ -96,8 +96,10 @@ func (f *conntrackFlusher) run(ctx context.Context) {
 		due, mark, next := f.store.FlushDue(f.now())
 		wait := time.Duration(0)
 		if len(due) > 0 {
-			if err := f.flush(ctx, due); err != nil {
-				f.log.Error("conntrack flush of released addresses failed; they stay unavailable and are tried again",
+			if err := f.flush(ctx, due); ctx.Err() != nil {
+				return
+			} else if err != nil {
+				f.log.Error("conntrack flush of released addresses failed; tried again (an ADD that takes one first waits for its own flush)",
 					"addresses", len(due), "err", err)
 				wait = flushRetry
 			} else {

@@ -62,13 +62,9 @@ func computeMaxPods(instanceType string, prefix, custom bool, maxENI, vcpus int)
 			return MaxPods{}, err
 		}
 	}
-	m := MaxPods{InstanceType: instanceType, Mode: "secondary-ip", ENIs: l.MaxENIs, PerENI: l.PodAddressesPerENI(), VCPUs: vcpus}
-	if maxENI > 0 && maxENI < m.ENIs {
-		m.ENIs = maxENI
-	}
-	if custom {
-		m.ENIs = max(m.ENIs-1, 0)
-	}
+	// The ENIs holding pods, as the daemon's pool counts them (one formula:
+	// provider.Limits.PodENIs), so max-pods and the node's budget agree.
+	m := MaxPods{InstanceType: instanceType, Mode: "secondary-ip", ENIs: l.PodENIs(maxENI, custom), PerENI: l.PodAddressesPerENI(), VCPUs: vcpus}
 	if prefix {
 		if l.Hypervisor == "nitro" {
 			m.Mode, m.PerENI = "prefix", m.PerENI*prefixAddresses

@@ -2,6 +2,7 @@ package kubecluster
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -71,7 +72,9 @@ func TestClusterScenario(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	c, err := Start(ctx, Options{Prefix: "vkt", Image: image, Logf: t.Logf})
+	// A prefix of this process: two runs of the test at once must not share netns names.
+	prefix := fmt.Sprintf("vk%04x", os.Getpid()&0xffff)
+	c, err := Start(ctx, Options{Prefix: prefix, Image: image, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}

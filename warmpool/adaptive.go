@@ -4,7 +4,6 @@ import (
 	"math"
 	"net/netip"
 	"slices"
-	"strings"
 	"time"
 )
 
@@ -427,21 +426,7 @@ func (s *state) adaptiveUntil(d demandTarget) time.Time {
 // fewest assigned and cooling addresses, secondary first) whose release
 // leaves at least high addresses available and keep available or cooling.
 func (s *state) adaptiveReleasable(high, keep int) ([]netip.Prefix, string) {
-	order := slices.Clone(s.order)
-	used := func(i int) int { return s.enis[i].assigned + s.enis[i].cooling }
-	slices.SortStableFunc(order, func(a, b int) int {
-		ea, eb := &s.in.ENIs[a], &s.in.ENIs[b]
-		if ua, ub := used(a), used(b); ua != ub {
-			return ua - ub
-		}
-		if ea.Primary != eb.Primary {
-			if eb.Primary {
-				return -1
-			}
-			return 1
-		}
-		return strings.Compare(ea.ID, eb.ID)
-	})
+	order := s.releaseOrder()
 	held := s.pool.available + s.pool.cooling
 	for _, i := range order {
 		e := &s.in.ENIs[i]

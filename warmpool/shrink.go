@@ -135,21 +135,7 @@ func (s *state) releasable(before int, strict bool) ([]netip.Prefix, string) {
 		}
 		return nil, ""
 	}
-	order := slices.Clone(s.order)
-	used := func(i int) int { return s.enis[i].assigned + s.enis[i].cooling }
-	slices.SortStableFunc(order, func(a, b int) int {
-		ea, eb := &s.in.ENIs[a], &s.in.ENIs[b]
-		if ua, ub := used(a), used(b); ua != ub {
-			return ua - ub
-		}
-		if ea.Primary != eb.Primary {
-			if eb.Primary {
-				return -1
-			}
-			return 1
-		}
-		return strings.Compare(ea.ID, eb.ID)
-	})
+	order := s.releaseOrder()
 	// A secondary ENI without assigned addresses is the one to drain, even
 	// while some of its addresses wait out their cooldown: releasing from
 	// the others first would leave it holding the addresses the targets
@@ -213,4 +199,26 @@ func comparePrefix(a, b netip.Prefix) int {
 		return c
 	}
 	return a.Bits() - b.Bits()
+}
+
+// releaseOrder lists the ENIs' indexes in the order their free slots are
+// given back: fewest assigned and cooling addresses first, then secondary
+// ENIs before the primary, then by ENI id (so a plan is deterministic).
+func (s *state) releaseOrder() []int {
+	order := slices.Clone(s.order)
+	used := func(i int) int { return s.enis[i].assigned + s.enis[i].cooling }
+	slices.SortStableFunc(order, func(a, b int) int {
+		ea, eb := &s.in.ENIs[a], &s.in.ENIs[b]
+		if ua, ub := used(a), used(b); ua != ub {
+			return ua - ub
+		}
+		if ea.Primary != eb.Primary {
+			if eb.Primary {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(ea.ID, eb.ID)
+	})
+	return order
 }

@@ -135,7 +135,7 @@ func run(ctx context.Context, bin string, nodes, npods int, itype, prefix string
 	if err != nil {
 		return err
 	}
-	step("waiting for the pool to settle (cooldown 5 s, then surplus released)")
+	step("waiting for the pool to settle: the default pool keeps the last peak's addresses for 20 minutes, so EC2's view stays (WARM_ENI_TARGET=1 would give an emptied ENI back)")
 	if err := waitSettled(ctx, c, 60*time.Second); err != nil {
 		if ctx.Err() != nil {
 			return err

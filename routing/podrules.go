@@ -78,14 +78,26 @@ func Describe(r netlink.Rule) string {
 	return fmt.Sprintf("%d: %s lookup %s", r.Priority, sel, table)
 }
 
-// listRules lists the IPv4 rules of the current netns. The kernel marks a
-// dump interrupted when rules change during it; it is retried, as
-// containernetworking's netlinksafe does.
-func listRules() ([]netlink.Rule, error) {
+// pkg is the netlink package's own API as a handle: a socket per request,
+// in the calling thread's netns.
+var pkg = &netlink.Handle{}
+
+// via is h, or the package API when h is nil.
+func via(h *netlink.Handle) *netlink.Handle {
+	if h == nil {
+		return pkg
+	}
+	return h
+}
+
+// listRules lists the IPv4 rules of h's netns (the current one when h is
+// nil). The kernel marks a dump interrupted when rules change during it;
+// it is retried, as containernetworking's netlinksafe does.
+func listRules(h *netlink.Handle) ([]netlink.Rule, error) {
 	var err error
 	for range 5 {
 		var rs []netlink.Rule
-		rs, err = netlink.RuleList(netlink.FAMILY_V4)
+		rs, err = via(h).RuleList(netlink.FAMILY_V4)
 		if !errors.Is(err, netlink.ErrDumpInterrupted) {
 			if err != nil {
 				return nil, fmt.Errorf("list rules: %w", err)
@@ -99,7 +111,11 @@ func listRules() ([]netlink.Rule, error) {
 // FindPodRules lists the pod rules of addr (PodRuleAddr) in the current
 // netns, whatever their table.
 func FindPodRules(addr netip.Addr) ([]netlink.Rule, error) {
-	all, err := listRules()
+	return findPodRules(nil, addr)
+}
+
+func findPodRules(h *netlink.Handle, addr netip.Addr) ([]netlink.Rule, error) {
+	all, err := listRules(h)
 	if err != nil {
 		return nil, err
 	}
@@ -115,7 +131,7 @@ func FindPodRules(addr netip.Addr) ([]netlink.Rule, error) {
 // PodRuleAddresses lists the addresses the current netns has pod rules for,
 // sorted, without repeats.
 func PodRuleAddresses() ([]netip.Addr, error) {
-	all, err := listRules()
+	all, err := listRules(nil)
 	if err != nil {
 		return nil, err
 	}
@@ -134,8 +150,12 @@ func PodRuleAddresses() ([]netip.Addr, error) {
 // of addr that are not wanted (another table, left by an earlier owner of
 // the address).
 func DiffPodRules(addr netip.Addr, table int) (missing, stale []netlink.Rule, err error) {
+	return diffPodRules(nil, addr, table)
+}
+
+func diffPodRules(h *netlink.Handle, addr netip.Addr, table int) (missing, stale []netlink.Rule, err error) {
 	want := PodRules(addr, table)
-	have, err := FindPodRules(addr)
+	have, err := findPodRules(h, addr)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -156,17 +176,24 @@ func DiffPodRules(addr netip.Addr, table int) (missing, stale []netlink.Rule, er
 // stale ones (DiffPodRules) are deleted, missing ones added; an identical
 // existing rule is success (docs/field-failures.md B28).
 func EnsurePodRules(addr netip.Addr, table int) error {
-	missing, stale, err := DiffPodRules(addr, table)
+	return EnsurePodRulesVia(nil, addr, table)
+}
+
+// EnsurePodRulesVia is EnsurePodRules through the netlink handle h (its
+// socket and netns; the package API when nil), so a caller making several
+// requests opens one socket for all of them.
+func EnsurePodRulesVia(h *netlink.Handle, addr netip.Addr, table int) error {
+	missing, stale, err := diffPodRules(h, addr, table)
 	if err != nil {
 		return err
 	}
 	for _, r := range stale {
-		if err := netlink.RuleDel(&r); err != nil && !errors.Is(err, unix.ENOENT) {
+		if err := via(h).RuleDel(&r); err != nil && !errors.Is(err, unix.ENOENT) {
 			return fmt.Errorf("remove stale rule %s: %w", Describe(r), err)
 		}
 	}
 	for _, r := range missing {
-		if err := netlink.RuleAdd(&r); err != nil && !errors.Is(err, unix.EEXIST) {
+		if err := via(h).RuleAdd(&r); err != nil && !errors.Is(err, unix.EEXIST) {
 			return fmt.Errorf("add rule %s: %w", Describe(r), err)
 		}
 	}

@@ -12,7 +12,7 @@ import (
 )
 
 // BenchmarkSetupTeardown measures the in-process datapath work of one ADD
-// (CreatePair, Configure) and one DEL (pod interface removal and host
+// (one Session's CreatePair and Configure, as the plugin's ADD) and one DEL (pod interface removal and host
 // cleanup), with per-step metrics in ms, in throwaway netns.
 func BenchmarkSetupTeardown(b *testing.B) {
 	if os.Geteuid() != 0 {
@@ -37,11 +37,18 @@ func BenchmarkSetupTeardown(b *testing.B) {
 		b.ResetTimer()
 		for range b.N {
 			t0 := nowMs()
-			if _, err := CreatePair(node, pod, a.HostVeth, a.IfName, a.MTU); err != nil {
+			s, err := Open(pod)
+			if err != nil {
+				return err
+			}
+			if _, err := s.CreatePair(node, a.HostVeth, a.IfName, a.MTU); err != nil {
+				s.Close()
 				return err
 			}
 			t1 := nowMs()
-			if _, err := Configure(pod, a); err != nil {
+			_, err = s.Configure(a)
+			s.Close()
+			if err != nil {
 				return err
 			}
 			t2 := nowMs()

@@ -1,6 +1,7 @@
 package datapath
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -26,77 +27,137 @@ type Wired struct {
 	ReplacedHostVeth bool
 }
 
+// Session is the two route netlink sockets one ADD works through: one in
+// the node netns (the calling thread's when Open ran) and one opened in the
+// pod netns. Opening a socket costs a few system calls and, for the pod's,
+// two namespace switches of the thread; an ADD makes about twenty requests.
+// A Session is not safe for concurrent use; Close releases both sockets.
+type Session struct {
+	host, pod netlinksafe.Handle
+	podNS     ns.NetNS
+}
+
+// Open opens a Session for an ADD into podNS. It must be called in the node
+// netns. Errors: either socket cannot be opened (podNS closed or gone).
+func Open(podNS ns.NetNS) (*Session, error) {
+	pod, err := handleAt(podNS)
+	if err != nil {
+		return nil, err
+	}
+	host, err := hostHandle()
+	if err != nil {
+		pod.Close()
+		return nil, err
+	}
+	return &Session{host: host, pod: pod, podNS: podNS}, nil
+}
+
+// Close closes both sockets.
+func (s *Session) Close() {
+	s.host.Close()
+	s.pod.Close()
+}
+
 // CreatePair creates the veth pair inside podNS with the peer placed directly
 // in hostNS (so the host end never changes namespace) and sets the host end
 // up. It needs no address, so ADD runs it while the daemon answers. A veth of
 // either name left by an earlier sandbox of the same pod or by a retried ADD
 // is removed first (replaced reports it); a link of another type is refused.
 // The pod side is reached through a netlink socket opened in podNS, so the
-// calling thread never switches namespaces.
+// calling thread never switches namespaces. It opens a Session for the one
+// call; an ADD uses Session.CreatePair.
 func CreatePair(hostNS, podNS ns.NetNS, hostVeth, ifName string, mtu int) (replaced bool, err error) {
+	s, err := Open(podNS)
+	if err != nil {
+		return false, err
+	}
+	defer s.Close()
+	return s.CreatePair(hostNS, hostVeth, ifName, mtu)
+}
+
+// CreatePair is the package's CreatePair through the Session's sockets.
+func (s *Session) CreatePair(hostNS ns.NetNS, hostVeth, ifName string, mtu int) (replaced bool, err error) {
 	probe := Attachment{PodIP: Gateway, MTU: mtu, HostVeth: hostVeth, IfName: ifName}
 	if err := probe.validate(); err != nil {
 		return false, err
 	}
-	pod, err := handleAt(podNS)
-	if err != nil {
-		return false, err
-	}
-	defer pod.Close()
-	host, err := hostHandle()
-	if err != nil {
-		return false, err
-	}
-	defer host.Close()
-	replaced, err = deleteVeth(host, hostVeth)
+	replaced, err = deleteVeth(s.host, hostVeth)
 	if err != nil {
 		return false, fmt.Errorf("remove stale host veth %s: %w", hostVeth, err)
 	}
-	if _, err := deleteVeth(pod, ifName); err != nil {
+	if _, err := deleteVeth(s.pod, ifName); err != nil {
 		return replaced, fmt.Errorf("remove stale pod interface: %w", err)
 	}
-	if err := createVeth(pod, probe, hostNS); err != nil {
+	if err := createVeth(s.pod, probe, hostNS); err != nil {
 		return replaced, err
 	}
-	link, err := host.LinkByName(hostVeth)
+	link, err := s.host.LinkByName(hostVeth)
 	if err != nil {
 		return replaced, fmt.Errorf("find host veth %s: %w", hostVeth, err)
 	}
-	if err := host.LinkSetUp(link); err != nil {
+	if err := s.host.LinkSetUp(link); err != nil {
 		return replaced, fmt.Errorf("set host veth %s up: %w", hostVeth, err)
 	}
 	return replaced, nil
 }
 
+// HostVethAlias returns the alias (ip link's "alias", IFLA_IFALIAS) of the
+// host veth named name in the node netns, and whether that link exists.
+// Errors: a netlink failure other than "no such link".
+func (s *Session) HostVethAlias(name string) (alias string, found bool, err error) {
+	link, err := s.host.LinkByName(name)
+	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if errors.As(err, &nf) {
+			return "", false, nil
+		}
+		return "", false, fmt.Errorf("find host veth %s: %w", name, err)
+	}
+	return link.Attrs().Alias, true, nil
+}
+
+// SetHostVethAlias records alias on the host veth named name (IFLA_IFALIAS).
+func (s *Session) SetHostVethAlias(name, alias string) error {
+	link, err := s.host.LinkByName(name)
+	if err != nil {
+		return fmt.Errorf("find host veth %s: %w", name, err)
+	}
+	if err := s.host.LinkSetAlias(link, alias); err != nil {
+		return fmt.Errorf("set alias of host veth %s: %w", name, err)
+	}
+	return nil
+}
+
 // Configure completes the wiring of a pair made by CreatePair: the MTU when
 // it differs from the pair's, the pod side (up, /32, gateway and default
 // routes, permanent neighbour) and the host side (forwarding, route, rules),
-// then reads both ends back. It must be called in the node netns.
+// then reads both ends back. It must be called in the node netns. It opens
+// a Session for the one call; an ADD uses Session.Configure.
 func Configure(podNS ns.NetNS, a Attachment) (Wired, error) {
+	s, err := Open(podNS)
+	if err != nil {
+		return Wired{}, err
+	}
+	defer s.Close()
+	return s.Configure(a)
+}
+
+// Configure is the package's Configure through the Session's sockets.
+func (s *Session) Configure(a Attachment) (Wired, error) {
 	if err := a.validate(); err != nil {
 		return Wired{}, err
 	}
-	pod, err := handleAt(podNS)
-	if err != nil {
-		return Wired{}, err
-	}
-	defer pod.Close()
-	host, err := hostHandle()
-	if err != nil {
-		return Wired{}, err
-	}
-	defer host.Close()
-	hostLink, err := host.LinkByName(a.HostVeth)
+	hostLink, err := s.host.LinkByName(a.HostVeth)
 	if err != nil {
 		return Wired{}, fmt.Errorf("find host veth %s: %w", a.HostVeth, err)
 	}
-	if err := setupPodSide(pod, a, hostLink.Attrs().HardwareAddr); err != nil {
+	if err := setupPodSide(s.pod, a, hostLink.Attrs().HardwareAddr); err != nil {
 		return Wired{}, err
 	}
-	if err := setupHostSide(host, a, hostLink); err != nil {
+	if err := setupHostSide(s.host, a, hostLink); err != nil {
 		return Wired{}, err
 	}
-	return readBack(host, pod, a)
+	return readBack(s.host, s.pod, a)
 }
 
 // handleAt opens a route netlink socket in the given netns. Only
@@ -186,7 +247,7 @@ func setupHostSide(h netlinksafe.Handle, a Attachment, host netlink.Link) error 
 	if err := h.RouteReplace(r); err != nil {
 		return fmt.Errorf("add host route %v/32 dev %s: %w", a.PodIP, a.HostVeth, err)
 	}
-	return routing.EnsurePodRules(a.PodIP, a.RouteTable)
+	return routing.EnsurePodRulesVia(h.Handle, a.PodIP, a.RouteTable)
 }
 
 // readBack reads both ends after the last change (B33).

@@ -32,8 +32,13 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	}
 	defer hostNS.Close()
 	defer podNS.Close()
+	nl, err := datapath.Open(podNS)
+	if err != nil {
+		return types.NewError(types.ErrInternal, err.Error(), "")
+	}
+	defer nl.Close()
 
-	asg, pair, err := in.assignWhilePairing(args, hostNS, podNS)
+	asg, pair, err := in.assignWhilePairing(args, nl, hostNS)
 	if err != nil {
 		return err
 	}
@@ -42,7 +47,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	in.log = in.log.With("address", asg.Address.String(), "routeTable", asg.RouteTable, "hostVeth", att.HostVeth)
 	var wired datapath.Wired
 	if err = pair.err; err == nil {
-		wired, err = datapath.Configure(podNS, att)
+		wired, err = nl.Configure(att)
 	}
 	if err != nil {
 		in.undo(args.Netns, att)
@@ -90,19 +95,21 @@ type pairing struct {
 }
 
 // assignWhilePairing asks the daemon for the address while the veth pair is
-// created. When the daemon refuses, the pair is removed and the daemon's
+// created through nl (used by nothing else until the pairing is done). When the daemon refuses, the pair is removed and the daemon's
 // error returned as a CNI error; a pairing failure is returned for the
 // caller to undo with the address known.
-func (in *invocation) assignWhilePairing(args *skel.CmdArgs, hostNS, podNS ns.NetNS) (api.Assignment, pairing, error) {
+func (in *invocation) assignWhilePairing(args *skel.CmdArgs, nl *datapath.Session, hostNS ns.NetNS) (api.Assignment, pairing, error) {
 	hostVeth := in.hostVeth()
 	done := make(chan pairing, 1)
 	go func() {
 		GrowStack()
-		previous := in.vethSandbox(hostVeth)
-		replaced, err := datapath.CreatePair(hostNS, podNS, hostVeth, args.IfName, in.conf.MTU)
+		previous := in.vethSandbox(nl, hostVeth)
+		replaced, err := nl.CreatePair(hostNS, hostVeth, args.IfName, in.conf.MTU)
 		if err == nil {
 			// Before any route leads to it: every wired veth names its sandbox.
-			err = markVeth(hostVeth, in.key)
+			if err = nl.SetHostVethAlias(hostVeth, Identity(in.key)); err != nil {
+				err = fmt.Errorf("record sandbox %s: %w", in.key, err)
+			}
 		}
 		done <- pairing{replaced, previous, err}
 	}()

@@ -7,6 +7,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/vishvananda/netlink"
 
+	"github.com/vpcip/vpcip/cni/datapath"
 	"github.com/vpcip/vpcip/ipamd/api"
 	"github.com/vpcip/vpcip/routing"
 )
@@ -16,18 +17,6 @@ import (
 // sandbox of it; the alias tells them apart).
 func Identity(key api.Key) string {
 	return routing.SandboxAlias(key.Network, key.ContainerID, key.IfName)
-}
-
-// markVeth records key on the host veth (in the node netns).
-func markVeth(hostVeth string, key api.Key) error {
-	link, err := netlinksafe.LinkByName(hostVeth)
-	if err != nil {
-		return fmt.Errorf("find host veth %s: %w", hostVeth, err)
-	}
-	if err := netlink.LinkSetAlias(link, Identity(key)); err != nil {
-		return fmt.Errorf("record sandbox %s on host veth %s: %w", key, hostVeth, err)
-	}
-	return nil
 }
 
 // ownership is what a host veth's alias says about a key.
@@ -53,21 +42,31 @@ func vethOwner(name string, key api.Key) (ownership, string, error) {
 		}
 		return vethMissing, "", fmt.Errorf("find host veth %s: %w", name, err)
 	}
-	switch alias := link.Attrs().Alias; alias {
+	own, alias := ownerOf(link.Attrs().Alias, key)
+	return own, alias, nil
+}
+
+// ownerOf is what a present host veth's alias says about key, and the
+// alias when it names another sandbox.
+func ownerOf(alias string, key api.Key) (ownership, string) {
+	switch alias {
 	case Identity(key):
-		return vethOurs, alias, nil
+		return vethOurs, alias
 	case "":
-		return vethUnmarked, "", nil
+		return vethUnmarked, ""
 	default:
-		return vethOther, alias, nil
+		return vethOther, alias
 	}
 }
 
 // vethSandbox is the attachment the host veth named name records, or the
-// zero Key.
-func (in *invocation) vethSandbox(name string) api.Key {
-	own, alias, err := vethOwner(name, in.key)
-	if err != nil || own != vethOther {
+// zero Key, read through the ADD's netlink session.
+func (in *invocation) vethSandbox(s *datapath.Session, name string) api.Key {
+	alias, found, err := s.HostVethAlias(name)
+	if err != nil || !found {
+		return api.Key{}
+	}
+	if own, _ := ownerOf(alias, in.key); own != vethOther {
 		return api.Key{}
 	}
 	n, id, ifn, ok := routing.ParseSandboxAlias(alias)

@@ -3,8 +3,11 @@
 // IP_COOLDOWN_PERIOD survives a restart).
 //
 // The file is versioned JSON, rewritten atomically on every change: a temp
-// file in the same directory, fsync, rename over the old file, fsync of the
-// directory. A reader therefore sees the old or the new file, never a mix.
+// file in the same directory, renamed over the old file. A reader therefore
+// sees the old or the new file, never a mix. Save also fsyncs the file
+// before the rename and the directory after it; Write leaves that to a
+// later Sync (the daemon's write on each change, which must survive the
+// daemon's death, not a power loss: the page cache outlives the process).
 // Load never trusts a damaged file: an empty, NUL-filled, truncated, invalid
 // or unknown-version file is reported as a *CorruptError so the daemon can move
 // it aside (Quarantine) and rebuild from the cloud and the host.
@@ -208,9 +211,41 @@ func validate(as []Assignment, cs []Cooling) ([]Assignment, []Cooling, []string)
 	return okA, okC, dropped
 }
 
-// Save writes st to path atomically: temp file in the same directory, fsync,
-// rename, fsync of the directory. The directory is created (0700) if missing.
+// Save writes st to path atomically and durably: temp file in the same
+// directory, fsync, rename, fsync of the directory. The directory is created
+// (0700) if missing. Errors: encoding, directory, temp file, write, fsync or
+// rename failures; the old file is then left as it was.
 func Save(path string, st State) error {
+	return save(path, st, true)
+}
+
+// Write is Save without the two fsyncs: once it returns, every reader and a
+// restarted daemon see st (the page cache holds it), but a power loss or
+// kernel crash before the next Sync may leave the previous file. Errors as
+// Save's.
+func Write(path string, st State) error {
+	return save(path, st, false)
+}
+
+// Sync makes the file at path and its directory entry durable (fsync of
+// both): after Write, what Save would have guaranteed. Errors: the file or
+// directory cannot be opened or synced.
+func Sync(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("open checkpoint for fsync: %w", err)
+	}
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("fsync checkpoint %s: %w", path, err)
+	}
+	return syncDir(filepath.Dir(path))
+}
+
+func save(path string, st State, durable bool) error {
 	st.Version = Version
 	if st.Writer == (Writer{}) {
 		st.Writer = Self()
@@ -231,7 +266,7 @@ func Save(path string, st State) error {
 		return fmt.Errorf("checkpoint temp file: %w", err)
 	}
 	name := tmp.Name()
-	if err := writeSync(tmp, data); err != nil {
+	if err := writeClose(tmp, data, durable); err != nil {
 		os.Remove(name)
 		return fmt.Errorf("write checkpoint %s: %w", name, err)
 	}
@@ -239,12 +274,15 @@ func Save(path string, st State) error {
 		os.Remove(name)
 		return fmt.Errorf("replace checkpoint %s: %w", path, err)
 	}
+	if !durable {
+		return nil
+	}
 	return syncDir(dir)
 }
 
-func writeSync(f *os.File, data []byte) error {
+func writeClose(f *os.File, data []byte, sync bool) error {
 	_, err := f.Write(data)
-	if err == nil {
+	if err == nil && sync {
 		err = f.Sync()
 	}
 	if cerr := f.Close(); err == nil {

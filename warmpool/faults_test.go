@@ -321,3 +321,55 @@ func TestFallbackENIDeletedWhenUnneeded_ref2749(t *testing.T) {
 		t.Errorf("Next = delete %s (%s); eni-1 is needed: 9 addresses without it are below 16", p.ENI, p.Reason)
 	}
 }
+
+// TestFallbackKeepsASlotForAPrefix_ref2749: in prefix mode with no aligned
+// /28 free, pods wanting more than the node's slots hold single addresses;
+// unbounded, the fallback took every slot of every ENI, so once the subnet
+// had a /28 again the node sat at its ENI limit and could not take it (16
+// addresses in one slot) while pods waited. The fallback keeps the node's
+// last open slot; when the refusal ends, the /28 goes there and the
+// waiting pods start.
+func TestFallbackKeepsASlotForAPrefix_ref2749(t *testing.T) {
+	lim := Limits{MaxENIs: 2, SlotsPerENI: 4, PrefixSupported: true}
+	s := newSim(lim, Config{PrefixDelegation: true, WarmPrefixTarget: 1})
+	until := t0.Add(10 * time.Minute)
+	s.in.Refusals = []Refusal{{Kind: RefusedNoPrefix, Until: until}}
+	s.in.Pending = 12 // more pods than the node's 8 slots hold as /32s
+	for steps := 0; s.in.Now.Before(until); steps++ {
+		if steps == 40 {
+			t.Fatalf("no rest within 40 steps while refused: %+v", Summarize(s.in))
+		}
+		p, done, err := s.step()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if done {
+			break
+		}
+		if p != nil && p.Prefixes {
+			t.Fatalf("prefix call while the subnet refused /28s: %s", p.Reason)
+		}
+		if open := s.openSlots(); open < 1 {
+			t.Fatalf("the fallback filled every slot (%d ENIs of %d slots, %d pods waiting): no room for a /28 when the subnet has one",
+				len(s.in.ENIs), lim.SlotsPerENI, s.in.Pending)
+		}
+	}
+	if c := Summarize(s.in); c.Assigned != 7 || s.in.Pending != 5 {
+		t.Errorf("while refused: %d pods on /32s, %d waiting; want 7 and 5 (one slot kept)", c.Assigned, s.in.Pending)
+	}
+	s.in.Refusals = nil
+	if _, err := s.settle(50); err != nil {
+		t.Fatal(err)
+	}
+	if c := Summarize(s.in); s.in.Pending != 0 || c.Prefixes != 1 || c.Assigned != 12 {
+		t.Errorf("after the refusal: %+v, %d pods waiting; want every pod started, one on a /28", c, s.in.Pending)
+	}
+}
+
+func (s *sim) openSlots() int {
+	n := (s.in.Limits.MaxENIs - len(s.in.ENIs)) * s.in.Limits.SlotsPerENI
+	for _, e := range s.in.ENIs {
+		n += s.in.Limits.SlotsPerENI - len(e.Slots)
+	}
+	return n
+}

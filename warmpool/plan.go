@@ -210,6 +210,20 @@ func (s *state) stall(why string, capSlots int) (Plan, bool) {
 // on a new ENI, else Wait or Nothing (blocked).
 func (s *state) growOn(want, capSlots int, why string) (p Plan, blocked bool) {
 	lim := s.in.Limits
+	if !s.prefixes && prefixMode(s.in) {
+		// The no-/28 fallback is bounded: single addresses never take the
+		// node's last open slot, so when the subnet has an aligned /28
+		// again the node can take it (16 addresses in one slot) instead of
+		// sitting at its ENI limit with /32s.
+		open := s.openSlots()
+		if open-1 < capSlots {
+			capSlots = open - 1
+		}
+		if capSlots <= 0 {
+			return Plan{Action: Wait, Until: s.ref.noPrefix,
+				Reason: why + ", but the last open slot is kept for a /28 once the subnet has one (" + stamp(s.ref.noPrefix) + ")"}, true
+		}
+	}
 	whole := s.tgt.policy == byENITarget // the reference fills ENIs whole
 	var waitENI time.Time                // earliest end of an address-limit refusal on an ENI with room
 	for _, i := range s.order {
@@ -243,6 +257,17 @@ func (s *state) growOn(want, capSlots int, why string) (p Plan, blocked bool) {
 		n = lim.SlotsPerENI
 	}
 	return s.growPlan(CreateENI, "", n, capSlots, why), false
+}
+
+// openSlots is how many slots the node could still fill: those free on its
+// attached ENIs and every slot of the ENIs it may still attach.
+func (s *state) openSlots() int {
+	lim := s.in.Limits
+	n := max(lim.MaxENIs-len(s.in.ENIs), 0) * max(lim.SlotsPerENI, 0)
+	for _, e := range s.in.ENIs {
+		n += max(lim.SlotsPerENI-len(e.Slots), 0)
+	}
+	return n
 }
 
 // growPlan is the Assign or CreateENI of n slots, capped at capSlots

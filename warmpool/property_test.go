@@ -3,6 +3,7 @@ package warmpool
 import (
 	"fmt"
 	"math/rand/v2"
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
@@ -166,7 +167,11 @@ func TestRepeatedPlansConverge(t *testing.T) {
 				calm = latest(calm, ref.Until)
 			}
 			s.startPending()
-			var shrunk, didGrow, didShrink bool
+			// shrunk: a shrink once every refusal was over; growth after it
+			// is oscillation. converted: a shrink of no-/28 fallback /32s
+			// only, after which a /28 may take their room (a one-way
+			// conversion); any other growth after it is still oscillation.
+			var shrunk, converted, didGrow, didShrink bool
 			fail := func(err error) {
 				t.Fatalf("seed %d case %d: %v\nstart %+v", seed, i, err, start.in)
 			}
@@ -174,6 +179,7 @@ func TestRepeatedPlansConverge(t *testing.T) {
 				if step == 400 {
 					fail(fmt.Errorf("no fixed point after %d calls", step))
 				}
+				pre := s.clone().in
 				p, done, err := s.step()
 				if err != nil {
 					fail(err)
@@ -187,10 +193,16 @@ func TestRepeatedPlansConverge(t *testing.T) {
 				switch p.Action {
 				case Release, DeleteENI:
 					didShrink = true
-					shrunk = shrunk || !s.in.Now.Before(calm)
+					if !pre.Now.Before(calm) {
+						if fallbackOnly(pre, *p) {
+							converted = true
+						} else {
+							shrunk = true
+						}
+					}
 				case Assign, CreateENI:
 					didGrow = true
-					if shrunk {
+					if shrunk || (converted && !p.Prefixes) {
 						fail(fmt.Errorf("growth after shrink: %s", p.Reason))
 					}
 				}
@@ -209,6 +221,25 @@ func TestRepeatedPlansConverge(t *testing.T) {
 			t.Errorf("seed %d: too few nodes grew (%d), shrank (%d) or both (%d) to judge convergence", seed, grew, shrank, both)
 		}
 	}
+}
+
+// fallbackOnly reports a shrink in prefix mode that gives back /32s only:
+// the released slots, or every slot of the deleted ENI (at least one).
+func fallbackOnly(in Input, p Plan) bool {
+	if !in.Config.PrefixDelegation {
+		return false
+	}
+	switch p.Action {
+	case Release:
+		return len(p.Release) > 0 && !slices.ContainsFunc(p.Release, func(r netip.Prefix) bool { return r.Bits() != 32 })
+	case DeleteENI:
+		for _, e := range in.ENIs {
+			if e.ID == p.ENI {
+				return len(e.Slots) > 0 && !slices.ContainsFunc(e.Slots, func(sl Slot) bool { return sl.Size() != 1 })
+			}
+		}
+	}
+	return false
 }
 
 func b2i(b bool) int {

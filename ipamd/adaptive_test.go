@@ -3,6 +3,7 @@ package ipamd
 import (
 	"testing"
 
+	"github.com/vpcip/vpcip/ipamd/api"
 	"github.com/vpcip/vpcip/warmpool"
 )
 
@@ -19,21 +20,31 @@ func TestAdaptiveDefault(t *testing.T) {
 		t.Fatalf("new node: %+v; want 1 warm address on the primary ENI", st)
 	}
 	pods := names("a", 8)
-	done := make(chan error, len(pods))
+	type added struct {
+		a   api.Assignment
+		err error
+	}
+	done := make(chan added, len(pods))
 	for _, id := range pods {
 		go func() {
-			_, err := n.add(id)
-			done <- err
+			a, err := n.add(id)
+			done <- added{a, err}
 		}()
 	}
+	enis := map[string]int{}
 	for range pods {
-		if err := <-done; err != nil {
-			t.Fatalf("ADD: %v", err)
+		r := <-done
+		if r.err != nil {
+			t.Fatalf("ADD: %v", r.err)
 		}
+		enis[r.a.ENIID]++
 	}
 	f := c.Cloud.Faults()
-	if st := n.status(); st.Assigned != 8 || st.ENIs != 1 {
-		t.Errorf("after 8 pods: %+v; want 8 assigned on the primary ENI", st)
+	// The burst's margin may make the pool attach a second ENI once the
+	// pods are served (how soon depends on the machine's load); the pods
+	// themselves fit on the primary ENI's nine secondary addresses.
+	if st := n.status(); st.Assigned != 8 || len(enis) != 1 {
+		t.Errorf("after 8 pods: %+v, pods per ENI %v; want 8 assigned on one ENI", st, enis)
 	}
 	if got := f.Calls("AssignPrivateIpAddresses"); got > 4 {
 		t.Errorf("%d assign calls for 8 pods; want growth sized to the demand", got)

@@ -91,8 +91,7 @@ func New(o Options) (*Daemon, error) {
 	store.SetMaxAssigned(cfg.MaxPods)
 	store.SetConntrackFlush(true)
 	d := &Daemon{cfg: cfg, log: o.Logger, gatherer: o.Gatherer, store: store, life: newLifecycle(), node: &nodeInfo{}}
-	d.ckpt = &checkpointer{path: cfg.Checkpoint, store: store, log: o.Logger, metrics: o.Metrics, now: o.Clock,
-		syncReq: make(chan struct{}, 1)}
+	d.ckpt = &checkpointer{path: cfg.Checkpoint, store: store, log: o.Logger, metrics: o.Metrics, now: o.Clock}
 	d.hosts = newHostSync(o.Host, cfg, store, o.Logger, o.Metrics, o.Clock)
 	d.rec = &reconciler{cfg: cfg, prov: o.Provider, store: store, node: d.node, hosts: d.hosts, ckpt: d.ckpt,
 		life: d.life, log: o.Logger, metrics: o.Metrics, now: o.Clock, missing: map[string]int{}}
@@ -228,17 +227,13 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return nil
 	})
 	g.Go(func() error {
-		d.ckpt.syncLoop(gctx)
-		return nil
-	})
-	g.Go(func() error {
 		<-gctx.Done()
 		d.shutdown(servers)
 		return nil
 	})
 	err = g.Wait()
 	// The worker may have recorded a last change after the servers stopped.
-	if perr := d.ckpt.persistDurable(); perr != nil {
+	if perr := d.ckpt.persist(); perr != nil {
 		d.log.Error("final checkpoint write failed", "err", perr)
 	}
 	os.Remove(d.cfg.Socket)

@@ -54,7 +54,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"kind"}),
 		checkpoints: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "vpcip_checkpoint_writes_total",
-			Help: "Checkpoint writes by outcome (ok, error) and their fsyncs, at most a second later (synced, sync_error).",
+			Help: "Checkpoint writes by outcome (ok, error).",
 		}, []string{"outcome"}),
 		actions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "vpcip_pool_actions_total",

@@ -1,7 +1,6 @@
 package ipamd
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -22,18 +21,9 @@ const (
 	restoredCorrupt                       // moved aside: rebuild from cloud and host, cool every free address
 )
 
-// syncDelay is how long after a checkpoint write its fsync may wait, so a
-// burst of writes (pod starts) shares one: the bound on what a power loss can
-// take from the file. A daemon crash takes nothing: a write is visible to the
-// next daemon as soon as it returns.
-const syncDelay = time.Second
-
 // checkpointer owns the checkpoint file: it loads it into the datastore at
 // start and writes it after changes. Every goroutine that changes the
-// datastore calls persist; writes are serialized and fold. A write replaces
-// the file atomically before the change is answered; its fsync follows
-// within syncDelay (syncLoop), and the last write at shutdown is synced at
-// once (persistDurable).
+// datastore calls persist; writes are serialized and fold.
 type checkpointer struct {
 	path    string
 	store   *datastore.Store
@@ -45,8 +35,6 @@ type checkpointer struct {
 	savedGen     uint64     // datastore generation of the last write
 	instance     string     // instance id written into the checkpoint
 	restoredFrom string     // instance id recorded in the loaded checkpoint, until start-up checks it
-
-	syncReq chan struct{} // a write awaits its fsync (capacity 1; nil: every write is synced at once)
 }
 
 // load loads the checkpoint into the (empty) datastore. A damaged file is
@@ -112,22 +100,8 @@ func (c *checkpointer) adoptInstance(self string) bool {
 
 // persist writes the checkpoint if the datastore changed since the last
 // write. Concurrent callers fold: whoever writes records every change made
-// before it took the snapshot. The file is replaced before persist returns;
-// its fsync is left to syncLoop when one runs.
+// before it took the snapshot.
 func (c *checkpointer) persist() error {
-	return c.write(c.syncReq == nil)
-}
-
-// persistDurable is persist with the fsyncs done before it returns (the
-// last write at shutdown).
-func (c *checkpointer) persistDurable() error {
-	if err := c.write(true); err != nil {
-		return err
-	}
-	return c.sync()
-}
-
-func (c *checkpointer) write(durable bool) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if g := c.store.Generation(); g == c.savedGen && g != 0 {
@@ -138,59 +112,11 @@ func (c *checkpointer) write(durable bool) error {
 		return nil
 	}
 	st.InstanceID = c.instance
-	save := checkpoint.Write
-	if durable {
-		save = checkpoint.Save
-	}
-	if err := save(c.path, st); err != nil {
+	if err := checkpoint.Save(c.path, st); err != nil {
 		c.metrics.checkpoints.WithLabelValues("error").Inc()
 		return err
 	}
 	c.metrics.checkpoints.WithLabelValues("ok").Inc()
 	c.savedGen = gen
-	if !durable {
-		select {
-		case c.syncReq <- struct{}{}:
-		default: // a sync is already due; it will cover this write
-		}
-	}
-	return nil
-}
-
-// syncLoop fsyncs the checkpoint at most syncDelay after a write asks for
-// it, until ctx ends. A failed fsync is logged and counted; the next write
-// asks again.
-func (c *checkpointer) syncLoop(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-c.syncReq:
-		}
-		select {
-		case <-ctx.Done():
-			return // the caller's final persistDurable syncs
-		case <-time.After(syncDelay):
-		}
-		if err := c.sync(); err != nil {
-			c.log.Error("checkpoint fsync failed; the file is current but a power loss may revert it", "path", c.path, "err", err)
-		}
-	}
-}
-
-// sync fsyncs the checkpoint file and its directory, counted by outcome
-// (synced, sync_error); a missing file (nothing written yet) is no error.
-// It runs without c.mu, so writes (and the ADDs waiting on them) do not wait
-// for the disk: a write renamed in meanwhile asks for its own sync.
-func (c *checkpointer) sync() error {
-	err := checkpoint.Sync(c.path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		c.metrics.checkpoints.WithLabelValues("sync_error").Inc()
-		return err
-	}
-	c.metrics.checkpoints.WithLabelValues("synced").Inc()
 	return nil
 }

@@ -3,11 +3,8 @@
 // IP_COOLDOWN_PERIOD survives a restart).
 //
 // The file is versioned JSON, rewritten atomically on every change: a temp
-// file in the same directory, renamed over the old file. A reader therefore
-// sees the old or the new file, never a mix. Save also fsyncs the file
-// before the rename and the directory after it; Write leaves that to a
-// later Sync (the daemon's write on each change, which must survive the
-// daemon's death, not a power loss: the page cache outlives the process).
+// file in the same directory, fsync, rename over the old file, fsync of the
+// directory. A reader therefore sees the old or the new file, never a mix.
 // Load never trusts a damaged file: an empty, NUL-filled, truncated, invalid
 // or unknown-version file is reported as a *CorruptError so the daemon can move
 // it aside (Quarantine) and rebuild from the cloud and the host.
@@ -211,41 +208,9 @@ func validate(as []Assignment, cs []Cooling) ([]Assignment, []Cooling, []string)
 	return okA, okC, dropped
 }
 
-// Save writes st to path atomically and durably: temp file in the same
-// directory, fsync, rename, fsync of the directory. The directory is created
-// (0700) if missing. Errors: encoding, directory, temp file, write, fsync or
-// rename failures; the old file is then left as it was.
+// Save writes st to path atomically: temp file in the same directory, fsync,
+// rename, fsync of the directory. The directory is created (0700) if missing.
 func Save(path string, st State) error {
-	return save(path, st, true)
-}
-
-// Write is Save without the two fsyncs: once it returns, every reader and a
-// restarted daemon see st (the page cache holds it), but a power loss or
-// kernel crash before the next Sync may leave the previous file. Errors as
-// Save's.
-func Write(path string, st State) error {
-	return save(path, st, false)
-}
-
-// Sync makes the file at path and its directory entry durable (fsync of
-// both): after Write, what Save would have guaranteed. Errors: the file or
-// directory cannot be opened or synced.
-func Sync(path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return fmt.Errorf("open checkpoint for fsync: %w", err)
-	}
-	err = f.Sync()
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("fsync checkpoint %s: %w", path, err)
-	}
-	return syncDir(filepath.Dir(path))
-}
-
-func save(path string, st State, durable bool) error {
 	st.Version = Version
 	if st.Writer == (Writer{}) {
 		st.Writer = Self()
@@ -266,7 +231,7 @@ func save(path string, st State, durable bool) error {
 		return fmt.Errorf("checkpoint temp file: %w", err)
 	}
 	name := tmp.Name()
-	if err := writeClose(tmp, data, durable); err != nil {
+	if err := writeSync(tmp, data); err != nil {
 		os.Remove(name)
 		return fmt.Errorf("write checkpoint %s: %w", name, err)
 	}
@@ -274,15 +239,12 @@ func save(path string, st State, durable bool) error {
 		os.Remove(name)
 		return fmt.Errorf("replace checkpoint %s: %w", path, err)
 	}
-	if !durable {
-		return nil
-	}
 	return syncDir(dir)
 }
 
-func writeClose(f *os.File, data []byte, sync bool) error {
+func writeSync(f *os.File, data []byte) error {
 	_, err := f.Write(data)
-	if err == nil && sync {
+	if err == nil {
 		err = f.Sync()
 	}
 	if cerr := f.Close(); err == nil {

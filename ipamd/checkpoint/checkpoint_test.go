@@ -277,34 +277,3 @@ func TestSaveRecordsItsWriter(t *testing.T) {
 		t.Errorf("writer %+v generation %d, want %+v and 17", got.Writer, got.Generation, Self())
 	}
 }
-
-// TestWriteThenSync: Write replaces the file atomically (a reader sees the
-// new state, no temp file remains) without syncing; Sync then syncs it, and
-// reports a missing file as fs.ErrNotExist.
-func TestWriteThenSync(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "ipam.json")
-	if err := Save(path, State{}); err != nil {
-		t.Fatal(err)
-	}
-	want := sample()
-	if err := Write(path, want); err != nil {
-		t.Fatal(err)
-	}
-	got, dropped, err := Load(path)
-	if err != nil || len(dropped) != 0 {
-		t.Fatalf("Load after Write: %v, dropped %v", err, dropped)
-	}
-	if len(got.Assignments) != 1 || got.Assignments[0].Address != want.Assignments[0].Address {
-		t.Errorf("Load after Write = %+v, want the written state", got.Assignments)
-	}
-	entries, _ := os.ReadDir(filepath.Dir(path))
-	if len(entries) != 1 {
-		t.Errorf("directory holds %d files after Write, want only the checkpoint", len(entries))
-	}
-	if err := Sync(path); err != nil {
-		t.Errorf("Sync: %v", err)
-	}
-	if err := Sync(filepath.Join(t.TempDir(), "none.json")); !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("Sync of a missing file = %v, want fs.ErrNotExist", err)
-	}
-}

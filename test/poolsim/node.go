@@ -99,6 +99,17 @@ type Result struct {
 	// the primary address of every ENI beyond the first that those slots
 	// need. A pool that never made a pod wait holds at least this.
 	FloorHours [2]float64
+	// Levels is the run's demand curve: from each Level's At until the
+	// next one's, Level.InUse addresses were assigned or cooling (for
+	// MinIdleHours).
+	Levels []Level
+}
+
+// Level is the demand on a node from At on: addresses assigned to pods or
+// in their cooldown.
+type Level struct {
+	At    time.Time
+	InUse int
 }
 
 // P returns the q-quantile (0..1) of the waits, in seconds; 0 without waits.
@@ -218,6 +229,13 @@ func (n *node) account() {
 		n.floorNow[m] = slots*unit + enis - 1 - n.assigned
 	}
 	n.res.MaxENIs = max(n.res.MaxENIs, n.cloud.ENICount())
+	if u, l := n.assigned+n.cooling, len(n.res.Levels); l == 0 || n.res.Levels[l-1].InUse != u {
+		if l > 0 && n.res.Levels[l-1].At.Equal(now) {
+			n.res.Levels[l-1].InUse = u
+		} else {
+			n.res.Levels = append(n.res.Levels, Level{At: now, InUse: u})
+		}
+	}
 }
 
 func (n *node) demand() Demand {

@@ -3,6 +3,7 @@ package poolsim
 import (
 	"context"
 	"errors"
+	"math"
 	"testing"
 	"time"
 
@@ -114,5 +115,33 @@ func TestTracesAreBoundedAndSeeded(t *testing.T) {
 			}
 			ends = append(ends, p.Arrive+p.Life)
 		}
+	}
+}
+
+// TestMinIdleHours: the bound on hand-made curves, in secondary-IP mode
+// with large ENIs: 5 addresses for an hour, then 10 for an hour.
+func TestMinIdleHours(t *testing.T) {
+	at := func(h float64) time.Time { return Epoch.Add(time.Duration(h * float64(time.Hour))) }
+	levels := []Level{{Epoch, 0}, {at(0), 5}, {at(1), 10}}
+	end := at(2)
+	for _, tc := range []struct {
+		name                  string
+		calls, unit, slotsENI int
+		want                  float64
+	}{
+		{"one call: 10 held for two hours", 1, 1, 100, 5},
+		{"two calls: exactly the demand", 2, 1, 100, 0},
+		{"no call: nothing can be held", 0, 1, 100, math.Inf(1)},
+		{"prefix mode: 16 each hour", 1, 16, 100, 32 - 15},
+		{"ENIs of 6: the second ENI costs 3 calls and its primary address", 4, 1, 6, 1},
+		{"ENIs of 6, 3 calls: one piece on two ENIs", 3, 1, 6, 5 + 2},
+	} {
+		got, ok := MinIdleHours(levels, end, tc.calls, tc.unit, tc.slotsENI, 4, 100)
+		if !ok || math.Abs(got-tc.want) > 1e-9 && !(math.IsInf(got, 1) && math.IsInf(tc.want, 1)) {
+			t.Errorf("%s: %v, %v; want %v", tc.name, got, ok, tc.want)
+		}
+	}
+	if _, ok := MinIdleHours(levels, end, 2, 1, 100, 4, 1); ok {
+		t.Error("computed beyond maxSegments")
 	}
 }

@@ -7,6 +7,7 @@ package compare
 import (
 	"fmt"
 	"io"
+	"math"
 	"runtime"
 	"strings"
 	"sync"
@@ -54,7 +55,17 @@ type Row struct {
 	Prefix  bool
 	Results []poolsim.Result
 	Err     error
+	// Bound is poolsim.MinIdleHours on the reference default's demand
+	// curve with its count of calls: the least idle address-hours of any
+	// pool that waits no more than the reference default (which waited for
+	// no address) and calls no more. NaN: not computed (the reference
+	// made pods wait, or the curve is too long).
+	Bound float64
 }
+
+// boundSegments caps the demand curves MinIdleHours runs on (its time
+// grows with the square of their segments).
+const boundSegments = 1500
 
 // Options select what Table runs.
 type Options struct {
@@ -122,6 +133,23 @@ func Table(o Options) []Row {
 	}
 	close(work)
 	wg.Wait()
+	for i := range rows {
+		r := &rows[i]
+		r.Bound = math.NaN()
+		ref := r.Results[0]
+		if r.Err != nil || ref.Waited > 0 {
+			continue
+		}
+		typ := typeOf[r.Type]
+		unit := 1
+		if r.Prefix {
+			unit = warmpool.PrefixAddresses
+		}
+		end := ref.Levels[0].At.Add(traces[i].Duration)
+		if b, ok := poolsim.MinIdleHours(ref.Levels, end, ref.Calls, unit, typ.Limits.PodAddressesPerENI(), typ.Limits.MaxENIs, boundSegments); ok {
+			r.Bound = b
+		}
+	}
 	return rows
 }
 
@@ -150,11 +178,11 @@ func Run(tr poolsim.Trace, typ poolsim.InstanceType, prefix bool, s Setup, lat p
 // 1,000 pod starts, then the ratios ours/reference for the defaults and
 // for WARM_IP_TARGET=5/MINIMUM_IP_TARGET=10.
 func Print(w io.Writer, rows []Row) {
-	fmt.Fprintf(w, "%-8s %-11s %-4s | %-34s | %-34s | %-34s | %-34s | %-5s | %-22s | %-22s\n", "trace", "type", "mode",
-		"ref default", "ref WARM_IP=5/MIN=10", "ours default", "ours WARM_IP=5/MIN=10", "floor", "ours/ref default", "ours/ref WARM5/MIN10")
+	fmt.Fprintf(w, "%-8s %-11s %-4s | %-34s | %-34s | %-34s | %-34s | %-11s | %-22s | %-22s\n", "trace", "type", "mode",
+		"ref default", "ref WARM_IP=5/MIN=10", "ours default", "ours WARM_IP=5/MIN=10", "bound", "ours/ref default", "ours/ref WARM5/MIN10")
 	sub := "idle-h  waited  p50s  p99s  calls/k"
-	fmt.Fprintf(w, "%-8s %-11s %-4s | %-34s | %-34s | %-34s | %-34s | %-5s | %-22s | %-22s\n", "", "", "", sub, sub, sub, sub, "/ref", "idle  wait  p99  calls", "idle  wait  p99  calls")
-	fmt.Fprintln(w, strings.Repeat("-", 8+1+11+1+4+4*37+8+2*25+2))
+	fmt.Fprintf(w, "%-8s %-11s %-4s | %-34s | %-34s | %-34s | %-34s | %-11s | %-22s | %-22s\n", "", "", "", sub, sub, sub, sub, "flr/r lb/r", "idle  wait  p99  calls", "idle  wait  p99  calls")
+	fmt.Fprintln(w, strings.Repeat("-", 8+1+11+1+4+4*37+14+2*25+2))
 	for _, r := range rows {
 		mode := "ip"
 		if r.Prefix {
@@ -164,7 +192,7 @@ func Print(w io.Writer, rows []Row) {
 		for _, res := range r.Results {
 			fmt.Fprintf(w, " | %6.1f %7d %5.1f %5.1f %8.1f", res.IdleHours, res.Waited, res.P(0.5), res.P(0.99), res.CallsPer1000())
 		}
-		fmt.Fprintf(w, " | %5s", ratio(floor(r), r.Results[0].IdleHours))
+		fmt.Fprintf(w, " | %5s %5s", ratio(floor(r), r.Results[0].IdleHours), ratio(r.Bound, r.Results[0].IdleHours))
 		for _, pair := range [][2]int{{2, 0}, {3, 1}} {
 			o, ref := r.Results[pair[0]], r.Results[pair[1]]
 			fmt.Fprintf(w, " | %4s %5s %4s %5s", ratio(o.IdleHours, ref.IdleHours), ratio(float64(o.Waited), float64(ref.Waited)),
@@ -195,7 +223,8 @@ func floor(r Row) float64 {
 // that waited ≤ 1×, calls ≤ 1.5×), and the totals of pods that waited.
 func Summary(w io.Writer, rows []Row) {
 	var idle, waited, p99, calls, wWaited, wCalls, refW, ourW, refWW, ourWW, beyond int
-	var beyondRows []string
+	var beyondRows, jointRows []string
+	jointly := 0
 	for _, r := range rows {
 		ref, refw, o, ow := r.Results[0], r.Results[1], r.Results[2], r.Results[3]
 		idle += b2i(o.IdleHours <= 0.5*ref.IdleHours)
@@ -206,6 +235,14 @@ func Summary(w io.Writer, rows []Row) {
 				mode = "pd"
 			}
 			beyondRows = append(beyondRows, r.Trace+"/"+r.Type+"/"+mode)
+		}
+		if r.Bound > 0.5*ref.IdleHours {
+			jointly++
+			mode := "ip"
+			if r.Prefix {
+				mode = "pd"
+			}
+			jointRows = append(jointRows, r.Trace+"/"+r.Type+"/"+mode)
 		}
 		waited += b2i(o.Waited <= ref.Waited)
 		p99 += b2i(o.P(0.99) <= ref.P(0.99))
@@ -220,6 +257,7 @@ func Summary(w io.Writer, rows []Row) {
 	fmt.Fprintf(w, "WARM_IP_TARGET=5/MINIMUM_IP_TARGET=10, rows meeting: waited ≤ 1× %d/%d, calls ≤ 1.5× %d/%d; pods that waited in all rows: ours %d, reference %d\n",
 		wWaited, n, wCalls, n, ourWW, refWW)
 	fmt.Fprintf(w, "idle ≤ 0.5× out of reach for any pool (floor above half the reference's idle): %d/%d %v\n", beyond, n, beyondRows)
+	fmt.Fprintf(w, "idle ≤ 0.5× with no more waits and calls out of reach for any pool (bound above half the reference's idle): %d/%d %v\n", jointly, n, jointRows)
 }
 
 func b2i(b bool) int {
@@ -232,6 +270,8 @@ func b2i(b bool) int {
 // ratio formats a/b; "=" when both are 0, "inf" when only b is.
 func ratio(a, b float64) string {
 	switch {
+	case math.IsNaN(a) || math.IsNaN(b):
+		return "-"
 	case a == 0 && b == 0:
 		return "="
 	case b == 0:

@@ -84,7 +84,11 @@ const (
 	ReleaseDelay = 3 * time.Minute
 	// ENIDeleteDelay is how long after the last growth an unneeded ENI is
 	// kept: deleting and creating one again costs five EC2 calls.
-	ENIDeleteDelay = 15 * time.Minute
+	ENIDeleteDelay = 6 * time.Hour
+	// BurstMemoryQuiet: with no arrival within it and at least a release
+	// band of addresses cooling down, pods are leaving: a release waits
+	// for their cooldown, so one call gives back what would take several.
+	BurstMemoryQuiet = time.Minute
 	// MinBand is the least surplus worth a release call, in addresses.
 	MinBand = 2
 	// MinWarm is the least margin: addresses kept free for the next pod.
@@ -327,6 +331,7 @@ func (s *state) adaptiveGrow(d demandTarget) (Plan, bool) {
 			return Plan{Action: Wait, Until: until, Reason: why + ": addresses cooling down cover it by " + stamp(until) + ", sooner than a new ENI"}, true
 		}
 	}
+	s.fillWhole = !s.prefixes
 	p, blocked := s.growOn(ceilDiv(want, unit), capSlots, why)
 	if blocked {
 		s.stalled = true
@@ -370,16 +375,19 @@ func (s *state) adaptiveShrink(d demandTarget) (Plan, bool) {
 	for _, i := range s.order {
 		e, ep := &s.in.ENIs[i], s.enis[i]
 		if e.Primary || ep.assigned > 0 || ep.cooling > 0 || s.in.Now.Before(e.Attached.Add(minAge)) ||
-			s.in.Now.Before(s.in.LastGrow.Add(scaled(s.in, ENIDeleteDelay))) {
+			len(e.Slots) > 0 || s.in.Now.Before(s.in.LastGrow.Add(scaled(s.in, ENIDeleteDelay))) {
 			continue
 		}
-		if (held-ep.available >= d.keep && s.pool.available-ep.available >= d.high) || (len(e.Slots) == 0 && s.pool.available >= d.low) {
+		if s.pool.available >= d.low {
 			return Plan{Action: DeleteENI, ENI: e.ID, Reason: "ENI " + e.ID + " unneeded: no assigned or cooling address (" +
 				d.describe() + ", " + s.poolText() + ")"}, true
 		}
 	}
-	if held < d.keep+max(MinBand, d.keep-d.high) {
+	if held < d.keep+s.releaseBand() {
 		return Plan{}, false // too little to be worth a call
+	}
+	if s.pool.cooling >= s.releaseBand() && s.in.Demand.History.within(s.in.Now, scaled(s.in, BurstMemoryQuiet)) == 0 {
+		return Plan{}, false // pods are leaving: release once their addresses are out of cooldown, in one call
 	}
 	rel, from := s.adaptiveReleasable(d.high, d.keep)
 	if len(rel) == 0 {
@@ -391,6 +399,17 @@ func (s *state) adaptiveShrink(d demandTarget) (Plan, bool) {
 	}
 	return Plan{Action: Release, ENI: from, Release: rel, Reason: "surplus: release " + count(n, "address") + " from " + from +
 		" (" + d.describe() + ", " + s.poolText() + ")"}, true
+}
+
+// releaseBand is the least surplus beyond keep worth a release call, in
+// addresses: MinBand, and in secondary-IP mode half an ENI's slots, so a
+// release gives back enough to pay for the call and the assign that may
+// follow it.
+func (s *state) releaseBand() int {
+	if s.prefixes {
+		return MinBand
+	}
+	return max(MinBand, ceilDiv(s.in.Limits.SlotsPerENI, 2))
 }
 
 // delayUntil is when shrinking is allowed: ReleaseDelay after the last
@@ -430,13 +449,10 @@ func (s *state) adaptiveReleasable(high, keep int) ([]netip.Prefix, string) {
 	held := s.pool.available + s.pool.cooling
 	for _, i := range order {
 		e := &s.in.ENIs[i]
-		if !e.Primary && s.enis[i].assigned+s.enis[i].cooling == 0 {
-			continue // an idle ENI goes whole once unneeded: one call less than emptying it first
-		}
 		var out []netip.Prefix
 		left, avail := held, s.pool.available
 		for _, sl := range freeSlots(e) {
-			if left-sl.Size() < keep || avail-sl.Size() < high {
+			if left-sl.Size() < high || avail-sl.Size() < high {
 				continue
 			}
 			left -= sl.Size()

@@ -66,7 +66,7 @@ const (
 	// longer than an hour, so hourly rollouts and jobs are remembered.
 	BurstMemory = 75 * time.Minute
 	// BurstShare is the part of the largest recent burst kept warm.
-	BurstShare = 1.0
+	BurstShare = 0.1
 	// ChunkSpan is how many seconds of arrivals one growth call adds
 	// beyond low at least.
 	ChunkSpan = time.Minute
@@ -79,7 +79,10 @@ const (
 	ChunkMemory = 30 * time.Minute
 	// PeakMemory is how long the most addresses in use at once are kept
 	// (free ones beyond margin) for the next rise.
-	PeakMemory = 20 * time.Minute
+	PeakMemory = 8 * time.Minute
+	// ReachMemory is how long the most addresses in use at once are kept
+	// within reach: ENIs with room for them stay attached.
+	ReachMemory = BurstMemory
 	// ReleaseDelay is how long after the last growth surplus is kept.
 	ReleaseDelay = 3 * time.Minute
 	// ENIDeleteDelay is how long after the last growth an unneeded ENI is
@@ -109,6 +112,7 @@ type Demand struct {
 // demandTarget is the adaptive policy's figures for one Input.
 type demandTarget struct {
 	need, ahead, margin, low, high, keep int
+	reach                                int     // addresses available or assignable on attached ENIs wanted
 	rate                                 float64 // arrivals per second
 	burst                                int
 }
@@ -120,8 +124,8 @@ func demandOf(in Input, room int, prefixes bool, inUse int) demandTarget {
 	d.rate = max(float64(h.within(in.Now, RateWindow))/RateWindow.Seconds(), float64(h.within(in.Now, BurstWindow))/BurstWindow.Seconds())
 	var typical int
 	d.burst, typical = h.bursts(in.Now, scaled(in, BurstMemory))
-	if h.within(in.Now, BurstOnset) >= BurstStart {
-		d.ahead = max(typical-h.within(in.Now, BurstWindow), 0)
+	if h.within(in.Now, BurstOnset) >= BurstStart || d.need >= BurstStart {
+		d.ahead = max(typical-max(h.within(in.Now, BurstWindow), d.need), 0)
 	}
 	refill := ENILatency
 	if room > 0 {
@@ -144,11 +148,21 @@ func demandOf(in Input, room int, prefixes bool, inUse int) demandTarget {
 		chunk = max(byRate, min(in.Limits.SlotsPerENI/ChunkShare, h.within(in.Now, scaled(in, ChunkMemory))))
 	}
 	d.high = d.low + chunk
-	d.keep = d.high + chunk
+	d.keep = d.high
 	if peak := h.peak(in.Now, scaled(in, PeakMemory)); peak > 0 {
-		free := max(peak-inUse, 0) + d.margin
-		d.high = max(d.high, free)
-		d.keep = max(d.keep, free)
+		d.keep = max(d.keep, peak-inUse+d.margin)
+	}
+	// Room on attached ENIs is as good as free addresses for pods the
+	// Kubernetes part shows before their ADDs: one assign call is ready
+	// sooner than kubelet's sandbox. Attached ENIs should reach a whole
+	// typical burst beyond what is needed now, and the most in use within
+	// PeakMemory; an ENI's room costs one address, its own.
+	d.reach = d.low
+	if typical >= BurstStart {
+		d.reach = d.need + typical + d.margin
+	}
+	if peak := h.peak(in.Now, scaled(in, ReachMemory)); peak > 0 {
+		d.reach = max(d.reach, peak-inUse+d.margin)
 	}
 	return d
 }
@@ -286,7 +300,7 @@ func ceilF(x float64) int { return int(math.Ceil(x - 1e-9)) }
 
 func (d demandTarget) describe() string {
 	return "adaptive: need " + itoa(d.need) + ", ahead " + itoa(d.ahead) + ", margin " + itoa(d.margin) + ", grow below " + itoa(d.low) +
-		" to " + itoa(d.high) + ", keep " + itoa(d.keep)
+		" to " + itoa(d.high) + ", keep " + itoa(d.keep) + ", reach " + itoa(d.reach)
 }
 
 // roomSlots is how many slots the attached ENIs could still take.
@@ -305,6 +319,9 @@ func (s *state) adaptive() Plan {
 		if p, ok := s.adaptiveGrow(d); ok {
 			return p
 		}
+	}
+	if p, ok := s.adaptiveReach(d); ok {
+		return p
 	}
 	if p, ok := s.adaptiveShrink(d); ok {
 		return p
@@ -337,6 +354,28 @@ func (s *state) adaptiveGrow(d demandTarget) (Plan, bool) {
 		s.stalled = true
 	}
 	return p, p.Action == Assign || p.Action == CreateENI || p.Action == Wait
+}
+
+// adaptiveReach attaches an ENI, with no addresses, when the available
+// addresses and the room of the attached ENIs fall short of reach.
+func (s *state) adaptiveReach(d demandTarget) (Plan, bool) {
+	unit := 1
+	if s.prefixes {
+		unit = PrefixAddresses
+	}
+	lim := s.in.Limits
+	reachable := s.pool.available + roomSlots(s.in)*unit
+	if reachable >= d.reach || len(s.in.ENIs) >= lim.MaxENIs || !s.ref.eniLimit.IsZero() || lim.SlotsPerENI <= 0 {
+		return Plan{}, false
+	}
+	if lim.MaxPods > 0 && s.pool.total+roomSlots(s.in)*unit >= lim.MaxPods {
+		return Plan{}, false // max pods are within reach already
+	}
+	if !latest(s.ref.subnetFull, s.ref.throttled).IsZero() {
+		return Plan{}, false
+	}
+	return Plan{Action: CreateENI, Prefixes: s.prefixes, Reason: "reach " + count(d.reach-reachable, "address") + " short (" +
+		d.describe() + ", " + s.poolText() + "): create ENI without addresses"}, true
 }
 
 // coolingCovers reports whether at least n cooling addresses finish their
@@ -378,7 +417,11 @@ func (s *state) adaptiveShrink(d demandTarget) (Plan, bool) {
 			len(e.Slots) > 0 || s.in.Now.Before(s.in.LastGrow.Add(scaled(s.in, ENIDeleteDelay))) {
 			continue
 		}
-		if s.pool.available >= d.low {
+		unit := 1
+		if s.prefixes {
+			unit = PrefixAddresses
+		}
+		if s.pool.available >= d.low && s.pool.available+(roomSlots(s.in)-max(s.in.Limits.SlotsPerENI, 0))*unit >= d.reach {
 			return Plan{Action: DeleteENI, ENI: e.ID, Reason: "ENI " + e.ID + " unneeded: no assigned or cooling address (" +
 				d.describe() + ", " + s.poolText() + ")"}, true
 		}

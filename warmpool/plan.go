@@ -70,8 +70,8 @@ type state struct {
 	// stalled: the pool is short and no ENI, old or new, could grow now
 	// (max pods reached, subnet full, throttled, no slots per ENI).
 	stalled bool
-	// fillWhole: growth fills the ENI's room whole (the adaptive policy in
-	// secondary-IP mode: one call per ENI).
+	// fillWhole: a new ENI gets all its slots (the adaptive policy in
+	// secondary-IP mode: one call per ENI's worth of addresses).
 	fillWhole bool
 }
 
@@ -227,7 +227,7 @@ func (s *state) growOn(want, capSlots int, why string) (p Plan, blocked bool) {
 				Reason: why + ", but the last open slot is kept for a /28 once the subnet has one (" + stamp(s.ref.noPrefix) + ")"}, true
 		}
 	}
-	whole := s.tgt.policy == byENITarget || s.fillWhole // the reference fills ENIs whole
+	whole := s.tgt.policy == byENITarget // the reference fills ENIs whole
 	var waitENI time.Time                               // earliest end of an address-limit refusal on an ENI with room
 	for _, i := range s.order {
 		e := &s.in.ENIs[i]
@@ -256,7 +256,7 @@ func (s *state) growOn(want, capSlots int, why string) (p Plan, blocked bool) {
 		return Plan{Action: Wait, Reason: why + ", ENI attachment refused until " + stamp(s.ref.eniLimit), Until: until}, true
 	}
 	n := min(want, lim.SlotsPerENI)
-	if whole {
+	if whole || (s.fillWhole && n > 0) {
 		n = lim.SlotsPerENI
 	}
 	return s.growPlan(CreateENI, "", n, capSlots, why), false

@@ -374,8 +374,16 @@ func (s *state) adaptiveReach(d demandTarget) (Plan, bool) {
 	if !latest(s.ref.subnetFull, s.ref.throttled).IsZero() {
 		return Plan{}, false
 	}
-	return Plan{Action: CreateENI, Prefixes: s.prefixes, Reason: "reach " + count(d.reach-reachable, "address") + " short (" +
-		d.describe() + ", " + s.poolText() + "): create ENI without addresses"}, true
+	// Addresses with it only if the arrival rate will take them soon (a
+	// node filling): a fourth call to fill it later is then saved; in
+	// secondary-IP mode it is then filled whole.
+	n := min(ceilDiv(max(ceilF(d.rate*ChunkSpan.Seconds())-s.pool.available, 0), unit), lim.SlotsPerENI)
+	if n > 0 && !s.prefixes {
+		n = lim.SlotsPerENI
+	}
+	n = min(n, s.maxPodsSlots(unit))
+	return Plan{Action: CreateENI, Count: n, Prefixes: s.prefixes, Reason: "reach " + count(d.reach-reachable, "address") + " short (" +
+		d.describe() + ", " + s.poolText() + "): create ENI with " + count(n, "slot")}, true
 }
 
 // coolingCovers reports whether at least n cooling addresses finish their

@@ -503,7 +503,7 @@ func (s *state) adaptiveReleasable(high, keep int) ([]netip.Prefix, string) {
 		var out []netip.Prefix
 		left, avail := held, s.pool.available
 		for _, sl := range freeSlots(e) {
-			if left-sl.Size() < high || avail-sl.Size() < high {
+			if left-sl.Size() < keep || avail-sl.Size() < high {
 				continue
 			}
 			left -= sl.Size()

@@ -30,8 +30,8 @@ import (
 // The fewest idle address-hours over all such sequences of at most calls
 // calls is found exactly by dynamic programming over the curve's segments,
 // in O(calls × ENIs × segments²). ok is false, and nothing computed, when
-// the curve has more than maxSegments segments.
-func MinIdleHours(levels []Level, end time.Time, calls, unit, slotsPerENI, maxENIs, maxSegments int) (hours float64, ok bool) {
+// calls × ENIs × segments² exceeds maxWork.
+func MinIdleHours(levels []Level, end time.Time, calls, unit, slotsPerENI, maxENIs int, maxWork float64) (hours float64, ok bool) {
 	// Segments from the first demand on: before it, holding nothing is
 	// free and takes no call.
 	var at []time.Time
@@ -57,7 +57,7 @@ func MinIdleHours(levels []Level, end time.Time, calls, unit, slotsPerENI, maxEN
 	if m == 0 {
 		return 0, true
 	}
-	if m > maxSegments || calls < 0 || unit <= 0 || slotsPerENI <= 0 {
+	if calls < 0 || unit <= 0 || slotsPerENI <= 0 {
 		return 0, false
 	}
 	at = append(at, end)
@@ -73,6 +73,9 @@ func MinIdleHours(levels []Level, end time.Time, calls, unit, slotsPerENI, maxEN
 	nE := min(enisOf(top), max(maxENIs, 1)) // more ENIs than the peak needs never help
 	if enisOf(top) > nE {
 		return math.Inf(1), true // the demand exceeds the instance: no pool serves it
+	}
+	if float64(calls+1)*float64(nE)*float64(m)*float64(m) > maxWork {
+		return 0, false
 	}
 	inf := math.Inf(1)
 	// g[k][j][e]: least held address-hours covering segments [0, j) with

@@ -136,12 +136,12 @@ func TestMinIdleHours(t *testing.T) {
 		{"ENIs of 6: the second ENI costs 3 calls and its primary address", 4, 1, 6, 1},
 		{"ENIs of 6, 3 calls: one piece on two ENIs", 3, 1, 6, 5 + 2},
 	} {
-		got, ok := MinIdleHours(levels, end, tc.calls, tc.unit, tc.slotsENI, 4, 100)
+		got, ok := MinIdleHours(levels, end, tc.calls, tc.unit, tc.slotsENI, 4, 1e6)
 		if !ok || math.Abs(got-tc.want) > 1e-9 && !(math.IsInf(got, 1) && math.IsInf(tc.want, 1)) {
 			t.Errorf("%s: %v, %v; want %v", tc.name, got, ok, tc.want)
 		}
 	}
-	if _, ok := MinIdleHours(levels, end, 2, 1, 100, 4, 1); ok {
-		t.Error("computed beyond maxSegments")
+	if _, ok := MinIdleHours(levels, end, 2, 1, 100, 4, 10); ok {
+		t.Error("computed beyond maxWork")
 	}
 }

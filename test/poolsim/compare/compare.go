@@ -63,9 +63,9 @@ type Row struct {
 	Bound float64
 }
 
-// boundSegments caps the demand curves MinIdleHours runs on (its time
-// grows with the square of their segments).
-const boundSegments = 1500
+// boundWork caps the work of MinIdleHours per row (calls × ENIs ×
+// segments², about a nanosecond each).
+const boundWork = 3e9
 
 // Options select what Table runs.
 type Options struct {
@@ -146,7 +146,7 @@ func Table(o Options) []Row {
 			unit = warmpool.PrefixAddresses
 		}
 		end := ref.Levels[0].At.Add(traces[i].Duration)
-		if b, ok := poolsim.MinIdleHours(ref.Levels, end, ref.Calls, unit, typ.Limits.PodAddressesPerENI(), typ.Limits.MaxENIs, boundSegments); ok {
+		if b, ok := poolsim.MinIdleHours(ref.Levels, end, ref.Calls, unit, typ.Limits.PodAddressesPerENI(), typ.Limits.MaxENIs, boundWork); ok {
 			r.Bound = b
 		}
 	}

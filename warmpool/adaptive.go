@@ -503,7 +503,15 @@ func (s *state) adaptiveReleasable(high, keep int) ([]netip.Prefix, string) {
 		var out []netip.Prefix
 		left, avail := held, s.pool.available
 		for _, sl := range freeSlots(e) {
-			if left-sl.Size() < keep || avail-sl.Size() < high {
+			// While pods come (within ChunkMemory), a /28 goes only if
+			// half a /28 beyond keep stays: demand that hovers at a
+			// multiple of 16 does not release and assign one /28 over
+			// and over.
+			slack := 0
+			if sl.Size() > 1 && s.in.Demand.History.within(s.in.Now, scaled(s.in, ChunkMemory)) > 0 {
+				slack = sl.Size() / 2
+			}
+			if left-sl.Size() < keep+slack || avail-sl.Size() < high {
 				continue
 			}
 			left -= sl.Size()

@@ -92,6 +92,12 @@ const (
 	// band of addresses cooling down, pods are leaving: a release waits
 	// for their cooldown, so one call gives back what would take several.
 	BurstMemoryQuiet = time.Minute
+	// ReleaseWorth is how much idleness a release call must save, in
+	// address-time: surplus addresses go when their count times how long
+	// they have been idle reaches it (50 addresses after 36 s, 5 after
+	// 6 minutes), so bursts are given back soon after and small dips not
+	// at all.
+	ReleaseWorth = 30 * time.Minute
 	// MinBand is the least surplus worth a release call, in addresses.
 	MinBand = 2
 	// MinWarm is the least margin: addresses kept free for the next pod.
@@ -149,9 +155,6 @@ func demandOf(in Input, room int, prefixes bool, inUse int) demandTarget {
 	}
 	d.high = d.low + chunk
 	d.keep = d.high
-	if peak := h.peak(in.Now, scaled(in, PeakMemory)); peak > 0 {
-		d.keep = max(d.keep, peak-inUse+d.margin)
-	}
 	// Room on attached ENIs is as good as free addresses for pods the
 	// Kubernetes part shows before their ADDs: one assign call is ready
 	// sooner than kubelet's sandbox. Attached ENIs should reach a whole
@@ -238,6 +241,21 @@ func (h History) minute(t time.Time) History {
 	}
 	h.peaks = h.peaks[cut:]
 	return h
+}
+
+// idleFor is how long, at now, no minute of the memory saw more than level
+// addresses in use: since the last minute that did, or since the oldest
+// minute remembered; BurstMemory without any.
+func (h History) idleFor(now time.Time, level int) time.Duration {
+	if len(h.peaks) == 0 {
+		return BurstMemory
+	}
+	for i := len(h.peaks) - 1; i >= 0; i-- {
+		if h.peaks[i].inUse > level {
+			return max(now.Sub(h.peaks[i].minute.Add(time.Minute)), 0)
+		}
+	}
+	return max(now.Sub(h.peaks[0].minute), 0)
 }
 
 // within counts the arrivals in (now − d, now].
@@ -440,7 +458,11 @@ func (s *state) adaptiveShrink(d demandTarget) (Plan, bool) {
 	if s.pool.cooling >= s.releaseBand() && s.in.Demand.History.within(s.in.Now, scaled(s.in, BurstMemoryQuiet)) == 0 {
 		return Plan{}, false // pods are leaving: release once their addresses are out of cooldown, in one call
 	}
-	rel, from := s.adaptiveReleasable(d.high, d.keep)
+	keep, worth := s.releaseTo(d)
+	if !worth {
+		return Plan{}, false
+	}
+	rel, from := s.adaptiveReleasable(d.high, keep)
 	if len(rel) == 0 {
 		return Plan{}, false
 	}
@@ -450,6 +472,26 @@ func (s *state) adaptiveShrink(d demandTarget) (Plan, bool) {
 	}
 	return Plan{Action: Release, ENI: from, Release: rel, Reason: "surplus: release " + count(n, "address") + " from " + from +
 		" (" + d.describe() + ", " + s.poolText() + ")"}, true
+}
+
+// releaseTo is the level, in addresses available or cooling, a release
+// goes down to: the lowest one from keep up whose release is worth its
+// call, ReleaseWorth. Addresses beyond a level count as idle since demand
+// last needed them (the most in use in a minute, plus margin, above the
+// level) and are expected to stay idle as long again. false: no release
+// is worth a call.
+func (s *state) releaseTo(d demandTarget) (int, bool) {
+	held := s.pool.available + s.pool.cooling
+	inUse := inUse(s.pool)
+	h := s.in.Demand.History
+	worth := ReleaseWorth.Hours()
+	for l := d.keep; held-l >= s.releaseBand(); l++ {
+		idle := h.idleFor(s.in.Now, inUse+l-d.margin)
+		if float64(held-l)*idle.Hours() >= worth {
+			return l, true
+		}
+	}
+	return 0, false
 }
 
 // releaseBand is the least surplus beyond keep worth a release call, in

@@ -285,15 +285,19 @@ func (h History) peak(now time.Time, memory time.Duration) int {
 }
 
 // bursts are the largest burst within memory of now and the typical
-// one: the median of the minutes' largest bursts of BurstStart or more.
+// one: the median of the minutes' largest bursts of BurstStart or more and
+// at least a quarter of the largest (pairs of pods starting together do
+// not hide the bursts of a job).
 func (h History) bursts(now time.Time, memory time.Duration) (largest, typical int) {
-	var sizes []int
 	for _, p := range h.peaks {
-		if now.Sub(p.minute) <= memory && p.burst >= BurstStart {
-			sizes = append(sizes, p.burst)
-		}
 		if now.Sub(p.minute) <= memory {
 			largest = max(largest, p.burst)
+		}
+	}
+	var sizes []int
+	for _, p := range h.peaks {
+		if now.Sub(p.minute) <= memory && p.burst >= max(BurstStart, ceilDiv(largest, 4)) {
+			sizes = append(sizes, p.burst)
 		}
 	}
 	if len(sizes) == 0 {

@@ -80,6 +80,9 @@ const (
 	// PeakMemory is how long the most addresses in use at once are kept
 	// (free ones beyond margin) for the next rise.
 	PeakMemory = 8 * time.Minute
+	// ReachBurst is the least typical burst, in pods, for which attached
+	// ENIs keep room (reach): smaller ones the margin covers.
+	ReachBurst = 4
 	// ReachMemory is how long the most addresses in use at once are kept
 	// within reach: ENIs with room for them stay attached.
 	ReachMemory = BurstMemory
@@ -161,11 +164,8 @@ func demandOf(in Input, room int, prefixes bool, inUse int) demandTarget {
 	// typical burst beyond what is needed now, and the most in use within
 	// PeakMemory; an ENI's room costs one address, its own.
 	d.reach = d.low
-	if typical >= BurstStart {
-		d.reach = d.need + typical + d.margin
-	}
-	if peak := h.peak(in.Now, scaled(in, ReachMemory)); peak > 0 {
-		d.reach = max(d.reach, peak-inUse+d.margin)
+	if typical >= ReachBurst {
+		d.reach = max(d.need+typical+d.margin, h.peak(in.Now, scaled(in, ReachMemory))-inUse+d.margin)
 	}
 	return d
 }

@@ -148,7 +148,11 @@ func demandOf(in Input, room int, prefixes bool, inUse int) demandTarget {
 	if !prefixes {
 		burstCap = max(in.Limits.SlotsPerENI/2, 1)
 	}
-	d.margin = max(floor, ceilF(d.rate*refill.Seconds()), min(ceilF(BurstShare*float64(d.burst)), burstCap))
+	// Arrivals within refill at rate, with two standard deviations of a
+	// Poisson count on top: a new ENI takes seconds, and two pods within
+	// them are likely enough at a slow rate.
+	x := d.rate * refill.Seconds()
+	d.margin = max(floor, ceilF(x+2*math.Sqrt(x)), min(ceilF(BurstShare*float64(d.burst)), burstCap))
 	d.low = d.need + d.ahead + d.margin
 	chunk := 0
 	if !prefixes {

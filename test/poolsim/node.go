@@ -82,11 +82,12 @@ const (
 
 // Result is what one run measured.
 type Result struct {
-	Starts    int       // pods that got an address
-	Waited    int       // pods whose first ADD found no address at once
-	Waits     []float64 // seconds from first ADD to address, of the pods that waited, sorted
-	IdleHours float64   // addresses held by the instance and held by no pod, integrated over time, in address-hours
-	Calls     int       // EC2 mutating calls
+	Starts    int         // pods that got an address
+	Waited    int         // pods whose first ADD found no address at once
+	Waits     []float64   // seconds from first ADD to address, of the pods that waited, sorted
+	WaitedAt  []time.Time // first ADD of each pod that waited, in order of their addresses
+	IdleHours float64     // addresses held by the instance and held by no pod, integrated over time, in address-hours
+	Calls     int         // EC2 mutating calls
 	ByCall    map[string]int
 	MaxENIs   int // most ENIs attached at once
 	EndENIs   int // ENIs attached at the end
@@ -305,6 +306,7 @@ func (n *node) tryAssign(ps *podState) bool {
 	if w := now.Sub(ps.first); w > 0 {
 		n.res.Waited++
 		n.res.Waits = append(n.res.Waits, w.Seconds())
+		n.res.WaitedAt = append(n.res.WaitedAt, ps.first)
 	}
 	n.clock.After(ps.pod.Life, func() { n.depart(ps) })
 	n.kick()

@@ -156,7 +156,7 @@ func demandOf(in Input, room int, prefixes bool, inUse int) demandTarget {
 	d.low = d.need + d.ahead + d.margin
 	chunk := 0
 	if !prefixes {
-		byRate := ceilF(d.rate * ChunkSpan.Seconds())
+		byRate := ceilF(float64(h.within(in.Now, RateWindow)) / RateWindow.Seconds() * ChunkSpan.Seconds())
 		// The ENI share only while pods come: no churn, no calls to save.
 		chunk = max(byRate, min(in.Limits.SlotsPerENI/ChunkShare, h.within(in.Now, scaled(in, ChunkMemory))))
 	}
@@ -495,6 +495,9 @@ func (s *state) releaseTo(d demandTarget) (int, bool) {
 	worth := ReleaseWorth.Hours()
 	for l := d.keep; held-l >= s.releaseBand(); l++ {
 		idle := h.idleFor(s.in.Now, inUse+l-d.margin)
+		if !s.in.LastGrow.IsZero() {
+			idle = min(idle, s.in.Now.Sub(s.in.LastGrow)) // assigned since: idle no longer than that
+		}
 		if float64(held-l)*idle.Hours() >= worth {
 			return l, true
 		}

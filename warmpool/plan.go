@@ -229,7 +229,7 @@ func (s *state) growOn(want, capSlots int, why string) (p Plan, blocked bool) {
 		}
 	}
 	whole := s.tgt.policy == byENITarget // the reference fills ENIs whole
-	var waitENI time.Time                               // earliest end of an address-limit refusal on an ENI with room
+	var waitENI time.Time                // earliest end of an address-limit refusal on an ENI with room
 	for _, i := range s.order {
 		e := &s.in.ENIs[i]
 		room := lim.SlotsPerENI - len(e.Slots)

@@ -14,35 +14,56 @@ import (
 //	rate   = arrivals per second within RateWindow, or within BurstWindow
 //	         if more (a fast rise is seen at once)      (Demand.History)
 //	burst  = most arrivals within BurstWindow in the last BurstMemory
-//	margin = max(MinWarm, ⌈rate × refill⌉, min(⌈BurstShare × burst⌉, cap))
-//	         refill: AssignLatency while an attached ENI has room, else
-//	         ENILatency; cap: half an ENI's slots (secondary IPs) or half
-//	         a /28, half of what the reference keeps warm; MinWarm is 0
-//	         once a node that had pods saw none for ChunkMemory
-//	ahead  = typical − arrivals within BurstWindow, while a burst is under
-//	         way (BurstStart arrivals within BurstOnset): the rest of a
-//	         burst as large as the typical recent one (the median of the
-//	         minutes' largest bursts of BurstStart or more)
+//	typical= the median of the minutes' largest bursts of BurstStart or
+//	         more and at least a quarter of burst
+//	margin = max(MinWarm, ⌈x + 2√x⌉, min(⌈BurstShare × burst⌉, cap)),
+//	         x = rate × refill: the arrivals within refill and two standard
+//	         deviations of a Poisson count; refill: AssignLatency while an
+//	         attached ENI has room, else ENILatency; cap: half an ENI's
+//	         slots (secondary IPs) or half a /28; MinWarm is 0 once a node
+//	         that had pods saw none for ChunkMemory
+//	ahead  = typical − max(arrivals within BurstWindow, need), while a
+//	         burst is under way (BurstStart arrivals within BurstOnset, or
+//	         BurstStart pods waiting): the rest of a typical burst, asked
+//	         for in the same call as its first pods
 //	low    = need + ahead + margin   grow when fewer are available
 //	high   = low + chunk             one growth call fills up to this
-//	keep   = high + chunk            release only what is free or cooling
-//	                                 beyond keep (and MinBand), down to high
-//	peak   = most addresses assigned or cooling observed after an
-//	         arrival within PeakMemory: high and keep are at least
-//	         peak − in use + margin
+//	keep   = high                    surplus is what is free or cooling
+//	                                 beyond keep
+//	reach  = need + typical + margin, and the most in use within
+//	         ReachMemory − in use + margin, when typical ≥ ReachBurst;
+//	         else low: addresses available or assignable on attached ENIs
 //
 // chunk is the hysteresis between growth and release: in secondary-IP mode
-// max(⌈rate × ChunkSpan⌉, slots per ENI / ChunkShare), at most the arrivals
-// within ChunkMemory, so a growth call serves many pods and a dip does not
-// release what the next rise assigns again; in prefix mode 0, as the /28
-// granularity is hysteresis enough. Shrinking also waits ReleaseDelay after
-// the last growth, and deleting an ENI ENIDeleteDelay. A growth is sized to
-// reach high in one call. No ENI is created for a shortfall that addresses
-// cooling down cover within ENILatency: the plan waits for them. A
-// secondary ENI that holds no assigned or cooling address is deleted once
-// the others hold keep. The memory fades with time alone: the caller plans
-// again every VPCIP_POOL_INTERVAL, whatever Plan.Until says. The delays and
-// memories below are for the default release interval (30 s); a shorter
+// max(⌈two-minute rate × ChunkSpan⌉, slots per ENI / ChunkShare), the
+// latter at most the arrivals within ChunkMemory; in prefix mode 0, as a
+// /28 is hysteresis enough (and, while pods come, a /28 goes only if half
+// a /28 beyond keep stays).
+//
+// Growth: a growth is sized to reach high in one call. In secondary-IP mode
+// a new ENI, and a node's first addresses, get all its slots at once (one
+// call per ENI, as the reference), later assigns are sized to high. No ENI
+// is created for a shortfall that addresses cooling down cover within
+// ENILatency: the plan waits for them. When available addresses and room on
+// attached ENIs fall short of reach, an ENI is attached without addresses
+// (with them if the rate takes them within ChunkSpan): pods the Kubernetes
+// part shows bound to the node get their addresses by one assign call,
+// sooner than kubelet's sandbox is ready, so room serves a burst without
+// holding its addresses.
+//
+// Release: surplus goes only if it is at least the release band (MinBand,
+// and half an ENI's slots in secondary-IP mode), ReleaseDelay after the last
+// growth, one release per Config.ReleaseInterval, while pods are not leaving
+// (cooldowns first end, DepartureQuiet), and only if it saves ReleaseWorth
+// per call: the surplus times how long it has been idle (since demand last
+// needed it, and since the last growth). It goes down to the lowest such
+// level, from one ENI per call. An ENI holding no address is deleted
+// ENIDeleteDelay after the last growth if reach holds without it; its room
+// costs one address (its own), and attaching it again five EC2 calls.
+//
+// The memory fades with time alone: the caller plans again every
+// VPCIP_POOL_INTERVAL, whatever Plan.Until says. The delays and memories
+// below are for the default release interval (30 s); a shorter
 // Config.ReleaseInterval shrinks them in proportion (tests and demos).
 const (
 	// AssignLatency is how soon addresses asked of an attached ENI can be
@@ -77,9 +98,6 @@ const (
 	// ChunkMemory bounds chunk by the arrivals within it: a node without
 	// churn keeps no hysteresis.
 	ChunkMemory = 30 * time.Minute
-	// PeakMemory is how long the most addresses in use at once are kept
-	// (free ones beyond margin) for the next rise.
-	PeakMemory = 8 * time.Minute
 	// ReachBurst is the least typical burst, in pods, for which attached
 	// ENIs keep room (reach): smaller ones the margin covers.
 	ReachBurst = 4
@@ -88,13 +106,14 @@ const (
 	ReachMemory = BurstMemory
 	// ReleaseDelay is how long after the last growth surplus is kept.
 	ReleaseDelay = 3 * time.Minute
-	// ENIDeleteDelay is how long after the last growth an unneeded ENI is
-	// kept: deleting and creating one again costs five EC2 calls.
+	// ENIDeleteDelay is how long after the last growth an ENI holding no
+	// address is kept: it costs one address (its own), deleting and
+	// creating it again five EC2 calls and seconds of a burst's wait.
 	ENIDeleteDelay = 6 * time.Hour
-	// BurstMemoryQuiet: with no arrival within it and at least a release
+	// DepartureQuiet: with no arrival within it and at least a release
 	// band of addresses cooling down, pods are leaving: a release waits
 	// for their cooldown, so one call gives back what would take several.
-	BurstMemoryQuiet = time.Minute
+	DepartureQuiet = time.Minute
 	// ReleaseWorth is how much idleness a release call must save, in
 	// address-time: surplus addresses go when their count times how long
 	// they have been idle reaches it (50 addresses after 36 s, 5 after
@@ -166,7 +185,7 @@ func demandOf(in Input, room int, prefixes bool, inUse int) demandTarget {
 	// Kubernetes part shows before their ADDs: one assign call is ready
 	// sooner than kubelet's sandbox. Attached ENIs should reach a whole
 	// typical burst beyond what is needed now, and the most in use within
-	// PeakMemory; an ENI's room costs one address, its own.
+	// ReachMemory; an ENI's room costs one address, its own.
 	d.reach = d.low
 	if typical >= ReachBurst {
 		d.reach = max(d.need+typical+d.margin, h.peak(in.Now, scaled(in, ReachMemory))-inUse+d.margin)
@@ -463,7 +482,7 @@ func (s *state) adaptiveShrink(d demandTarget) (Plan, bool) {
 	if held < d.keep+s.releaseBand() {
 		return Plan{}, false // too little to be worth a call
 	}
-	if s.pool.cooling >= s.releaseBand() && s.in.Demand.History.within(s.in.Now, scaled(s.in, BurstMemoryQuiet)) == 0 {
+	if s.pool.cooling >= s.releaseBand() && s.in.Demand.History.within(s.in.Now, scaled(s.in, DepartureQuiet)) == 0 {
 		return Plan{}, false // pods are leaving: release once their addresses are out of cooldown, in one call
 	}
 	keep, worth := s.releaseTo(d)

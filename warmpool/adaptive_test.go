@@ -195,7 +195,7 @@ func TestAdaptiveConvergesAfterBurst(t *testing.T) {
 			for i := range 40 {
 				ev = append(ev, podEvent{burst.Add(2*time.Minute + time.Duration(i)*time.Millisecond), -1})
 			}
-			end := burst.Add(BurstMemory + PeakMemory + ChunkMemory + ReleaseDelay + ENIDeleteDelay)
+			end := burst.Add(BurstMemory + ChunkMemory + ReleaseDelay + ENIDeleteDelay)
 			replay(t, s, ev, end)
 			c := Summarize(s.in)
 			slack := max(MinBand, ceilDiv(m5xlarge.SlotsPerENI, 2)) - 1

@@ -511,7 +511,7 @@ func (s *state) releaseTo(d demandTarget) (int, bool) {
 	held := s.pool.available + s.pool.cooling
 	inUse := inUse(s.pool)
 	h := s.in.Demand.History
-	worth := ReleaseWorth.Hours()
+	worth := scaled(s.in, ReleaseWorth).Hours()
 	for l := d.keep; held-l >= s.releaseBand(); l++ {
 		idle := h.idleFor(s.in.Now, inUse+l-d.margin)
 		if !s.in.LastGrow.IsZero() {

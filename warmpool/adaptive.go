@@ -266,19 +266,44 @@ func (h History) minute(t time.Time) History {
 	return h
 }
 
-// idleFor is how long, at now, no minute of the memory saw more than level
-// addresses in use: since the last minute that did, or since the oldest
-// minute remembered; BurstMemory without any.
-func (h History) idleFor(now time.Time, level int) time.Duration {
-	if len(h.peaks) == 0 {
-		return BurstMemory
+// idleAhead is how long, from now, more than level addresses are expected
+// to stay unneeded. idle is how long the memory saw no minute with more in
+// use (since the last minute that did, or the oldest minute remembered;
+// BurstMemory without any), at most since when since is above 0. If demand
+// went above level and back more than once (a job every few minutes), the
+// next rise is expected after the median gap between those episodes: the
+// rest of it while idle is shorter; else as long again as idle (a pattern
+// broken, or none).
+func (h History) idleAhead(now time.Time, level int, since time.Duration) time.Duration {
+	idle := BurstMemory
+	if len(h.peaks) > 0 {
+		idle = max(now.Sub(h.peaks[0].minute), 0)
 	}
-	for i := len(h.peaks) - 1; i >= 0; i-- {
-		if h.peaks[i].inUse > level {
-			return max(now.Sub(h.peaks[i].minute.Add(time.Minute)), 0)
+	var gaps []time.Duration
+	var last time.Time // end of the latest minute above level
+	for _, p := range h.peaks {
+		if p.inUse <= level {
+			continue
 		}
+		if !last.IsZero() && p.minute.After(last) {
+			gaps = append(gaps, p.minute.Sub(last))
+		}
+		last = p.minute.Add(time.Minute)
 	}
-	return max(now.Sub(h.peaks[0].minute), 0)
+	if !last.IsZero() {
+		idle = max(now.Sub(last), 0)
+	}
+	if since > 0 {
+		idle = min(idle, since)
+	}
+	if len(gaps) == 0 {
+		return idle
+	}
+	slices.Sort(gaps)
+	if g := gaps[len(gaps)/2]; idle < g {
+		return g - idle
+	}
+	return idle
 }
 
 // within counts the arrivals in (now − d, now].
@@ -490,12 +515,12 @@ func (s *state) adaptiveShrink(d demandTarget) (Plan, bool) {
 		return Plan{}, false
 	}
 	rel, from := s.adaptiveReleasable(d.high, keep)
-	if len(rel) == 0 {
-		return Plan{}, false
-	}
 	n := 0
 	for _, r := range rel {
 		n += Slot{Prefix: r}.Size()
+	}
+	if n == 0 {
+		return Plan{}, false
 	}
 	return Plan{Action: Release, ENI: from, Release: rel, Reason: "surplus: release " + count(n, "address") + " from " + from +
 		" (" + d.describe() + ", " + s.poolText() + ")"}, true
@@ -503,20 +528,19 @@ func (s *state) adaptiveShrink(d demandTarget) (Plan, bool) {
 
 // releaseTo is the level, in addresses available or cooling, a release
 // goes down to: the lowest one from keep up whose release is worth its
-// call, ReleaseWorth. Addresses beyond a level count as idle since demand
-// last needed them (the most in use in a minute, plus margin, above the
-// level) and are expected to stay idle as long again. false: no release
-// is worth a call.
+// call, ReleaseWorth, over the time the addresses beyond it are expected
+// to stay idle (History.idleAhead). false: no release is worth a call.
 func (s *state) releaseTo(d demandTarget) (int, bool) {
 	held := s.pool.available + s.pool.cooling
 	inUse := inUse(s.pool)
 	h := s.in.Demand.History
 	worth := scaled(s.in, ReleaseWorth).Hours()
 	for l := d.keep; held-l >= s.releaseBand(); l++ {
-		idle := h.idleFor(s.in.Now, inUse+l-d.margin)
+		var since time.Duration // assigned since the last growth: idle no longer than that
 		if !s.in.LastGrow.IsZero() {
-			idle = min(idle, s.in.Now.Sub(s.in.LastGrow)) // assigned since: idle no longer than that
+			since = s.in.Now.Sub(s.in.LastGrow)
 		}
+		idle := h.idleAhead(s.in.Now, inUse+l-d.margin, since)
 		if float64(held-l)*idle.Hours() >= worth {
 			return l, true
 		}

@@ -10,7 +10,7 @@ import (
 // TestAdaptiveDefault: with no warm variable set, a new node fills its
 // primary ENI in one call, as the reference does (in secondary-IP mode an
 // ENI's worth of addresses costs one call whole or in part); eight pods
-// arriving together all get addresses from it without another call; once
+// arriving together all get addresses without another assign call; once
 // they are gone and the burst is out of the pool's memory, the node is back
 // to its primary ENI holding less than a release band (half its slots).
 func TestAdaptiveDefault(t *testing.T) {
@@ -42,11 +42,10 @@ func TestAdaptiveDefault(t *testing.T) {
 		enis[r.a.ENIID]++
 	}
 	f := c.Cloud.Faults()
-	// The burst's margin may make the pool attach a second ENI once the
-	// pods are served (how soon depends on the machine's load); the pods
-	// themselves fit on the primary ENI's nine secondary addresses.
-	if st := n.status(); st.Assigned != 8 || len(enis) != 1 {
-		t.Errorf("after 8 pods: %+v, pods per ENI %v; want 8 assigned on one ENI", st, enis)
+	// A second ENI may be attached for room for the next such burst; the
+	// pods themselves share the primary ENI's nine secondary addresses.
+	if st := n.status(); st.Assigned != 8 || st.ENIs > 2 || len(enis) != 1 {
+		t.Errorf("after 8 pods: %+v, pods per ENI %v; want 8 assigned on one ENI, at most 2 ENIs", st, enis)
 	}
 	if got := f.Calls("AssignPrivateIpAddresses"); got != 1 {
 		t.Errorf("%d assign calls for a new node and 8 pods; want 1", got)

@@ -218,3 +218,33 @@ func minTime(a, b time.Time) time.Time {
 	}
 	return a
 }
+
+// TestIdleAhead: demand that rose above a level every five minutes is
+// expected back at the next five-minute mark; demand that rose once is
+// expected to stay away as long again as it has been away.
+func TestIdleAhead(t *testing.T) {
+	var periodic, once History
+	for m := range 21 {
+		at := t0.Add(time.Duration(m) * time.Minute)
+		high := 5
+		if m%5 == 0 {
+			high = 20
+		}
+		periodic = periodic.Record(at).Observe(at, high)
+		onceLevel := 5
+		if m == 2 {
+			onceLevel = 20
+		}
+		once = once.Record(at).Observe(at, onceLevel)
+	}
+	now := t0.Add(22 * time.Minute) // the last rise ended at 21m
+	if got, want := periodic.idleAhead(now, 10, 0), 3*time.Minute; got != want {
+		t.Errorf("periodic: %v; want the rest of the 4-minute gap, %v", got, want)
+	}
+	if got, want := once.idleAhead(now, 10, 0), 19*time.Minute; got != want {
+		t.Errorf("once: %v; want as long again as idle, %v", got, want)
+	}
+	if got, want := once.idleAhead(now, 10, 5*time.Minute), 5*time.Minute; got != want {
+		t.Errorf("once, grown 5 minutes ago: %v; want %v", got, want)
+	}
+}

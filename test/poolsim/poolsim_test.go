@@ -145,3 +145,43 @@ func TestMinIdleHours(t *testing.T) {
 		t.Error("computed beyond maxWork")
 	}
 }
+
+// watcher is a pool that always has an address and records, at each
+// cycle, the pods the daemon's watch shows without one, and each ADD.
+type watcher struct {
+	c      *Clock
+	seen   []time.Duration // cycle times (from Epoch) that saw Unaddressed > 0
+	assign []time.Duration // ADD times
+}
+
+func (w *watcher) Start(context.Context) error { return nil }
+func (w *watcher) Assign(string, time.Time) bool {
+	w.assign = append(w.assign, w.c.Now().Sub(Epoch))
+	return true
+}
+func (w *watcher) Release(string, time.Time) {}
+func (w *watcher) Cycle(_ context.Context, demand func() Demand) time.Duration {
+	if demand().Unaddressed > 0 {
+		w.seen = append(w.seen, w.c.Now().Sub(Epoch))
+	}
+	return time.Minute
+}
+
+// TestSandboxLagAndWatch: kubelet's first ADD runs 0.5–1.5 s after the
+// bind; with the Kubernetes part, the pool is kicked WatchDelay after the
+// bind and sees the pod without an address before its ADD.
+func TestSandboxLagAndWatch(t *testing.T) {
+	tr := Trace{Duration: time.Hour, Pods: []Pod{{Arrive: time.Minute, Life: time.Minute}}}
+	var w *watcher
+	_, err := Simulate(tr, InstanceTypes[0], DefaultLatencies, Behaviour{Kick: true, Kube: true, SandboxLag: DefaultSandboxLag}, 1,
+		func(c *Clock, _ *Cloud) (Pool, error) { w = &watcher{c: c}; return w, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(w.assign) != 1 || w.assign[0] < time.Minute+DefaultSandboxLag/2 || w.assign[0] > time.Minute+3*DefaultSandboxLag/2 {
+		t.Fatalf("ADDs at %v; want one 0.5–1.5 s after the bind at 1m", w.assign)
+	}
+	if len(w.seen) == 0 || w.seen[0] != time.Minute+WatchDelay || w.seen[len(w.seen)-1] >= w.assign[0] {
+		t.Errorf("cycles seeing the bound pod at %v; want from 1m%v, before its ADD at %v", w.seen, WatchDelay, w.assign[0])
+	}
+}

@@ -28,10 +28,8 @@ import (
 //	         for in the same call as its first pods
 //	low    = need + ahead + margin   grow when fewer are available
 //	high   = low + chunk             one growth call fills up to this
-//	keep   = low + byRate            surplus is what is free or cooling
-//	                                 beyond keep (byRate: the arrivals of
-//	                                 ChunkSpan at the two-minute rate, in
-//	                                 secondary-IP mode)
+//	keep   = high                    surplus is what is free or cooling
+//	                                 beyond keep
 //	reach  = need + typical + margin, and the most in use within
 //	         ReachMemory − in use + margin, when typical ≥ ReachBurst;
 //	         else low: addresses available or assignable on attached ENIs
@@ -175,16 +173,14 @@ func demandOf(in Input, room int, prefixes bool, inUse int) demandTarget {
 	x := d.rate * refill.Seconds()
 	d.margin = max(floor, ceilF(x+2*math.Sqrt(x)), min(ceilF(BurstShare*float64(d.burst)), burstCap))
 	d.low = d.need + d.ahead + d.margin
-	chunk, byRate := 0, ceilF(float64(h.within(in.Now, RateWindow))/RateWindow.Seconds()*ChunkSpan.Seconds())
+	chunk := 0
 	if !prefixes {
+		byRate := ceilF(float64(h.within(in.Now, RateWindow)) / RateWindow.Seconds() * ChunkSpan.Seconds())
 		// The ENI share only while pods come: no churn, no calls to save.
 		chunk = max(byRate, min(in.Limits.SlotsPerENI/ChunkShare, h.within(in.Now, scaled(in, ChunkMemory))))
 	}
 	d.high = d.low + chunk
-	d.keep = d.low
-	if !prefixes {
-		d.keep += byRate // the release band and ReleaseWorth hold the rest
-	}
+	d.keep = d.high
 	// Room on attached ENIs is as good as free addresses for pods the
 	// Kubernetes part shows before their ADDs: one assign call is ready
 	// sooner than kubelet's sandbox. Attached ENIs should reach a whole
@@ -518,7 +514,7 @@ func (s *state) adaptiveShrink(d demandTarget) (Plan, bool) {
 	if !worth {
 		return Plan{}, false
 	}
-	rel, from := s.adaptiveReleasable(d.low, keep)
+	rel, from := s.adaptiveReleasable(d.high, keep)
 	n := 0
 	for _, r := range rel {
 		n += Slot{Prefix: r}.Size()

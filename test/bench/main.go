@@ -39,6 +39,7 @@ func main() {
 	bin := flag.String("bin", "bin", "directory holding vpcipd, vpcip-cni and vpcipctl")
 	out := flag.String("out", "results", "directory for the JSON results")
 	rounds := flag.Int("rounds", 3, "sequential ADD/DEL rounds of 20 pods for (a)")
+	burstRounds := flag.Int("burst-rounds", 5, "bursts of 30 concurrent ADDs for (b), each against one of the reference chain")
 	smoke := flag.Bool("smoke", false, "a quick run with small counts, to check the bench itself works (make test runs it)")
 	only := flag.String("only", "", "comma-separated steps to run (latency, instructions, memory, calls); empty: all")
 	profiles := flag.String("cachegrind-out", "", "keep the cachegrind profiles of (e) under this directory (vpcip|reference/add|del/cachegrind.<pid>; read them with cg_annotate)")
@@ -53,9 +54,9 @@ func main() {
 	if *profiles != "" {
 		*profiles, _ = filepath.Abs(*profiles)
 	}
-	b := &bench{bin: binAbs, profileDir: *profiles, tag: fmt.Sprintf("%04d", os.Getpid()%10000), rounds: *rounds, memPods: 250, callPods: 100, deleteWindow: 90 * time.Second}
+	b := &bench{bin: binAbs, profileDir: *profiles, tag: fmt.Sprintf("%04d", os.Getpid()%10000), rounds: *rounds, burstRounds: *burstRounds, memPods: 250, callPods: 100, deleteWindow: 90 * time.Second}
 	if *smoke {
-		b.rounds, b.memPods, b.callPods, b.deleteWindow = 1, 20, 10, 3*time.Second
+		b.rounds, b.burstRounds, b.memPods, b.callPods, b.deleteWindow = 1, 1, 20, 10, 3*time.Second
 	}
 	if err := b.run(ctx, *only); err != nil {
 		fmt.Fprintln(os.Stderr, "bench failed:", err)
@@ -73,6 +74,7 @@ type bench struct {
 	profileDir   string        // (e): where cachegrind profiles are kept; "": removed
 	tag          string        // makes this run's netns names its own (prefix)
 	rounds       int           // (a): sequential rounds of 20 pods
+	burstRounds  int           // (b): bursts of 30 pods, alternating with the reference's
 	memPods      int           // (c): pods on the node whose RSS is read
 	callPods     int           // (d): pods started and deleted
 	deleteWindow time.Duration // (d): how long calls are counted after the deletes

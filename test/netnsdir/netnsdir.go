@@ -9,6 +9,8 @@
 // mount stays in the lower layer). Prepare makes the mount exactly once,
 // under an flock that every process of ours takes; Create calls it first.
 // Delete removes a name even when the mounts were stacked by someone else.
+// Create records which process made a name (OwnerDir), and Prepare removes
+// the names of processes that died before deleting them (SweepOrphans).
 package netnsdir
 
 import (
@@ -74,7 +76,11 @@ func prepare() error {
 		// others (a runtime's, a test's private one).
 		return fmt.Errorf("netnsdir: make %s shared: %w", Dir, err)
 	}
-	return nil
+	swept, err := SweepOrphans()
+	if len(swept) > 0 {
+		fmt.Fprintf(os.Stderr, "netnsdir: removed %d network namespaces left by exited test processes: %s\n", len(swept), strings.Join(swept, " "))
+	}
+	return err
 }
 
 // Mounts counts the mounts stacked on Dir in the caller's mount namespace
@@ -122,6 +128,10 @@ func Create(name string) error {
 		os.Remove(Path(name)) // NewNamed may leave the empty file behind
 		return fmt.Errorf("netnsdir: create netns %s: %w", name, err)
 	}
+	if err := recordOwner(name); err != nil {
+		_ = Delete(name)
+		return err
+	}
 	return nil
 }
 
@@ -141,11 +151,13 @@ func Delete(name string) error {
 	err := unix.Unlink(p)
 	switch {
 	case err == nil, errors.Is(err, fs.ErrNotExist):
+		forgetOwner(name)
 		return nil
 	case errors.Is(err, unix.EBUSY):
 		if err := unlinkPrivately(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("netnsdir: delete netns %s (hidden under stacked %s mounts): %w", name, Dir, err)
 		}
+		forgetOwner(name)
 		return nil
 	}
 	return fmt.Errorf("netnsdir: delete netns %s: %w", name, err)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -19,7 +20,7 @@ import (
 // namespace and a fresh tmpfs on /run, so /run/netns starts as on a new
 // machine (absent) and the host's mounts are never touched.
 const (
-	envRole  = "NETNSDIR_TEST_ROLE"  // "private": the child in its own mount namespace; "create": one racer
+	envRole  = "NETNSDIR_TEST_ROLE"  // "private": the child in its own mount namespace; "create": one racer; "orphan": dies leaving a netns
 	envName  = "NETNSDIR_TEST_NAME"  // the racer's netns name
 	envStart = "NETNSDIR_TEST_START" // unix nanoseconds the racers start at
 	// envOld makes racers create and delete as this repository did before
@@ -34,6 +35,8 @@ func TestMain(m *testing.M) {
 	switch os.Getenv(envRole) {
 	case "create":
 		os.Exit(racer())
+	case "orphan":
+		os.Exit(orphan())
 	case "private":
 		// The host's mount stays listed in mountinfo while hidden under
 		// the tmpfs: drop it from this namespace first.
@@ -198,5 +201,85 @@ func assertEmpty(t *testing.T) {
 		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], Dir+"/") {
 			t.Errorf("mount left behind: %s", line)
 		}
+	}
+}
+
+// orphan creates the netns envName, starts a process inside it and exits
+// without deleting either, as a test binary killed by its timeout does. It
+// prints that process's pid.
+func orphan() int {
+	name := os.Getenv(envName)
+	if err := Create(name); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	cmd := exec.Command("nsenter", "--net="+Path(name), "sleep", "300")
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Println(cmd.Process.Pid)
+	return 0
+}
+
+// A process that exits before deleting its netns (a test timeout panics
+// past every t.Cleanup) leaves the name and the processes it started
+// inside it; the next process's Prepare removes both. Names of running
+// processes and names made by other tools stay.
+func TestOrphansSwept(t *testing.T) {
+	if !inPrivate(t) {
+		return
+	}
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), envRole+"=orphan", envName+"=vtn-orphan")
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("orphan child: %v", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil {
+		t.Fatalf("orphan child printed %q", out)
+	}
+	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+	if _, err := os.Stat(Path("vtn-orphan")); err != nil {
+		t.Fatalf("the orphan's netns is not there to sweep: %v", err)
+	}
+	if err := Prepare(); err != nil { // this process's first: it sweeps
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(Path("vtn-orphan")); err == nil {
+		t.Error("vtn-orphan still exists after Prepare")
+	}
+	if _, err := os.Stat(filepath.Join(OwnerDir, "vtn-orphan")); err == nil {
+		t.Error("vtn-orphan's owner record is still there")
+	}
+	if err := Create("vtn-alive"); err != nil { // this process: alive
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { Delete("vtn-alive") })
+	if out, err := exec.Command("ip", "netns", "add", "vtn-foreign").CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add: %v: %s", err, out)
+	}
+	t.Cleanup(func() { Delete("vtn-foreign") })
+	swept, err := SweepOrphans()
+	if err != nil || len(swept) != 0 {
+		t.Errorf("second sweep: %v, %v; want nothing swept", swept, err)
+	}
+	for _, keep := range []string{"vtn-alive", "vtn-foreign"} {
+		if _, err := os.Stat(Path(keep)); err != nil {
+			t.Errorf("%s was swept: %v", keep, err)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil || strings.Contains(string(b), ") Z ") {
+			break // gone, or a zombie of its reaper
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d inside the orphan's netns still runs: %s", pid, b)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

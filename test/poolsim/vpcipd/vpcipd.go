@@ -9,7 +9,6 @@ package vpcipd
 
 import (
 	"context"
-	"log/slog"
 	"time"
 
 	"github.com/vpcip/vpcip/ipamd/api"
@@ -71,34 +70,6 @@ func (d unaddressed) Demand() int {
 	return d.p.demand().Unaddressed
 }
 
-// actionLog hands the pool component's "pool action" log records (action
-// and reason attributes) to Settings.Log.
-type actionLog struct {
-	now func() time.Time
-	log func(now time.Time, action, reason string)
-}
-
-func (h actionLog) Enabled(context.Context, slog.Level) bool { return true }
-func (h actionLog) WithAttrs([]slog.Attr) slog.Handler       { return h }
-func (h actionLog) WithGroup(string) slog.Handler            { return h }
-func (h actionLog) Handle(_ context.Context, r slog.Record) error {
-	if r.Message != "pool action" {
-		return nil
-	}
-	var action, reason string
-	r.Attrs(func(a slog.Attr) bool {
-		switch a.Key {
-		case "action":
-			action = a.Value.String()
-		case "reason":
-			reason = a.Value.String()
-		}
-		return true
-	})
-	h.log(h.now(), action, reason)
-	return nil
-}
-
 // New returns the pool of a daemon with settings s on prov, reading time
 // from now.
 func New(prov provider.Provider, now func() time.Time, s Settings) (*Pool, error) {
@@ -110,14 +81,14 @@ func New(prov provider.Provider, now func() time.Time, s Settings) (*Pool, error
 	}
 	p := &Pool{prov: prov, now: now, set: s, store: datastore.New(s.Cooldown), node: &node{}, seen: map[string]bool{}}
 	p.store.SetMaxAssigned(s.MaxPods)
-	var logger *slog.Logger
+	var observe func(string, string)
 	if s.Log != nil {
-		logger = slog.New(actionLog{now: now, log: s.Log})
+		observe = func(action, _ string) { s.Log(now(), action, "") }
 	}
 	var err error
 	p.pool, err = pool.New(pool.Options{
 		Store: p.store, Provider: prov, Node: p.node, Config: s.Pool, Interval: s.PoolInterval,
-		Clock: now, Pending: pending{p}, Demand: unaddressed{p}, Logger: logger,
+		Clock: now, Pending: pending{p}, Demand: unaddressed{p}, Observe: observe,
 	})
 	return p, err
 }

@@ -80,7 +80,10 @@ func prepare() error {
 	if len(swept) > 0 {
 		fmt.Fprintf(os.Stderr, "netnsdir: removed %d network namespaces left by exited test processes: %s\n", len(swept), strings.Join(swept, " "))
 	}
-	return err
+	if err != nil || !reap {
+		return err
+	}
+	return startReaper()
 }
 
 // Mounts counts the mounts stacked on Dir in the caller's mount namespace

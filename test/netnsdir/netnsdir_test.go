@@ -22,6 +22,7 @@ import (
 const (
 	envRole  = "NETNSDIR_TEST_ROLE"  // "private": the child in its own mount namespace; "create": one racer; "orphan": dies leaving a netns
 	envName  = "NETNSDIR_TEST_NAME"  // the racer's netns name
+	envReap  = "NETNSDIR_TEST_REAP"  // the orphan starts its reaper
 	envStart = "NETNSDIR_TEST_START" // unix nanoseconds the racers start at
 	// envOld makes racers create and delete as this repository did before
 	// this package (netns.NewNamed, which mounts nothing on /run/netns, next
@@ -209,6 +210,7 @@ func assertEmpty(t *testing.T) {
 // prints that process's pid.
 func orphan() int {
 	name := os.Getenv(envName)
+	reap = os.Getenv(envReap) != ""
 	if err := Create(name); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -281,5 +283,40 @@ func TestOrphansSwept(t *testing.T) {
 			t.Fatalf("process %d inside the orphan's netns still runs: %s", pid, b)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A process that exits before deleting its netns has its reaper delete it,
+// and stop what it started inside, within seconds, whether or not another
+// test process ever runs.
+func TestReaperRemovesWhatAnExitedProcessLeft(t *testing.T) {
+	if !inPrivate(t) {
+		return
+	}
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), envRole+"=orphan", envName+"=vtn-reaped", envReap+"=1")
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("orphan child: %v", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil {
+		t.Fatalf("orphan child printed %q", out)
+	}
+	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL); Delete("vtn-reaped") })
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, errName := os.Stat(Path("vtn-reaped"))
+		_, errRec := os.Stat(filepath.Join(OwnerDir, "vtn-reaped"))
+		b, errProc := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		procGone := errProc != nil || strings.Contains(string(b), ") Z ")
+		if errName != nil && errRec != nil && procGone {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("10 s after its owner exited: name present %v, record present %v, process inside gone %v", errName == nil, errRec == nil, procGone)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -19,8 +20,48 @@ import (
 // mistaken for the owner). Delete removes the record. A test process killed
 // before its cleanup ran (a test timeout panics past every t.Cleanup; a
 // SIGKILL) leaves names, and the processes it started inside them, behind:
-// SweepOrphans, which Prepare runs once per process, removes both.
+// SweepOrphans, which Prepare runs once per process, removes both, and so
+// does the reaper Prepare starts: a detached shell that waits for this
+// process to exit and then removes what it left (startReaper).
 const OwnerDir = "/run/vpcip-netns-owners"
+
+// reaperScript runs detached with $1 = the watched pid and $2 = its start
+// time: once that process is gone it kills what runs in the namespaces
+// recorded as its own and deletes them with their records. A process that
+// cleaned up after itself leaves no record, so the reaper has nothing to do.
+const reaperScript = `
+while [ "$(cut -d')' -f2- /proc/$1/stat 2>/dev/null | awk '{print $20}')" = "$2" ]; do sleep 1; done
+for f in ` + OwnerDir + `/*; do
+	[ -f "$f" ] || continue
+	read -r pid start < "$f" || continue
+	[ "$pid" = "$1" ] && [ "$start" = "$2" ] || continue
+	name=$(basename "$f")
+	for p in $(ip netns pids "$name" 2>/dev/null); do kill -9 "$p"; done
+	ip netns del "$name" 2>/dev/null
+	rm -f "$f"
+done
+`
+
+// startReaper starts the reaper of this process (reaperScript), in its own
+// session so that it outlives this process and its process group.
+func startReaper() error {
+	line, err := self()
+	if err != nil {
+		return err
+	}
+	f := strings.Fields(line)
+	cmd := exec.Command("/bin/sh", "-c", reaperScript, "netnsdir-reaper", f[0], f[1])
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("netnsdir: start reaper: %w", err)
+	}
+	go cmd.Wait() // the reaper outlives us in the usual case; then init reaps it
+	return nil
+}
+
+// reap is whether Prepare starts the reaper (tests of SweepOrphans alone
+// turn it off in their child).
+var reap = true
 
 // self is this process's record line.
 func self() (string, error) {

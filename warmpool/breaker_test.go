@@ -1,0 +1,104 @@
+package warmpool
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// TestAdaptiveFallbackKeepsASlotForAPrefix: the adaptive default policy in
+// prefix mode, while the subnet has no aligned /28 (RefusedNoPrefix), must
+// keep the node's last open slot as the targets policies do: every growth
+// of single addresses, including an ENI attached for reach, leaves a slot
+// for a /28.
+func TestAdaptiveFallbackKeepsASlotForAPrefix(t *testing.T) {
+	for _, lim := range []Limits{
+		{MaxENIs: 2, SlotsPerENI: 4, PrefixSupported: true},
+		{MaxENIs: 3, SlotsPerENI: 4, PrefixSupported: true},
+		{MaxENIs: 3, SlotsPerENI: 10, PrefixSupported: true},
+		{MaxENIs: 4, SlotsPerENI: 1, PrefixSupported: true},
+	} {
+		s := newSim(lim, Config{PrefixDelegation: true, Adaptive: true})
+		until := t0.Add(10 * time.Minute)
+		s.in.Refusals = []Refusal{{Kind: RefusedNoPrefix, Until: until}}
+		// A burst of arrivals: more pods than the node's slots hold as /32s.
+		for i := range 40 {
+			at := t0.Add(time.Duration(i) * 100 * time.Millisecond)
+			s.in.Demand.History = s.in.Demand.History.Record(at)
+		}
+		s.in.Now = t0.Add(4 * time.Second)
+		s.in.Pending = 40
+		for steps := 0; s.in.Now.Before(until) && steps < 60; steps++ {
+			c := Summarize(s.in)
+			s.in.Demand.History = s.in.Demand.History.Observe(s.in.Now, c.Assigned+c.Cooling)
+			p, done, err := s.step()
+			if err != nil {
+				t.Fatalf("%+v: %v", lim, err)
+			}
+			if done {
+				break
+			}
+			if p != nil && p.Prefixes {
+				t.Fatalf("%+v: prefix call while refused: %s", lim, p.Reason)
+			}
+			if open := s.openSlots(); open < 1 {
+				t.Fatalf("%+v: the fallback filled every slot (%d ENIs, %d pods waiting); last plan %v: %s",
+					lim, len(s.in.ENIs), s.in.Pending, p.Action, p.Reason)
+			}
+		}
+	}
+}
+
+// TestFallbackNeverTakesTheLastSlot drives random pod arrivals and
+// departures on nodes in prefix mode while the subnet refuses /28s, under
+// each policy, and checks that no growth of single addresses leaves the
+// node without an open slot for a /28.
+func TestFallbackNeverTakesTheLastSlot(t *testing.T) {
+	cfgs := []Config{
+		{PrefixDelegation: true, Adaptive: true},
+		{PrefixDelegation: true, WarmPrefixTarget: 1},
+		{PrefixDelegation: true, WarmIPTarget: 5},
+		{PrefixDelegation: true, WarmIPTarget: 2, MinimumIPTarget: 10},
+		{PrefixDelegation: true, WarmENITarget: 1},
+		{PrefixDelegation: true},
+	}
+	for seed := range uint64(300) {
+		r := rand.New(rand.NewPCG(seed, 7))
+		lim := Limits{MaxENIs: 1 + r.IntN(4), SlotsPerENI: 1 + r.IntN(10), PrefixSupported: true}
+		if r.IntN(3) == 0 {
+			lim.MaxPods = 1 + r.IntN(40)
+		}
+		cfg := cfgs[r.IntN(len(cfgs))]
+		s := newSim(lim, cfg)
+		s.holdCooling = true
+		until := t0.Add(time.Hour)
+		s.in.Refusals = []Refusal{{Kind: RefusedNoPrefix, Until: until}}
+		for ev := 0; ev < 80 && s.in.Now.Before(until); ev++ {
+			if r.IntN(3) > 0 {
+				s.in.Demand.History = s.in.Demand.History.Record(s.in.Now)
+				if !s.addPod() {
+					s.in.Pending++
+				}
+			} else {
+				s.delPod()
+			}
+			for range 20 {
+				c := Summarize(s.in)
+				s.in.Demand.History = s.in.Demand.History.Observe(s.in.Now, c.Assigned+c.Cooling)
+				open := s.openSlots()
+				p := Next(s.in)
+				if p.Action == Nothing || p.Action == Wait {
+					break
+				}
+				if err := s.apply(p); err != nil {
+					t.Fatalf("seed %d %+v %+v: %v: %v", seed, lim, cfg, p.Reason, err)
+				}
+				if (p.Action == Assign || p.Action == CreateENI) && open >= 1 && s.openSlots() < 1 {
+					t.Fatalf("seed %d %+v %+v: %v took the last open slot: %s", seed, lim, cfg, p.Action, p.Reason)
+				}
+				s.startPending()
+			}
+			s.advance(time.Duration(r.IntN(4000)) * time.Millisecond)
+		}
+	}
+}

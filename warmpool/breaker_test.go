@@ -102,3 +102,71 @@ func TestFallbackNeverTakesTheLastSlot(t *testing.T) {
 		}
 	}
 }
+
+// TestFallbackRecovers: after a no-/28 fallback under random demand and
+// other refusals overlapping it, once every refusal ends the node settles
+// (no oscillation within the settle bound) with no pod waiting unless a
+// static limit holds it (max pods, or no open slot left).
+func TestFallbackRecovers(t *testing.T) {
+	cfgs := []Config{
+		{PrefixDelegation: true, Adaptive: true},
+		{PrefixDelegation: true, WarmPrefixTarget: 1},
+		{PrefixDelegation: true, WarmIPTarget: 5},
+		{PrefixDelegation: true, WarmIPTarget: 2, MinimumIPTarget: 10},
+		{PrefixDelegation: true},
+	}
+	kinds := []RefusalKind{RefusedENILimit, RefusedAddressLimit, RefusedThrottled, RefusedSubnetFull}
+	for seed := range uint64(1500) {
+		r := rand.New(rand.NewPCG(seed, 11))
+		lim := Limits{MaxENIs: 1 + r.IntN(4), SlotsPerENI: 1 + r.IntN(10), PrefixSupported: true}
+		if r.IntN(3) == 0 {
+			lim.MaxPods = 1 + r.IntN(60)
+		}
+		cfg := cfgs[r.IntN(len(cfgs))]
+		s := newSim(lim, cfg)
+		s.holdCooling = true
+		until := t0.Add(30 * time.Minute)
+		s.in.Refusals = []Refusal{{Kind: RefusedNoPrefix, Until: until}}
+		for ev := 0; ev < 60; ev++ {
+			if r.IntN(8) == 0 {
+				k := kinds[r.IntN(len(kinds))]
+				s.in.Refusals = append(s.in.Refusals, Refusal{Kind: k, Until: s.in.Now.Add(time.Duration(1+r.IntN(120)) * time.Second), Count: r.IntN(4)})
+			}
+			if r.IntN(3) > 0 {
+				s.in.Demand.History = s.in.Demand.History.Record(s.in.Now)
+				if !s.addPod() {
+					s.in.Pending++
+				}
+			} else {
+				s.delPod()
+			}
+			for range 20 {
+				c := Summarize(s.in)
+				s.in.Demand.History = s.in.Demand.History.Observe(s.in.Now, c.Assigned+c.Cooling)
+				p := Next(s.in)
+				if p.Action == Nothing || p.Action == Wait {
+					break
+				}
+				if err := s.apply(p); err != nil {
+					t.Fatalf("seed %d: %v: %v", seed, p.Reason, err)
+				}
+				s.startPending()
+			}
+			s.advance(time.Duration(r.IntN(4000)) * time.Millisecond)
+		}
+		s.advance(max(until.Sub(s.in.Now), 0) + time.Second)
+		s.in.Refusals = nil
+		s.holdCooling = false
+		s.startPending()
+		applied, err := s.settle(200)
+		s.startPending()
+		if err != nil {
+			t.Fatalf("seed %d %+v %+v: %v", seed, lim, cfg, err)
+		}
+		c := Summarize(s.in)
+		if s.in.Pending > 0 && (lim.MaxPods == 0 || c.Total < lim.MaxPods) && s.openSlots() > 0 {
+			t.Errorf("seed %d %+v %+v: %d pods wait with %d open slots after the refusal (%+v); last plans %v; next %s",
+				seed, lim, cfg, s.in.Pending, s.openSlots(), c, tail(applied, 4), Next(s.in).Reason)
+		}
+	}
+}

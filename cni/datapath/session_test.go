@@ -1,0 +1,318 @@
+package datapath
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"runtime"
+	"sync"
+	"testing"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vishvananda/netlink"
+	"github.com/vpcip/vpcip/routing"
+	"github.com/vpcip/vpcip/test/netnsdir"
+)
+
+// addThrough wires a as ADD does through one Session: alias read, pair,
+// alias set, Configure.
+func addThrough(t *testing.T, s *Session, node ns.NetNS, a Attachment, alias string) (string, bool, error) {
+	t.Helper()
+	prev, _, err := s.HostVethAlias(a.HostVeth)
+	if err != nil {
+		return "", false, err
+	}
+	replaced, err := s.CreatePair(node, a.HostVeth, a.IfName, a.MTU)
+	if err != nil {
+		return prev, replaced, err
+	}
+	if err := s.SetHostVethAlias(a.HostVeth, alias); err != nil {
+		return prev, replaced, err
+	}
+	_, err = s.Configure(a)
+	return prev, replaced, err
+}
+
+// assertHostClean: no host veth, host route or pod rule of a is left.
+func assertHostClean(t *testing.T, a Attachment) {
+	t.Helper()
+	if rs, _ := routing.FindPodRules(a.PodIP); len(rs) != 0 {
+		t.Errorf("rules left: %v", rs)
+	}
+	if l, _ := HostRouteLink(a.PodIP); l != "" {
+		t.Errorf("host route left via %s", l)
+	}
+	if _, err := netlink.LinkByName(a.HostVeth); err == nil {
+		t.Errorf("host veth %s left", a.HostVeth)
+	}
+}
+
+// TestSessionRetriedADD: a retried ADD of the same container through one
+// session (and through a second one) converges: the pair is replaced, the
+// alias kept, exactly the pod's rules present, Check passes.
+func TestSessionRetriedADD(t *testing.T) {
+	world(t, func(node, pod ns.NetNS, podName string) {
+		a := attachment(3)
+		s, err := Open(pod)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		if prev, replaced, err := addThrough(t, s, node, a, "sandbox-1"); err != nil || replaced || prev != "" {
+			t.Fatalf("first ADD: prev %q replaced %v err %v", prev, replaced, err)
+		}
+		if prev, replaced, err := addThrough(t, s, node, a, "sandbox-1"); err != nil || !replaced || prev != "sandbox-1" {
+			t.Fatalf("retried ADD, same session: prev %q replaced %v err %v", prev, replaced, err)
+		}
+		s2, err := Open(pod)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s2.Close()
+		if prev, replaced, err := addThrough(t, s2, node, a, "sandbox-1"); err != nil || !replaced || prev != "sandbox-1" {
+			t.Fatalf("retried ADD, new session: prev %q replaced %v err %v", prev, replaced, err)
+		}
+		if _, err := Check(pod, a); err != nil {
+			t.Errorf("Check: %v", err)
+		}
+		if rs, _ := routing.FindPodRules(a.PodIP); len(rs) != 2 {
+			t.Errorf("%d rules, want 2: %v", len(rs), rs)
+		}
+		if err := Teardown(pod.Path(), a); err != nil {
+			t.Fatal(err)
+		}
+		assertHostClean(t, a)
+	})
+}
+
+// TestSessionNewSandboxReplacesOld: a new sandbox of the same pod (same
+// host veth name, new netns, new address) replaces the old veth; the old
+// alias is reported; the old address keeps no host route (the old pod's
+// rules are the DEL's or the daemon's to remove).
+func TestSessionNewSandboxReplacesOld(t *testing.T) {
+	world(t, func(node, pod ns.NetNS, podName string) {
+		old := attachment(3)
+		s, err := Open(pod)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := addThrough(t, s, node, old, "sandbox-old"); err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+		_, pod2 := newNetns(t)
+		nu := old
+		nu.PodIP = netip.MustParseAddr("100.64.7.10")
+		nu.RouteTable = 4
+		s2, err := Open(pod2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s2.Close()
+		prev, replaced, err := addThrough(t, s2, node, nu, "sandbox-new")
+		if err != nil || !replaced || prev != "sandbox-old" {
+			t.Fatalf("new sandbox: prev %q replaced %v err %v", prev, replaced, err)
+		}
+		if l, _ := HostRouteLink(old.PodIP); l != "" {
+			t.Errorf("old address still routed via %s", l)
+		}
+		if _, err := Check(pod2, nu); err != nil {
+			t.Errorf("Check new sandbox: %v", err)
+		}
+		if err := Teardown(pod2.Path(), nu); err != nil {
+			t.Fatal(err)
+		}
+		_, _ = routing.RemovePodRules(old.PodIP)
+		assertHostClean(t, nu)
+	})
+}
+
+// TestSessionPodNetnsDeletedBeforeConfigure: the runtime removes the pod
+// netns (its bind mount and file) after Open and CreatePair. Configure
+// either succeeds (the session's socket and the plugin's fd keep the netns
+// alive) or fails; either way Teardown with the now missing path leaves no
+// host veth, host route or rule behind.
+func TestSessionPodNetnsDeletedBeforeConfigure(t *testing.T) {
+	world(t, func(node, pod ns.NetNS, podName string) {
+		a := attachment(3)
+		s, err := Open(pod)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		if _, err := s.CreatePair(node, a.HostVeth, a.IfName, a.MTU); err != nil {
+			t.Fatal(err)
+		}
+		if err := netnsdir.Delete(podName); err != nil {
+			t.Fatal(err)
+		}
+		_, cerr := s.Configure(a)
+		t.Logf("Configure after the netns was deleted: %v", cerr)
+		if err := Teardown(pod.Path(), a); err != nil {
+			t.Errorf("Teardown with the netns path gone: %v", err)
+		}
+		assertHostClean(t, a)
+	})
+}
+
+// TestSessionPodInterfaceGoneBeforeConfigure: the pod end of the pair
+// disappears between CreatePair and Configure (the netns being torn down);
+// Configure fails and names it, and Teardown leaves nothing behind.
+func TestSessionPodInterfaceGoneBeforeConfigure(t *testing.T) {
+	world(t, func(node, pod ns.NetNS, podName string) {
+		a := attachment(3)
+		s, err := Open(pod)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		if _, err := s.CreatePair(node, a.HostVeth, a.IfName, a.MTU); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := DeletePodInterface(pod.Path(), a.IfName); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Configure(a); err == nil {
+			t.Fatal("Configure succeeded without a pod interface")
+		}
+		if err := Teardown(pod.Path(), a); err != nil {
+			t.Errorf("Teardown: %v", err)
+		}
+		assertHostClean(t, a)
+	})
+}
+
+// TestSessionStaleRulesReplaced: stale pod rules of the address at both
+// priorities, pointing at other tables, are replaced through the session.
+func TestSessionStaleRulesReplaced(t *testing.T) {
+	world(t, func(node, pod ns.NetNS, podName string) {
+		a := attachment(3)
+		from := netlink.NewRule()
+		from.Priority, from.Src, from.Table = routing.PriorityFromPod, host32(a.PodIP), 7
+		to := netlink.NewRule()
+		to.Priority, to.Dst, to.Table = routing.PriorityToPod, host32(a.PodIP), 9
+		for _, r := range []*netlink.Rule{from, to} {
+			if err := netlink.RuleAdd(r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s, err := Open(pod)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		if _, _, err := addThrough(t, s, node, a, "x"); err != nil {
+			t.Fatal(err)
+		}
+		rs, _ := routing.FindPodRules(a.PodIP)
+		if len(rs) != 2 {
+			t.Errorf("rules %v, want exactly the pod's 2", rs)
+		}
+		for _, r := range rs {
+			if r.Table == 7 || r.Table == 9 {
+				t.Errorf("stale rule kept: %s", routing.Describe(r))
+			}
+		}
+		if _, err := Check(pod, a); err != nil {
+			t.Errorf("Check: %v", err)
+		}
+	})
+}
+
+// TestSessionConcurrentADDsWithRuleChurn: 30 ADDs at once, each through
+// its own session in the same node netns, while other rules are added and
+// removed without pause (dumps interrupted): every ADD succeeds and ends
+// with exactly its rules.
+func TestSessionConcurrentADDsWithRuleChurn(t *testing.T) {
+	const n = 30
+	_, node := newNetns(t)
+	pods := make([]ns.NetNS, n)
+	for i := range pods {
+		_, pods[i] = newNetnsNamed(t, fmt.Sprintf("vct-dp-cc-%02d", i))
+	}
+	stop := make(chan struct{})
+	var churn sync.WaitGroup
+	churn.Add(1)
+	go func() {
+		defer churn.Done()
+		runtime.LockOSThread()
+		_ = node.Set()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			r := netlink.NewRule()
+			r.Priority, r.Src, r.Table = 2000+i%50, host32(netip.AddrFrom4([4]byte{10, 9, byte(i % 50), 1})), 100
+			_ = netlink.RuleAdd(r)
+			_ = netlink.RuleDel(r)
+		}
+	}()
+	// Background rules make each dump long enough to be interrupted.
+	_ = node.Do(func(ns.NetNS) error {
+		for i := range 300 {
+			r := netlink.NewRule()
+			r.Priority, r.Src, r.Table = 3000, host32(netip.AddrFrom4([4]byte{10, 8, byte(i / 250), byte(i % 250)})), 101
+			if err := netlink.RuleAdd(r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return nil
+	})
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = node.Do(func(ns.NetNS) error {
+				a := Attachment{PodIP: netip.AddrFrom4([4]byte{100, 64, 9, byte(10 + i)}), RouteTable: 2 + i%3, MTU: 1500,
+					HostVeth: HostVethName("eni", "default", fmt.Sprintf("cc%02d", i), ""), IfName: "eth0"}
+				s, err := Open(pods[i])
+				if err != nil {
+					return err
+				}
+				defer s.Close()
+				if _, err := s.CreatePair(node, a.HostVeth, a.IfName, a.MTU); err != nil {
+					return err
+				}
+				if _, err := s.Configure(a); err != nil {
+					return err
+				}
+				rs, err := routing.FindPodRules(a.PodIP)
+				if err != nil {
+					return err
+				}
+				if len(rs) != 2 {
+					return fmt.Errorf("%v: %d rules", a.PodIP, len(rs))
+				}
+				return nil
+			})
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	churn.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Error(err)
+	}
+}
+
+// newNetnsNamed is newNetns with a given name.
+func newNetnsNamed(t *testing.T, name string) (string, ns.NetNS) {
+	t.Helper()
+	_ = netnsdir.Delete(name)
+	if err := netnsdir.Create(name); err != nil {
+		t.Fatal(err)
+	}
+	h, err := ns.GetNS(netnsdir.Path(name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		h.Close()
+		_ = netnsdir.Delete(name)
+	})
+	return name, h
+}

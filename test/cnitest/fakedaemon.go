@@ -49,6 +49,17 @@ type FakeDaemon struct {
 	ready bool
 	calls map[string]int
 	srv   *http.Server
+	// beforeAssign runs before each assign is served, outside mu (a test's
+	// way to act while an ADD waits for its address).
+	beforeAssign func(api.AssignRequest)
+}
+
+// BeforeAssign sets fn to run before each assign is answered (nil: none);
+// the ADD that asked waits meanwhile.
+func (d *FakeDaemon) BeforeAssign(fn func(api.AssignRequest)) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.beforeAssign = fn
 }
 
 // FakePool returns n addresses alternating between the primary ENI
@@ -159,6 +170,14 @@ type handlerFunc func(body []byte) (any, *api.Error)
 func (d *FakeDaemon) handle(fn handlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+		d.mu.Lock()
+		hook := d.beforeAssign
+		d.mu.Unlock()
+		if hook != nil && r.URL.Path == "/v1/assign" {
+			var req api.AssignRequest
+			_ = json.Unmarshal(body, &req)
+			hook(req)
+		}
 		d.mu.Lock()
 		d.calls[r.URL.Path]++
 		out, aerr := fn(body)

@@ -1,0 +1,83 @@
+package cnitest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/vpcip/vpcip/ipamd/api"
+)
+
+// TestAddPodNetnsDeletedWhileAssigning: the runtime removes the pod netns
+// while the ADD waits for the daemon (after the plugin opened its netlink
+// session and made the pair). Whatever the ADD answers, the node is left
+// clean: a failed ADD releases and undoes; a successful one is followed by
+// the runtime's DEL, which cleans up.
+func TestAddPodNetnsDeletedWhileAssigning(t *testing.T) {
+	RequireRoot(t)
+	e, d := fakeEnv(t, FakePool(4))
+	e.Chain = false
+	p := e.NewPod(t, "vanish")
+	d.BeforeAssign(func(api.AssignRequest) {
+		time.Sleep(200 * time.Millisecond) // the pair is made meanwhile
+		DeleteNetns(p.NetnsName)
+	})
+	err := e.Add(t, p)
+	d.BeforeAssign(nil)
+	_, held := e.Held(t, p)
+	t.Logf("ADD after the netns was deleted: err %v; address held %v", err, held)
+	if err != nil {
+		if held {
+			t.Errorf("failed ADD left its address held")
+		}
+		AssertNodeClean(t, e)
+		return
+	}
+	// The netns lived on through the plugin's descriptors only; the kernel
+	// frees it (and the veth pair) after the plugin exits.
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if _, ok := linkNamed(t, e.Node.Name, e.HostVeth(p)); !ok {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("after the plugin exited: host veth %v, route %v, rules %v", present(linkNamed(t, e.Node.Name, e.HostVeth(p))),
+		present(HostRoute(t, e.Node.Name, p.Address)), PodRules(t, e.Node.Name, p.Address))
+	if err := e.Del(t, p); err != nil {
+		t.Errorf("DEL: %v", err)
+	}
+	if _, held := e.Held(t, p); held {
+		t.Errorf("address held after DEL")
+	}
+	AssertNodeClean(t, e)
+}
+
+func present[T any](_ T, ok bool) bool { return ok }
+
+// TestAddReplacesStaleRulesOfItsAddress (B28): rules an earlier owner of
+// the address left in the node netns, at both priorities and pointing at
+// other tables, are replaced by exactly the pod's, for an address on the
+// primary ENI (main table) and one on a secondary ENI.
+func TestAddReplacesStaleRulesOfItsAddress(t *testing.T) {
+	RequireRoot(t)
+	pool := FakePool(2)
+	e, _ := fakeEnv(t, pool)
+	e.Chain = false
+	for _, fa := range pool {
+		a := fa.Addr.String()
+		ipCmd(t, "-n", e.Node.Name, "rule", "add", "priority", "512", "to", a+"/32", "lookup", "9")
+		ipCmd(t, "-n", e.Node.Name, "rule", "add", "priority", "1536", "from", a+"/32", "lookup", "7")
+	}
+	var pods []*Pod
+	for range pool {
+		p := e.NewPod(t, "stale")
+		e.MustAdd(t, p)
+		a := mustHeld(t, e, p)
+		AssertPodWired(t, e, p, a.RouteTable, mtuOf(e, a))
+		pods = append(pods, p)
+	}
+	for _, p := range pods {
+		mustDel(t, e, p)
+	}
+	AssertNodeClean(t, e)
+}

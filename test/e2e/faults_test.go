@@ -250,3 +250,24 @@ func TestPrefixModeInFragmentedSubnet_B20(t *testing.T) {
 		t.Errorf("after scale-down the node keeps %d ENIs for 16 warm addresses (WARM_PREFIX_TARGET 1), want at most 2", got)
 	}
 }
+
+// B20 under the default (adaptive) policy: prefix mode in a subnet with no
+// free aligned /28 falls back to single addresses, bounded so that a slot
+// stays open for a /28; every pod starts.
+func TestPrefixModeInFragmentedSubnetAdaptive_B20(t *testing.T) {
+	c := start(t, cluster.Options{Nodes: 1, InstanceType: "m5.large",
+		DaemonEnv: []string{"ENABLE_PREFIX_DELEGATION=true", "IP_COOLDOWN_PERIOD=1", "VPCIP_ADD_WAIT=3s",
+			"VPCIP_RELEASE_INTERVAL=1s", "VPCIP_ENI_MIN_AGE=1s", "VPCIP_POOL_INTERVAL=500ms"},
+		Sim: vpcsim.Config{Subnets: []vpcsim.SubnetSpec{{CIDR: netip.MustParsePrefix("100.64.0.0/27"), AvailabilityZone: "us-west-2a"}}},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	n := c.Nodes[0]
+	pods := addPods(t, ctx, n, 12, "frag", 1)
+	assertPodsOwned(t, c, n, pods, map[netip.Addr]string{})
+	for _, p := range pods {
+		if err := n.DelPod(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -9,8 +9,8 @@ import (
 // TestAdaptiveFallbackKeepsASlotForAPrefix: the adaptive default policy in
 // prefix mode, while the subnet has no aligned /28 (RefusedNoPrefix), must
 // keep the node's last open slot as the targets policies do: every growth
-// of single addresses, including an ENI attached for reach, leaves a slot
-// for a /28.
+// of single addresses, on an attached ENI or a new one, leaves a slot for a
+// /28.
 func TestAdaptiveFallbackKeepsASlotForAPrefix(t *testing.T) {
 	for _, lim := range []Limits{
 		{MaxENIs: 2, SlotsPerENI: 4, PrefixSupported: true},

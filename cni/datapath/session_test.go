@@ -135,14 +135,7 @@ func TestSessionNewSandboxReplacesOld(t *testing.T) {
 func TestSessionPodNetnsDeletedBeforeConfigure(t *testing.T) {
 	world(t, func(node, pod ns.NetNS, podName string) {
 		a := attachment(3)
-		s, err := Open(pod)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
-		if _, err := s.CreatePair(node, a.HostVeth, a.IfName, a.MTU); err != nil {
-			t.Fatal(err)
-		}
+		s := openPaired(t, node, pod, a)
 		if err := netnsdir.Delete(podName); err != nil {
 			t.Fatal(err)
 		}
@@ -161,14 +154,7 @@ func TestSessionPodNetnsDeletedBeforeConfigure(t *testing.T) {
 func TestSessionPodInterfaceGoneBeforeConfigure(t *testing.T) {
 	world(t, func(node, pod ns.NetNS, podName string) {
 		a := attachment(3)
-		s, err := Open(pod)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
-		if _, err := s.CreatePair(node, a.HostVeth, a.IfName, a.MTU); err != nil {
-			t.Fatal(err)
-		}
+		s := openPaired(t, node, pod, a)
 		if _, err := DeletePodInterface(pod.Path(), a.IfName); err != nil {
 			t.Fatal(err)
 		}
@@ -315,4 +301,19 @@ func newNetnsNamed(t *testing.T, name string) (string, ns.NetNS) {
 		_ = netnsdir.Delete(name)
 	})
 	return name, h
+}
+
+// openPaired opens a Session into pod and creates a's veth pair through it;
+// the Session is closed when the test ends.
+func openPaired(t *testing.T, node, pod ns.NetNS, a Attachment) *Session {
+	t.Helper()
+	s, err := Open(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	if _, err := s.CreatePair(node, a.HostVeth, a.IfName, a.MTU); err != nil {
+		t.Fatal(err)
+	}
+	return s
 }

@@ -222,18 +222,18 @@ func TestSmallSubnetIsUsedUp_B41(t *testing.T) {
 	assertPodsOwned(t, c, n, append(pods[11:], more...), map[netip.Addr]string{})
 }
 
-// B20: prefix mode in a subnet with no free aligned /28 (a /27 whose
-// addresses are scattered by the ENI primaries) falls back to single
-// addresses: every pod starts, and after a scale-down the node keeps no ENI
-// the fallback's address target does not need.
-func TestPrefixModeInFragmentedSubnet_B20(t *testing.T) {
+// fragmentedPrefixNode starts one m5.large in prefix mode whose subnet (a
+// /27 whose addresses the ENI primaries scatter) has no free aligned /28,
+// with extra daemon settings, and starts 12 pods on it: the fallback to
+// single addresses must serve every one. It deletes them and returns the
+// cluster and node.
+func fragmentedPrefixNode(t *testing.T, ctx context.Context, env ...string) (*cluster.Cluster, *cluster.Node) {
+	t.Helper()
 	c := start(t, cluster.Options{Nodes: 1, InstanceType: "m5.large",
-		DaemonEnv: []string{"ENABLE_PREFIX_DELEGATION=true", "WARM_PREFIX_TARGET=1", "IP_COOLDOWN_PERIOD=1", "VPCIP_ADD_WAIT=3s",
-			"VPCIP_RELEASE_INTERVAL=1s", "VPCIP_ENI_MIN_AGE=1s", "VPCIP_POOL_INTERVAL=500ms"},
+		DaemonEnv: append([]string{"ENABLE_PREFIX_DELEGATION=true", "IP_COOLDOWN_PERIOD=1", "VPCIP_ADD_WAIT=3s",
+			"VPCIP_RELEASE_INTERVAL=1s", "VPCIP_ENI_MIN_AGE=1s", "VPCIP_POOL_INTERVAL=500ms"}, env...),
 		Sim: vpcsim.Config{Subnets: []vpcsim.SubnetSpec{{CIDR: netip.MustParsePrefix("100.64.0.0/27"), AvailabilityZone: "us-west-2a"}}},
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
 	n := c.Nodes[0]
 	pods := addPods(t, ctx, n, 12, "frag", 1)
 	assertPodsOwned(t, c, n, pods, map[netip.Addr]string{})
@@ -242,6 +242,16 @@ func TestPrefixModeInFragmentedSubnet_B20(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	return c, n
+}
+
+// B20: prefix mode in a subnet with no free aligned /28 falls back to single
+// addresses: every pod starts, and after a scale-down the node keeps no ENI
+// the fallback's address target does not need.
+func TestPrefixModeInFragmentedSubnet_B20(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, n := fragmentedPrefixNode(t, ctx, "WARM_PREFIX_TARGET=1")
 	deadline := time.Now().Add(45 * time.Second)
 	for nodeENIs(c, n) > 2 && time.Now().Before(deadline) {
 		time.Sleep(500 * time.Millisecond)
@@ -251,23 +261,10 @@ func TestPrefixModeInFragmentedSubnet_B20(t *testing.T) {
 	}
 }
 
-// B20 under the default (adaptive) policy: prefix mode in a subnet with no
-// free aligned /28 falls back to single addresses, bounded so that a slot
-// stays open for a /28; every pod starts.
+// B20 under the default (adaptive) policy: the fallback, bounded so that a
+// slot stays open for a /28, still starts every pod.
 func TestPrefixModeInFragmentedSubnetAdaptive_B20(t *testing.T) {
-	c := start(t, cluster.Options{Nodes: 1, InstanceType: "m5.large",
-		DaemonEnv: []string{"ENABLE_PREFIX_DELEGATION=true", "IP_COOLDOWN_PERIOD=1", "VPCIP_ADD_WAIT=3s",
-			"VPCIP_RELEASE_INTERVAL=1s", "VPCIP_ENI_MIN_AGE=1s", "VPCIP_POOL_INTERVAL=500ms"},
-		Sim: vpcsim.Config{Subnets: []vpcsim.SubnetSpec{{CIDR: netip.MustParsePrefix("100.64.0.0/27"), AvailabilityZone: "us-west-2a"}}},
-	})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	n := c.Nodes[0]
-	pods := addPods(t, ctx, n, 12, "frag", 1)
-	assertPodsOwned(t, c, n, pods, map[netip.Addr]string{})
-	for _, p := range pods {
-		if err := n.DelPod(ctx, p); err != nil {
-			t.Fatal(err)
-		}
-	}
+	fragmentedPrefixNode(t, ctx)
 }

@@ -224,16 +224,16 @@ func orphan() int {
 	return 0
 }
 
-// A process that exits before deleting its netns (a test timeout panics
-// past every t.Cleanup) leaves the name and the processes it started
-// inside it; the next process's Prepare removes both. Names of running
-// processes and names made by other tools stay.
-func TestOrphansSwept(t *testing.T) {
-	if !inPrivate(t) {
-		return
-	}
+// runOrphan runs a child that creates the netns name (starting its reaper
+// when reap), starts a process inside it and exits; it returns that
+// process's pid.
+func runOrphan(t *testing.T, name string, reap bool) int {
+	t.Helper()
 	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), envRole+"=orphan", envName+"=vtn-orphan")
+	cmd.Env = append(os.Environ(), envRole+"=orphan", envName+"="+name)
+	if reap {
+		cmd.Env = append(cmd.Env, envReap+"=1")
+	}
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
 	if err != nil {
@@ -243,6 +243,18 @@ func TestOrphansSwept(t *testing.T) {
 	if err != nil {
 		t.Fatalf("orphan child printed %q", out)
 	}
+	return pid
+}
+
+// A process that exits before deleting its netns (a test timeout panics
+// past every t.Cleanup) leaves the name and the processes it started
+// inside it; the next process's Prepare removes both. Names of running
+// processes and names made by other tools stay.
+func TestOrphansSwept(t *testing.T) {
+	if !inPrivate(t) {
+		return
+	}
+	pid := runOrphan(t, "vtn-orphan", false)
 	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
 	if _, err := os.Stat(Path("vtn-orphan")); err != nil {
 		t.Fatalf("the orphan's netns is not there to sweep: %v", err)
@@ -293,17 +305,7 @@ func TestReaperRemovesWhatAnExitedProcessLeft(t *testing.T) {
 	if !inPrivate(t) {
 		return
 	}
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), envRole+"=orphan", envName+"=vtn-reaped", envReap+"=1")
-	cmd.Stderr = os.Stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("orphan child: %v", err)
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(out)))
-	if err != nil {
-		t.Fatalf("orphan child printed %q", out)
-	}
+	pid := runOrphan(t, "vtn-reaped", true)
 	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL); Delete("vtn-reaped") })
 	deadline := time.Now().Add(10 * time.Second)
 	for {

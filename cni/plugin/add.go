@@ -95,9 +95,10 @@ type pairing struct {
 }
 
 // assignWhilePairing asks the daemon for the address while the veth pair is
-// created through nl (used by nothing else until the pairing is done). When the daemon refuses, the pair is removed and the daemon's
-// error returned as a CNI error; a pairing failure is returned for the
-// caller to undo with the address known.
+// created through nl (used by nothing else until the pairing is done). When
+// the daemon refuses, the pair is removed and the daemon's error returned as
+// a CNI error; a pairing failure is returned for the caller to undo with the
+// address known.
 func (in *invocation) assignWhilePairing(args *skel.CmdArgs, nl *datapath.Session, hostNS ns.NetNS) (api.Assignment, pairing, error) {
 	hostVeth := in.hostVeth()
 	done := make(chan pairing, 1)

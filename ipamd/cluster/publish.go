@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"reflect"
 	"time"
@@ -169,6 +170,14 @@ func (c *Cluster) publish(ctx context.Context, snap Snapshot) {
 		return
 	}
 	obj, err := c.write(ctx, prev.obj, node, st)
+	var status apierrors.APIStatus
+	if err != nil && !errors.As(err, &status) {
+		// No answer from the API server (connection reset, timeout): the
+		// part is degraded until a probe succeeds, as after a failed watch
+		// (a watch through a proxy whose backend died may hang instead of
+		// failing). Deferred: it runs after c.mu is released below.
+		defer c.apiError("write AddressBudget", err)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.pub.lastWrite = now // also on failure: retry after PublishInterval, not every tick

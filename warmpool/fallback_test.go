@@ -74,31 +74,14 @@ func TestFallbackNeverTakesTheLastSlot(t *testing.T) {
 		until := t0.Add(time.Hour)
 		s.in.Refusals = []Refusal{{Kind: RefusedNoPrefix, Until: until}}
 		for ev := 0; ev < 80 && s.in.Now.Before(until); ev++ {
-			if r.IntN(3) > 0 {
-				s.in.Demand.History = s.in.Demand.History.Record(s.in.Now)
-				if !s.addPod() {
-					s.in.Pending++
-				}
-			} else {
-				s.delPod()
-			}
-			for range 20 {
-				c := Summarize(s.in)
-				s.in.Demand.History = s.in.Demand.History.Observe(s.in.Now, c.Assigned+c.Cooling)
-				open := s.openSlots()
-				p := Next(s.in)
-				if p.Action == Nothing || p.Action == Wait {
-					break
-				}
-				if err := s.apply(p); err != nil {
+			s.churn(r, func(p Plan, open int, err error) {
+				if err != nil {
 					t.Fatalf("seed %d %+v %+v: %v: %v", seed, lim, cfg, p.Reason, err)
 				}
 				if (p.Action == Assign || p.Action == CreateENI) && open >= 1 && s.openSlots() < 1 {
 					t.Fatalf("seed %d %+v %+v: %v took the last open slot: %s", seed, lim, cfg, p.Action, p.Reason)
 				}
-				s.startPending()
-			}
-			s.advance(time.Duration(r.IntN(4000)) * time.Millisecond)
+			})
 		}
 	}
 }
@@ -132,27 +115,11 @@ func TestFallbackRecovers(t *testing.T) {
 				k := kinds[r.IntN(len(kinds))]
 				s.in.Refusals = append(s.in.Refusals, Refusal{Kind: k, Until: s.in.Now.Add(time.Duration(1+r.IntN(120)) * time.Second), Count: r.IntN(4)})
 			}
-			if r.IntN(3) > 0 {
-				s.in.Demand.History = s.in.Demand.History.Record(s.in.Now)
-				if !s.addPod() {
-					s.in.Pending++
-				}
-			} else {
-				s.delPod()
-			}
-			for range 20 {
-				c := Summarize(s.in)
-				s.in.Demand.History = s.in.Demand.History.Observe(s.in.Now, c.Assigned+c.Cooling)
-				p := Next(s.in)
-				if p.Action == Nothing || p.Action == Wait {
-					break
-				}
-				if err := s.apply(p); err != nil {
+			s.churn(r, func(p Plan, _ int, err error) {
+				if err != nil {
 					t.Fatalf("seed %d: %v: %v", seed, p.Reason, err)
 				}
-				s.startPending()
-			}
-			s.advance(time.Duration(r.IntN(4000)) * time.Millisecond)
+			})
 		}
 		s.advance(max(until.Sub(s.in.Now), 0) + time.Second)
 		s.in.Refusals = nil
@@ -169,4 +136,33 @@ func TestFallbackRecovers(t *testing.T) {
 				seed, lim, cfg, s.in.Pending, s.openSlots(), c, tail(applied, 4), Next(s.in).Reason)
 		}
 	}
+}
+
+// churn is one random event of a churning node: an arrival (two in three,
+// recorded in the demand history; it waits when no address is free) or a
+// departure; then plans are applied until the pool rests (at most 20),
+// each reported to applied with the node's open slots before it and the
+// error applying it; then up to 4 s pass.
+func (s *sim) churn(r *rand.Rand, applied func(p Plan, openBefore int, err error)) {
+	if r.IntN(3) > 0 {
+		s.in.Demand.History = s.in.Demand.History.Record(s.in.Now)
+		if !s.addPod() {
+			s.in.Pending++
+		}
+	} else {
+		s.delPod()
+	}
+	for range 20 {
+		c := Summarize(s.in)
+		s.in.Demand.History = s.in.Demand.History.Observe(s.in.Now, c.Assigned+c.Cooling)
+		open := s.openSlots()
+		p := Next(s.in)
+		if p.Action == Nothing || p.Action == Wait {
+			break
+		}
+		err := s.apply(p)
+		applied(p, open, err)
+		s.startPending()
+	}
+	s.advance(time.Duration(r.IntN(4000)) * time.Millisecond)
 }

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -8,7 +9,10 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
+	"net/textproto"
+	"os"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -19,12 +23,19 @@ const DefaultSocket = "/run/vpcip/ipamd.sock"
 // connection refused, timeout): the plugin answers CNI error 11.
 var ErrUnreachable = errors.New("vpcipd unreachable")
 
-// Client calls vpcipd over its unix socket through net/http, one
-// connection per call (no keep-alive: the plugin makes one or two calls per
-// process). The zero value is not usable; use NewClient.
+// Client calls vpcipd over its unix socket, one connection per call. It
+// speaks HTTP/1.0 (RFC 1945) itself instead of going through net/http: the
+// plugin is a new process for every CNI call, and linking net/http (with
+// crypto/tls and HTTP/2, which a unix socket never needs) made each start
+// run 1.07 M user-space instructions instead of 0.75 M (cachegrind, CNI
+// VERSION) in a 7.4 MB binary instead of 4.2 MB. An answer to an HTTP/1.0
+// request is never chunked (RFC 9112 §7.1): its body ends at
+// Content-Length or when the server closes the connection. The daemon's
+// side is a standard net/http server (curl reaches it as before). The zero
+// value is not usable; use NewClient.
 type Client struct {
-	socket string
-	http   *http.Client
+	socket  string
+	timeout time.Duration
 }
 
 // NewClient returns a client for the daemon at socket. timeout bounds each
@@ -33,14 +44,7 @@ func NewClient(socket string, timeout time.Duration) *Client {
 	if timeout <= 0 {
 		timeout = 10 * time.Second
 	}
-	tr := &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", socket)
-		},
-		DisableKeepAlives: true,
-	}
-	return &Client{socket: socket, http: &http.Client{Transport: tr, Timeout: timeout}}
+	return &Client{socket: socket, timeout: timeout}
 }
 
 // Assign asks for the Key's address. Errors are *Error (daemon refusal) or
@@ -93,38 +97,32 @@ const maxAnswer = 4 << 20
 // *Error for a refusal (the daemon's own, or CodeInternal for a non-JSON
 // error answer or an undecodable one).
 func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
-	var body io.Reader
+	var body []byte
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
 			return fmt.Errorf("encode %s request: %w", path, err)
 		}
-		body = bytes.NewReader(b)
+		body = b
 	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://vpcipd"+path, body)
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	status, data, err := c.roundTrip(ctx, method, path, body)
 	if err != nil {
-		return fmt.Errorf("build %s request: %w", path, err)
+		// The deadline or the caller's cancellation, not the socket timeout
+		// it causes (which can fire a moment before ctx reports it).
+		if cerr := ctx.Err(); cerr != nil {
+			err = cerr
+		} else if errors.Is(err, os.ErrDeadlineExceeded) {
+			err = context.DeadlineExceeded
+		}
+		return fmt.Errorf("%w at %s: %s %s: %v", ErrUnreachable, c.socket, method, path, err)
 	}
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return fmt.Errorf("%w at %s: %v", ErrUnreachable, c.socket, err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer+1))
-	switch {
-	case err != nil:
-		return fmt.Errorf("%w at %s: reading answer: %v", ErrUnreachable, c.socket, err)
-	case len(data) > maxAnswer:
-		return fmt.Errorf("%w at %s: answer larger than %d bytes", ErrUnreachable, c.socket, maxAnswer)
-	}
-	if resp.StatusCode/100 != 2 {
+	if status/100 != 2 {
 		e := &Error{}
 		if jerr := json.Unmarshal(data, e); jerr != nil || e.Code == "" {
 			return &Error{Version: Version, Code: CodeInternal,
-				Message: fmt.Sprintf("vpcipd answered %s %s: HTTP %d: %.200s", method, path, resp.StatusCode, data)}
+				Message: fmt.Sprintf("vpcipd answered %s %s: HTTP %d: %.200s", method, path, status, bytes.TrimSpace(data))}
 		}
 		return e
 	}
@@ -132,4 +130,83 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 		return &Error{Version: Version, Code: CodeInternal, Message: fmt.Sprintf("decode vpcipd answer to %s: %v", path, err)}
 	}
 	return nil
+}
+
+// roundTrip sends one HTTP/1.0 request on a new connection and returns the
+// answer's status code and whole body (at most maxAnswer bytes). ctx's
+// deadline and cancellation end a blocked dial, write or read.
+func (c *Client) roundTrip(ctx context.Context, method, path string, body []byte) (int, []byte, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", c.socket)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer conn.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(dl)
+	}
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+
+	var req bytes.Buffer
+	fmt.Fprintf(&req, "%s %s HTTP/1.0\r\nHost: vpcipd\r\n", method, path)
+	if body != nil {
+		fmt.Fprintf(&req, "Content-Type: application/json\r\nContent-Length: %d\r\n", len(body))
+	}
+	req.WriteString("\r\n")
+	req.Write(body)
+	if _, err := conn.Write(req.Bytes()); err != nil {
+		return 0, nil, err
+	}
+
+	r := textproto.NewReader(bufio.NewReader(conn))
+	line, err := r.ReadLine()
+	if err != nil {
+		return 0, nil, fmt.Errorf("reading answer: %w", err)
+	}
+	status, err := parseStatusLine(line)
+	if err != nil {
+		return 0, nil, err
+	}
+	hdr, err := r.ReadMIMEHeader()
+	if err != nil {
+		return 0, nil, fmt.Errorf("malformed HTTP response headers: %w", err)
+	}
+	if te := hdr.Get("Transfer-Encoding"); te != "" {
+		return 0, nil, fmt.Errorf("malformed HTTP response: Transfer-Encoding %q in an answer to HTTP/1.0", te)
+	}
+	if cl := hdr.Get("Content-Length"); cl != "" {
+		n, err := strconv.ParseInt(cl, 10, 64)
+		switch {
+		case err != nil || n < 0:
+			return 0, nil, fmt.Errorf("malformed HTTP response: Content-Length %q", cl)
+		case n > maxAnswer:
+			return 0, nil, fmt.Errorf("answer larger than %d bytes", maxAnswer)
+		}
+		data := make([]byte, n)
+		if _, err := io.ReadFull(r.R, data); err != nil {
+			return 0, nil, fmt.Errorf("reading answer: %w", err)
+		}
+		return status, data, nil
+	}
+	data, err := io.ReadAll(io.LimitReader(r.R, maxAnswer+1))
+	switch {
+	case err != nil:
+		return 0, nil, fmt.Errorf("reading answer: %w", err)
+	case len(data) > maxAnswer:
+		return 0, nil, fmt.Errorf("answer larger than %d bytes", maxAnswer)
+	}
+	return status, data, nil
+}
+
+// parseStatusLine reads the code of an HTTP/1.x status line
+// ("HTTP/1.0 200 OK"; RFC 9112 §4).
+func parseStatusLine(line string) (int, error) {
+	proto, rest, _ := strings.Cut(line, " ")
+	codeText, _, _ := strings.Cut(rest, " ")
+	code, err := strconv.Atoi(codeText)
+	if !strings.HasPrefix(proto, "HTTP/1.") || err != nil || len(codeText) != 3 || code < 100 {
+		return 0, fmt.Errorf("malformed HTTP response: status line %.60q", line)
+	}
+	return code, nil
 }

@@ -80,7 +80,8 @@ func TestClientAssignRoundTrip(t *testing.T) {
 	}
 }
 
-// A Go server chunks answers above 2 KiB; the client reads them whole.
+// An answer above 2 KiB (one a Go server chunks for an HTTP/1.1 client)
+// arrives whole.
 func TestClientLargeAnswer(t *testing.T) {
 	var released []Assignment
 	for i := range 2000 {
@@ -144,6 +145,9 @@ func TestClientErrors(t *testing.T) {
 		{name: "truncated body", answer: "HTTP/1.0 200 OK\r\nContent-Length: 100\r\n\r\n{\"version\":", unreached: true, msgContain: "unexpected EOF"},
 		{name: "not HTTP", answer: "SSH-2.0-OpenSSH\r\n\r\n", unreached: true, msgContain: "malformed HTTP response"},
 		{name: "daemon stopped mid-call", socket: closing, unreached: true, msgContain: "EOF"},
+		{name: "chunked answer", answer: "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n", unreached: true, msgContain: `Transfer-Encoding "chunked"`},
+		{name: "answer too large", answer: "HTTP/1.0 200 OK\r\nContent-Length: 99999999\r\n\r\n{}", unreached: true, msgContain: "larger than"},
+		{name: "bad status line", answer: "HTTP/1.0 2x0 OK\r\n\r\n{}", unreached: true, msgContain: "malformed HTTP response"},
 		{name: "bad JSON answer", answer: "HTTP/1.0 200 OK\r\n\r\n{not json", code: CodeInternal, msgContain: "decode vpcipd answer"},
 	}
 	for _, tt := range tests {

@@ -236,3 +236,36 @@ func setup(hostNS, podNS ns.NetNS, a Attachment) (Wired, error) {
 	w.ReplacedHostVeth = replaced
 	return w, err
 }
+
+// TestPairHasOneQueueEachWay: both ends of the pair are created with one
+// TX and one RX queue. An end created with a queue per possible CPU is cut
+// to one by the kernel under the rtnl lock with an expedited RCU grace
+// period, which serializes a burst of ADDs (BenchmarkSetupTeardown's
+// pair-ms).
+func TestPairHasOneQueueEachWay(t *testing.T) {
+	world(t, func(node, pod ns.NetNS, podName string) {
+		a := attachment(2)
+		if _, err := setup(node, pod, a); err != nil {
+			t.Fatalf("Setup: %v", err)
+		}
+		host, err := netlink.LinkByName(a.HostVeth)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var podLink netlink.Link
+		if err := pod.Do(func(ns.NetNS) error {
+			podLink, err = netlink.LinkByName(a.IfName)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range []netlink.Link{host, podLink} {
+			if at := l.Attrs(); at.NumTxQueues != 1 || at.NumRxQueues != 1 {
+				t.Errorf("%s has %d TX and %d RX queues, want 1 and 1", at.Name, at.NumTxQueues, at.NumRxQueues)
+			}
+		}
+		if err := Teardown(pod.Path(), a); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

@@ -190,6 +190,15 @@ func createVeth(pod netlinksafe.Handle, a Attachment, hostNS ns.NetNS) error {
 	attrs := netlink.NewLinkAttrs()
 	attrs.Name = a.IfName
 	attrs.MTU = a.MTU
+	// One TX and one RX queue per end, asked for at creation (both ends
+	// take these: IFLA_NUM_TX_QUEUES / IFLA_NUM_RX_QUEUES). Left unset,
+	// the kernel creates each end with a queue per possible CPU and then
+	// cuts it to one (veth_init_queues → netif_set_real_num_tx_queues),
+	// which waits for an expedited RCU grace period while holding the
+	// rtnl lock: ~2 ms per ADD during which no other netlink change on the
+	// node, such as the other ADDs of a burst, can proceed.
+	attrs.NumTxQueues = 1
+	attrs.NumRxQueues = 1
 	veth := &netlink.Veth{LinkAttrs: attrs, PeerName: a.HostVeth, PeerMTU: uint32(a.MTU),
 		PeerNamespace: netlink.NsFd(int(hostNS.Fd()))}
 	if err := pod.LinkAdd(veth); err != nil {

@@ -135,7 +135,7 @@ func (h *hostSync) ensureSNAT(self provider.Instance) error {
 		return err
 	}
 	err = h.host.EnsureSNAT(hostnet.SNATConfig{VPCCIDRs: self.VPCCIDRs, ExcludeCIDRs: h.cfg.ExcludeSNAT,
-		PrimaryIP: self.PrimaryIP, PrimaryLink: link, RandomFully: h.cfg.RandomFully, External: h.cfg.ExternalSNAT})
+		PrimaryIP: self.PrimaryIP, PrimaryLink: link, Ports: hostnet.SNATPorts(h.cfg.RandomizeSNAT), External: h.cfg.ExternalSNAT})
 	if err != nil {
 		return fmt.Errorf("SNAT rules: %w", err)
 	}

@@ -38,12 +38,12 @@ type Config struct {
 	ENIMinAge       time.Duration // VPCIP_ENI_MIN_AGE: an ENI younger than this is not deleted; default 1 m
 
 	// Datapath.
-	MTU          int            // AWS_VPC_ENI_MTU, bytes, 576..9001; default 9001
-	ExternalSNAT bool           // AWS_VPC_K8S_CNI_EXTERNALSNAT: no SNAT rules on the node
-	ExcludeSNAT  []netip.Prefix // AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS: comma-separated CIDRs kept un-SNATed
-	RandomFully  bool           // AWS_VPC_K8S_CNI_RANDOMIZESNAT: "prng" (default) = --random-fully; "none"/"hashrandom" = off
-	VethPrefix   string         // AWS_VPC_K8S_CNI_VETHPREFIX, host veth name prefix; default "eni"
-	HostNetwork  bool           // VPCIP_HOSTNET: set up ENI links, tables, rules and SNAT; default true.
+	MTU           int            // AWS_VPC_ENI_MTU, bytes, 576..9001; default 9001
+	ExternalSNAT  bool           // AWS_VPC_K8S_CNI_EXTERNALSNAT: no SNAT rules on the node
+	ExcludeSNAT   []netip.Prefix // AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS: comma-separated CIDRs kept un-SNATed
+	RandomizeSNAT string         // AWS_VPC_K8S_CNI_RANDOMIZESNAT: "prng" (default) = --random-fully, "hashrandom" = --random, "none" = no flag
+	VethPrefix    string         // AWS_VPC_K8S_CNI_VETHPREFIX, host veth name prefix; default "eni"
+	HostNetwork   bool           // VPCIP_HOSTNET: set up ENI links, tables, rules and SNAT; default true.
 	// false is a test/dev knob: the daemon then runs without root or a node
 	// netns, touching no host networking (and sees no pod routes).
 

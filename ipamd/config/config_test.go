@@ -48,8 +48,8 @@ func TestParseDefaults(t *testing.T) {
 			t.Errorf("default %s = %q, want %q", k, got[k], v)
 		}
 	}
-	if c.LogLevel != slog.LevelInfo || !c.RandomFully || c.ExternalSNAT {
-		t.Errorf("defaults: level %v randomFully %v externalSNAT %v", c.LogLevel, c.RandomFully, c.ExternalSNAT)
+	if c.LogLevel != slog.LevelInfo || c.RandomizeSNAT != "prng" || c.ExternalSNAT {
+		t.Errorf("defaults: level %v randomizeSNAT %q externalSNAT %v", c.LogLevel, c.RandomizeSNAT, c.ExternalSNAT)
 	}
 }
 
@@ -75,11 +75,11 @@ func TestParseValues(t *testing.T) {
 		t.Fatalf("Parse error: %v", err)
 	}
 	got := []any{c.WarmIPTarget, c.MinimumIPTarget, c.WarmENITarget, c.PrefixDelegation, c.MaxENI,
-		c.Cooldown, c.MTU, c.ExcludeSNAT, c.RandomFully, c.LogLevel, c.HostNetwork,
+		c.Cooldown, c.MTU, c.ExcludeSNAT, c.RandomizeSNAT, c.LogLevel, c.HostNetwork,
 		c.IntrospectionAddr, c.MetricsAddr, c.AddWait, c.CNIVersion}
 	want := []any{5, 10, 0, true, 0,
 		45 * time.Second, 1500, []netip.Prefix{netip.MustParsePrefix("10.1.0.0/16"), netip.MustParsePrefix("192.168.1.0/24")},
-		false, slog.LevelDebug, false,
+		"none", slog.LevelDebug, false,
 		"127.0.0.1:7000", "", 250 * time.Millisecond, "1.0.0"}
 	if d := cmp.Diff(want, got, cmp.Comparer(func(a, b netip.Prefix) bool { return a == b })); d != "" {
 		t.Errorf("Parse (-want +got):\n%s", d)

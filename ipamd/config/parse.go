@@ -147,19 +147,19 @@ func (p *parser) cidrs(name string) []netip.Prefix {
 	return out
 }
 
-func (p *parser) randomizeSNAT(name string) bool {
+// randomizeSNAT reads AWS_VPC_K8S_CNI_RANDOMIZESNAT: "prng" (the default),
+// "hashrandom" or "none", in any case.
+func (p *parser) randomizeSNAT(name string) string {
 	v, ok := p.get(name)
 	if !ok {
-		return true
+		return "prng"
 	}
-	switch strings.ToLower(v) {
-	case "prng":
-		return true
-	case "none", "hashrandom":
-		return false
+	switch v = strings.ToLower(v); v {
+	case "prng", "hashrandom", "none":
+		return v
 	}
 	p.fail(name, v, "prng, hashrandom or none")
-	return true
+	return "prng"
 }
 
 // vethPrefix must leave room for the 11 hex digits of the host veth name in

@@ -64,7 +64,7 @@ var Vars = []Var{
 	setting("AWS_VPC_ENI_MTU", "1500", func(c *Config) *int { return &c.MTU }, intRange(DefaultMTU, 576, 9001), strconv.Itoa),
 	setting("AWS_VPC_K8S_CNI_EXTERNALSNAT", "true", func(c *Config) *bool { return &c.ExternalSNAT }, boolean(false), strconv.FormatBool),
 	setting("AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS", "10.1.0.0/16,192.168.0.0/24", func(c *Config) *[]netip.Prefix { return &c.ExcludeSNAT }, readCIDRs, showCIDRs),
-	setting("AWS_VPC_K8S_CNI_RANDOMIZESNAT", "none", func(c *Config) *bool { return &c.RandomFully }, readRandomizeSNAT, showRandomizeSNAT),
+	setting("AWS_VPC_K8S_CNI_RANDOMIZESNAT", "hashrandom", func(c *Config) *string { return &c.RandomizeSNAT }, readRandomizeSNAT, plain),
 	setting("AWS_VPC_K8S_CNI_VETHPREFIX", "pod", func(c *Config) *string { return &c.VethPrefix }, vethPrefix("eni"), plain),
 	setting("VPCIP_HOSTNET", "false", func(c *Config) *bool { return &c.HostNetwork }, boolean(true), strconv.FormatBool),
 	setting("AWS_VPC_K8S_CNI_LOGLEVEL", "DEBUG", func(c *Config) *slog.Level { return &c.LogLevel }, logLevel(slog.LevelInfo), levelName),
@@ -178,7 +178,7 @@ func readMaxENI(p *parser, n string, _ *Config) int { return p.maxENI(n) }
 
 func readCIDRs(p *parser, n string, _ *Config) []netip.Prefix { return p.cidrs(n) }
 
-func readRandomizeSNAT(p *parser, n string, _ *Config) bool { return p.randomizeSNAT(n) }
+func readRandomizeSNAT(p *parser, n string, _ *Config) string { return p.randomizeSNAT(n) }
 
 // readPluginLogLevel defaults to the daemon's level.
 func readPluginLogLevel(p *parser, n string, c *Config) string {
@@ -193,11 +193,4 @@ func showCIDRs(ps []netip.Prefix) string {
 		s[i] = p.String()
 	}
 	return strings.Join(s, ",")
-}
-
-func showRandomizeSNAT(on bool) string {
-	if on {
-		return "prng"
-	}
-	return "none"
 }

@@ -41,13 +41,29 @@ const DefaultMark uint32 = 0x80
 // (B28). iptables' own lock only covers one command.
 var iptMu sync.Mutex
 
+// SNATPorts is how the SNAT rule picks a connection's source port on the
+// primary address, AWS_VPC_K8S_CNI_RANDOMIZESNAT's values and meaning.
+type SNATPorts string
+
+const (
+	// SNATPortsRandomFully adds --random-fully (a PRNG picks each port;
+	// needs iptables ≥ 1.6.2, else --random as below).
+	SNATPortsRandomFully SNATPorts = "prng"
+	// SNATPortsHashRandom adds --random (the port range offset comes from a
+	// hash of the connection's addresses).
+	SNATPortsHashRandom SNATPorts = "hashrandom"
+	// SNATPortsNone adds no flag: the kernel keeps the pod's source port
+	// when it is free on the primary address.
+	SNATPortsNone SNATPorts = "none"
+)
+
 // SNATConfig is the node's SNAT and connection-mark spec (docs/design.md §4).
 type SNATConfig struct {
 	VPCCIDRs     []netip.Prefix // IPv4 CIDRs of the VPC (IMDS vpc-ipv4-cidr-blocks); traffic to them keeps the pod source
 	ExcludeCIDRs []netip.Prefix // more destinations that keep the pod source (AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS)
 	PrimaryIP    netip.Addr     // SNAT source: the primary ENI's primary private IPv4 address
 	PrimaryLink  string         // name of the primary ENI's link, e.g. "eth0"
-	RandomFully  bool           // add --random-fully to SNAT where iptables supports it (≥ 1.6.2)
+	Ports        SNATPorts      // how SNAT picks source ports (AWS_VPC_K8S_CNI_RANDOMIZESNAT); empty means SNATPortsRandomFully
 	External     bool           // AWS_VPC_K8S_CNI_EXTERNALSNAT: no SNAT and no egress marks; pod traffic leaves by its own ENI
 	Mark         uint32         // connection-mark bits; 0 means DefaultMark
 }
@@ -220,8 +236,16 @@ func snatRules(c SNATConfig, randomFully bool) snatRuleSet {
 		}
 		add("mangle", ChainEgress, "pod connection leaving the VPC", nil, []string{"-j", "CONNMARK", "--set-xmark", mm})
 		snat := []string{"-j", "SNAT", "--to-source", c.PrimaryIP.String()}
-		if c.RandomFully && randomFully {
-			snat = append(snat, "--random-fully")
+		switch c.Ports {
+		case SNATPortsNone:
+		case SNATPortsHashRandom:
+			snat = append(snat, "--random")
+		default:
+			if randomFully {
+				snat = append(snat, "--random-fully")
+			} else {
+				snat = append(snat, "--random")
+			}
 		}
 		add("nat", ChainSNAT, "pod traffic leaving the VPC",
 			[]string{"-o", p, "-m", "addrtype", "!", "--src-type", "LOCAL"}, snat)

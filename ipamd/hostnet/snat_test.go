@@ -25,7 +25,7 @@ func testSNATConfig() SNATConfig {
 		ExcludeCIDRs: []netip.Prefix{netip.MustParsePrefix("10.10.0.0/16")},
 		PrimaryIP:    netip.MustParseAddr("100.64.0.10"),
 		PrimaryLink:  "eth0",
-		RandomFully:  true,
+		Ports:        SNATPortsRandomFully,
 	}
 }
 
@@ -142,13 +142,14 @@ func TestEnsureSNATExternalToggle(t *testing.T) {
 	}
 }
 
-// A changed mark or a lost --random-fully replaces the old rules.
+// A changed mark or port mapping (--random-fully to --random to none,
+// AWS_VPC_K8S_CNI_RANDOMIZESNAT prng, hashrandom, none) replaces the old rules.
 func TestEnsureSNATChangedSpec(t *testing.T) {
 	n := newSNATNode(t, "snatspec")
 	c := testSNATConfig()
 	n.do(t, func() error { return EnsureSNAT(c) })
 	c.Mark = 0x4000
-	c.RandomFully = false
+	c.Ports = SNATPortsHashRandom
 	n.run(t, "sysctl", "-qw", "net.ipv4.conf.eth0.rp_filter=1") // made strict behind our back (B15)
 	n.do(t, func() error { return EnsureSNAT(c) })
 	got := readSNATState(t, n)
@@ -162,10 +163,16 @@ func TestEnsureSNATChangedSpec(t *testing.T) {
 		"-A POSTROUTING -j VPCIP-SNAT",
 		"-A VPCIP-SNAT -d 100.64.0.0/16 -j RETURN",
 		"-A VPCIP-SNAT -d 10.10.0.0/16 -j RETURN",
-		"-A VPCIP-SNAT -o eth0 -m addrtype ! --src-type LOCAL -j SNAT --to-source 100.64.0.10",
+		"-A VPCIP-SNAT -o eth0 -m addrtype ! --src-type LOCAL -j SNAT --to-source 100.64.0.10 --random",
 	}
 	if diff := cmp.Diff(wantNat, got.Nat); diff != "" {
-		t.Errorf("nat (-want +got):\n%s", diff)
+		t.Errorf("nat with hashrandom (-want +got):\n%s", diff)
+	}
+	c.Ports = SNATPortsNone
+	n.do(t, func() error { return EnsureSNAT(c) })
+	wantNat[3] = strings.TrimSuffix(wantNat[3], " --random")
+	if diff := cmp.Diff(wantNat, readSNATState(t, n).Nat); diff != "" {
+		t.Errorf("nat with none (-want +got):\n%s", diff)
 	}
 	for _, l := range got.Mangle {
 		if strings.Contains(l, "0x80") {

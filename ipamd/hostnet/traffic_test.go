@@ -144,7 +144,7 @@ func (v *vpc) snatConfig() SNATConfig {
 		VPCCIDRs:    []netip.Prefix{netip.MustParsePrefix(vpcCIDR)},
 		PrimaryIP:   netip.MustParseAddr(nodeIP),
 		PrimaryLink: "eth0",
-		RandomFully: true,
+		Ports:       SNATPortsRandomFully,
 	}
 }
 

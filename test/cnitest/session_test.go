@@ -1,9 +1,12 @@
 package cnitest
 
 import (
+	"net"
+	"runtime"
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netlink"
 	"github.com/vpcip/vpcip/ipamd/api"
 )
 
@@ -114,5 +117,44 @@ func TestReplacedSandboxRulesRemovedByVpcipd(t *testing.T) {
 	a := mustHeld(t, e, nu)
 	AssertPodWired(t, e, nu, a.RouteTable, mtuOf(e, a))
 	mustDel(t, e, nu)
+	AssertNodeClean(t, e)
+}
+
+// TestConcurrentAddsWithRuleChurn: the suite's 30 concurrent ADDs and DELs
+// while other policy rules of the node netns are added and removed without
+// pause (each ADD lists the rules to replace stale ones of its address).
+func TestConcurrentAddsWithRuleChurn(t *testing.T) {
+	RequireRoot(t)
+	e, _ := fakeEnv(t, FakePool(64))
+	stop, done := make(chan struct{}), make(chan struct{})
+	churned := 0
+	go func() {
+		defer close(done)
+		runtime.LockOSThread() // left locked: the thread ends with the goroutine
+		if err := e.Node.NS.Set(); err != nil {
+			t.Error(err)
+			return
+		}
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			r := netlink.NewRule()
+			r.Priority, r.Table = 2000+i%64, 100
+			r.Src = &net.IPNet{IP: net.IPv4(10, 9, byte(i%64), 1).To4(), Mask: net.CIDRMask(32, 32)}
+			if netlink.RuleAdd(r) == nil && netlink.RuleDel(r) == nil {
+				churned++
+			}
+		}
+	}()
+	testConcurrentAdds(t, e)
+	close(stop)
+	<-done
+	t.Logf("%d rules added and removed meanwhile", churned)
+	if churned == 0 {
+		t.Error("no rule churn happened")
+	}
 	AssertNodeClean(t, e)
 }

@@ -204,16 +204,22 @@ func EnsurePodRulesVia(h *netlink.Handle, addr netip.Addr, table int) error {
 // returns how many it deleted. Rules already gone are success; a non-IPv4
 // addr has none.
 func RemovePodRules(addr netip.Addr) (int, error) {
+	return RemovePodRulesVia(nil, addr)
+}
+
+// RemovePodRulesVia is RemovePodRules through the netlink handle h (its
+// socket and netns; the package API when nil).
+func RemovePodRulesVia(h *netlink.Handle, addr netip.Addr) (int, error) {
 	if !addr.Is4() {
 		return 0, nil
 	}
-	rules, err := FindPodRules(addr)
+	rules, err := findPodRules(h, addr)
 	if err != nil {
 		return 0, err
 	}
 	n := 0
 	for _, r := range rules {
-		if err := netlink.RuleDel(&r); err != nil {
+		if err := via(h).RuleDel(&r); err != nil {
 			if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ESRCH) {
 				continue
 			}

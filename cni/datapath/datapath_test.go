@@ -233,7 +233,7 @@ func setup(hostNS, podNS ns.NetNS, a Attachment) (Wired, error) {
 		return Wired{}, err
 	}
 	w, err := Configure(podNS, a)
-	w.ReplacedHostVeth = replaced
+	w.ReplacedHostVeth = replaced.Veth
 	return w, err
 }
 

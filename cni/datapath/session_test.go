@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"runtime"
+	"slices"
 	"sync"
 	"testing"
 
@@ -16,11 +17,11 @@ import (
 
 // addThrough wires a as ADD does through one Session: alias read, pair,
 // alias set, Configure.
-func addThrough(t *testing.T, s *Session, node ns.NetNS, a Attachment, alias string) (string, bool, error) {
+func addThrough(t *testing.T, s *Session, node ns.NetNS, a Attachment, alias string) (string, Replaced, error) {
 	t.Helper()
 	prev, _, err := s.HostVethAlias(a.HostVeth)
 	if err != nil {
-		return "", false, err
+		return "", Replaced{}, err
 	}
 	replaced, err := s.CreatePair(node, a.HostVeth, a.IfName, a.MTU)
 	if err != nil {
@@ -58,19 +59,19 @@ func TestSessionRetriedADD(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer s.Close()
-		if prev, replaced, err := addThrough(t, s, node, a, "sandbox-1"); err != nil || replaced || prev != "" {
-			t.Fatalf("first ADD: prev %q replaced %v err %v", prev, replaced, err)
+		if prev, replaced, err := addThrough(t, s, node, a, "sandbox-1"); err != nil || replaced.Veth || prev != "" {
+			t.Fatalf("first ADD: prev %q replaced %+v err %v", prev, replaced, err)
 		}
-		if prev, replaced, err := addThrough(t, s, node, a, "sandbox-1"); err != nil || !replaced || prev != "sandbox-1" {
-			t.Fatalf("retried ADD, same session: prev %q replaced %v err %v", prev, replaced, err)
+		if prev, replaced, err := addThrough(t, s, node, a, "sandbox-1"); err != nil || !replaced.Veth || prev != "sandbox-1" {
+			t.Fatalf("retried ADD, same session: prev %q replaced %+v err %v", prev, replaced, err)
 		}
 		s2, err := Open(pod)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer s2.Close()
-		if prev, replaced, err := addThrough(t, s2, node, a, "sandbox-1"); err != nil || !replaced || prev != "sandbox-1" {
-			t.Fatalf("retried ADD, new session: prev %q replaced %v err %v", prev, replaced, err)
+		if prev, replaced, err := addThrough(t, s2, node, a, "sandbox-1"); err != nil || !replaced.Veth || prev != "sandbox-1" {
+			t.Fatalf("retried ADD, new session: prev %q replaced %+v err %v", prev, replaced, err)
 		}
 		if _, err := Check(pod, a); err != nil {
 			t.Errorf("Check: %v", err)
@@ -87,11 +88,24 @@ func TestSessionRetriedADD(t *testing.T) {
 
 // TestSessionNewSandboxReplacesOld: a new sandbox of the same pod (same
 // host veth name, new netns, new address) replaces the old veth; the old
-// alias is reported; the old address keeps no host route (the old pod's
-// rules are the DEL's or the daemon's to remove).
+// alias is reported, and the old address keeps neither a host route nor a
+// pod rule (B13: the caller gives it back to the daemon next). Rules that
+// are not the old address's pod rules stay: another pod's, and a rule of
+// the old address at the ENI priority.
 func TestSessionNewSandboxReplacesOld(t *testing.T) {
 	world(t, func(node, pod ns.NetNS, podName string) {
 		old := attachment(3)
+		other := Attachment{PodIP: netip.MustParseAddr("100.64.7.11"), RouteTable: 3, MTU: 1500,
+			HostVeth: HostVethName("eni", "default", "other", ""), IfName: "eth0"}
+		_, otherNS := newNetnsNamed(t, "vct-dp-replace-other")
+		if _, err := setup(node, otherNS, other); err != nil {
+			t.Fatal(err)
+		}
+		eni := netlink.NewRule()
+		eni.Priority, eni.Src, eni.Table = routing.PriorityENI, host32(old.PodIP), 3
+		if err := netlink.RuleAdd(eni); err != nil {
+			t.Fatal(err)
+		}
 		s, err := Open(pod)
 		if err != nil {
 			t.Fatal(err)
@@ -110,20 +124,33 @@ func TestSessionNewSandboxReplacesOld(t *testing.T) {
 		}
 		defer s2.Close()
 		prev, replaced, err := addThrough(t, s2, node, nu, "sandbox-new")
-		if err != nil || !replaced || prev != "sandbox-old" {
-			t.Fatalf("new sandbox: prev %q replaced %v err %v", prev, replaced, err)
+		if err != nil || prev != "sandbox-old" {
+			t.Fatalf("new sandbox: prev %q replaced %+v err %v", prev, replaced, err)
+		}
+		if !replaced.Veth || !slices.Equal(replaced.Routed, []netip.Addr{old.PodIP}) || replaced.Rules != 2 {
+			t.Errorf("replaced %+v, want the veth, routed [%v], 2 rules", replaced, old.PodIP)
 		}
 		if l, _ := HostRouteLink(old.PodIP); l != "" {
 			t.Errorf("old address still routed via %s", l)
 		}
+		if rs, _ := routing.FindPodRules(old.PodIP); len(rs) != 0 {
+			t.Errorf("old address keeps its pod rules: %v", rs)
+		}
+		if rs, _ := netlink.RuleListFiltered(netlink.FAMILY_V4, eni, netlink.RT_FILTER_PRIORITY|netlink.RT_FILTER_SRC); len(rs) != 1 {
+			t.Errorf("the ENI-priority rule of %v: %v, want it kept", old.PodIP, rs)
+		}
 		if _, err := Check(pod2, nu); err != nil {
 			t.Errorf("Check new sandbox: %v", err)
 		}
-		if err := Teardown(pod2.Path(), nu); err != nil {
-			t.Fatal(err)
+		if _, err := Check(otherNS, other); err != nil {
+			t.Errorf("Check of another pod: %v", err)
 		}
-		_, _ = routing.RemovePodRules(old.PodIP)
-		assertHostClean(t, nu)
+		for _, a := range []Attachment{nu, other} {
+			if err := Teardown("", a); err != nil {
+				t.Fatal(err)
+			}
+			assertHostClean(t, a)
+		}
 	})
 }
 

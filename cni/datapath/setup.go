@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"strings"
 
@@ -58,47 +59,123 @@ func (s *Session) Close() {
 	s.pod.Close()
 }
 
+// Replaced is what CreatePair found under the host veth's name and removed
+// before making the new pair.
+type Replaced struct {
+	// Veth is true when a veth of that name existed (an earlier sandbox of
+	// the same pod, or a retried ADD) and was deleted.
+	Veth bool
+	// Routed are the pod addresses the node routed to that veth (main-table
+	// /32 routes through it), in the kernel's order. Their routes went with
+	// the veth; their pod rules (routing.PodRuleAddr, both priorities) were
+	// deleted before it, so an address the caller then gives back to
+	// vpcipd keeps nothing in the node netns that could catch the traffic
+	// of the next pod to get it (docs/field-failures.md B13).
+	Routed []netip.Addr
+	// Rules is how many pod rules of Routed were deleted.
+	Rules int
+}
+
 // CreatePair creates the veth pair inside podNS with the peer placed directly
 // in hostNS (so the host end never changes namespace) and sets the host end
 // up. It needs no address, so ADD runs it while the daemon answers. A veth of
 // either name left by an earlier sandbox of the same pod or by a retried ADD
-// is removed first (replaced reports it); a link of another type is refused.
-// The pod side is reached through a netlink socket opened in podNS, so the
-// calling thread never switches namespaces. It opens a Session for the one
-// call; an ADD uses Session.CreatePair.
-func CreatePair(hostNS, podNS ns.NetNS, hostVeth, ifName string, mtu int) (replaced bool, err error) {
+// is removed first, with the host routes and pod rules of the addresses
+// routed to it (Replaced); a link of another type is refused. The pod side is
+// reached through a netlink socket opened in podNS, so the calling thread
+// never switches namespaces. It opens a Session for the one call; an ADD
+// uses Session.CreatePair. Errors: the old veth's routes or rules cannot be
+// read or deleted (the veth is then left), or any step of the new pair fails.
+func CreatePair(hostNS, podNS ns.NetNS, hostVeth, ifName string, mtu int) (Replaced, error) {
 	s, err := Open(podNS)
 	if err != nil {
-		return false, err
+		return Replaced{}, err
 	}
 	defer s.Close()
 	return s.CreatePair(hostNS, hostVeth, ifName, mtu)
 }
 
 // CreatePair is the package's CreatePair through the Session's sockets.
-func (s *Session) CreatePair(hostNS ns.NetNS, hostVeth, ifName string, mtu int) (replaced bool, err error) {
+func (s *Session) CreatePair(hostNS ns.NetNS, hostVeth, ifName string, mtu int) (Replaced, error) {
 	probe := Attachment{PodIP: Gateway, MTU: mtu, HostVeth: hostVeth, IfName: ifName}
 	if err := probe.validate(); err != nil {
-		return false, err
+		return Replaced{}, err
 	}
-	replaced, err = deleteVeth(s.host, hostVeth)
+	rep, err := s.replaceHostVeth(hostVeth)
 	if err != nil {
-		return false, fmt.Errorf("remove stale host veth %s: %w", hostVeth, err)
+		return rep, fmt.Errorf("remove stale host veth %s: %w", hostVeth, err)
 	}
 	if _, err := deleteVeth(s.pod, ifName); err != nil {
-		return replaced, fmt.Errorf("remove stale pod interface: %w", err)
+		return rep, fmt.Errorf("remove stale pod interface: %w", err)
 	}
 	if err := createVeth(s.pod, probe, hostNS); err != nil {
-		return replaced, err
+		return rep, err
 	}
 	link, err := s.host.LinkByName(hostVeth)
 	if err != nil {
-		return replaced, fmt.Errorf("find host veth %s: %w", hostVeth, err)
+		return rep, fmt.Errorf("find host veth %s: %w", hostVeth, err)
 	}
 	if err := s.host.LinkSetUp(link); err != nil {
-		return replaced, fmt.Errorf("set host veth %s up: %w", hostVeth, err)
+		return rep, fmt.Errorf("set host veth %s up: %w", hostVeth, err)
 	}
-	return replaced, nil
+	return rep, nil
+}
+
+// replaceHostVeth deletes the host veth named name, if any, after the pod
+// rules of every address routed to it. The rules go first: the kernel drops
+// the routes with the link but knows nothing of rules, and once the caller
+// gives such an address back, nothing would tell them from the rules of the
+// address's next pod. While the link routes the address, the rules are the
+// old sandbox's (a new owner's ADD routes the address to its own veth
+// before it adds rules).
+func (s *Session) replaceHostVeth(name string) (Replaced, error) {
+	var rep Replaced
+	link, err := s.host.LinkByName(name)
+	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if errors.As(err, &nf) {
+			return rep, nil
+		}
+		return rep, fmt.Errorf("find %s: %w", name, err)
+	}
+	if _, ok := link.(*netlink.Veth); !ok {
+		return rep, fmt.Errorf("link %s is a %s, not a veth; not deleting it", name, link.Type())
+	}
+	if rep.Routed, err = routedTo(s.host, link); err != nil {
+		return rep, err
+	}
+	for _, a := range rep.Routed {
+		n, err := routing.RemovePodRulesVia(s.host.Handle, a)
+		rep.Rules += n
+		if err != nil {
+			return rep, fmt.Errorf("remove the rules of %v, routed to %s: %w", a, name, err)
+		}
+	}
+	if err := s.host.LinkDel(link); err != nil && !errors.Is(err, unix.ENODEV) {
+		return rep, fmt.Errorf("delete %s: %w", name, err)
+	}
+	rep.Veth = true
+	return rep, nil
+}
+
+// routedTo lists the addresses whose main-table /32 route goes through
+// link (a pod's host route, docs/design.md §4).
+func routedTo(h netlinksafe.Handle, link netlink.Link) ([]netip.Addr, error) {
+	filter := &netlink.Route{LinkIndex: link.Attrs().Index, Table: routing.MainTable}
+	routes, err := h.RouteListFiltered(netlink.FAMILY_V4, filter, netlink.RT_FILTER_OIF|netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return nil, fmt.Errorf("list routes through %s: %w", link.Attrs().Name, err)
+	}
+	var out []netip.Addr
+	for _, r := range routes {
+		if r.Dst == nil {
+			continue
+		}
+		if a, ok := addrOf(r.Dst.IP); ok && isHost32(r.Dst, a) {
+			out = append(out, a)
+		}
+	}
+	return out, nil
 }
 
 // HostVethAlias returns the alias (ip link's "alias", IFLA_IFALIAS) of the

@@ -3,6 +3,7 @@ package plugin
 import (
 	"fmt"
 	"net"
+	"slices"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
@@ -54,8 +55,9 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		in.log.Error("wiring failed; undone and address released", "error", err)
 		return types.NewError(types.ErrInternal, fmt.Sprintf("wire %v for %s: %v", asg.Address, in.key, err), "")
 	}
-	if pair.replaced {
-		in.log.Warn("replaced an existing host veth of the same pod")
+	if pair.replaced.Veth {
+		in.log.Warn("replaced an existing host veth of the same pod", "sandbox", pair.previous.String(),
+			"routed", fmt.Sprint(pair.replaced.Routed), "rulesRemoved", pair.replaced.Rules)
 	}
 	if err := p.print(result(args, att, wired), in.conf.CNIVersion); err != nil {
 		in.undo(args.Netns, att)
@@ -72,8 +74,13 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 // recreated without a DEL (a runtime restart) would otherwise hold one
 // address per sandbox until GC. The release is by that sandbox's own key,
 // read from the veth it wired; a failure is logged, GC reclaims it.
+//
+// It runs only after CreatePair deleted that veth's route and rules
+// (datapath.Replaced): deleting them after the release could delete the
+// rules of the next pod the daemon gives the address to, and leaving them
+// sends that pod's traffic by the old sandbox's ENI table (B13).
 func (in *invocation) releaseReplaced(pair pairing) {
-	if !pair.replaced || pair.previous.ContainerID == "" || pair.previous == in.key {
+	if !pair.replaced.Veth || pair.previous.ContainerID == "" || pair.previous == in.key {
 		return
 	}
 	ctx, cancel := in.ctx(in.conf.Timeouts.Release)
@@ -82,6 +89,12 @@ func (in *invocation) releaseReplaced(pair pairing) {
 	switch {
 	case err != nil:
 		in.log.Warn("release of the replaced sandbox failed; GC reclaims it", "sandbox", pair.previous.String(), "error", err)
+	case resp.Assignment != nil && !slices.Contains(pair.replaced.Routed, resp.Assignment.Address):
+		// The daemon's record names an address the veth did not route (its
+		// route was gone already, or the record is damaged): rules of that
+		// address, if any, are left to vpcipd's host check.
+		in.log.Warn("released the replaced sandbox's address, which its veth did not route", "sandbox", pair.previous.String(),
+			"address", resp.Assignment.Address.String(), "routed", fmt.Sprint(pair.replaced.Routed))
 	case resp.Assignment != nil:
 		in.log.Info("released the replaced sandbox's address", "sandbox", pair.previous.String(), "address", resp.Assignment.Address.String())
 	}
@@ -89,7 +102,7 @@ func (in *invocation) releaseReplaced(pair pairing) {
 
 // pairing is the outcome of datapath.CreatePair.
 type pairing struct {
-	replaced bool
+	replaced datapath.Replaced
 	previous api.Key // the sandbox the replaced veth recorded (zero: none)
 	err      error
 }

@@ -52,6 +52,9 @@ type FakeDaemon struct {
 	// beforeAssign runs before each assign is served, outside mu (a test's
 	// way to act while an ADD waits for its address).
 	beforeAssign func(api.AssignRequest)
+	// beforeRelease runs before each release is served, outside mu (a
+	// test's way to see the node as the address comes back).
+	beforeRelease func(api.ReleaseRequest)
 }
 
 // BeforeAssign sets fn to run before each assign is answered (nil: none);
@@ -60,6 +63,14 @@ func (d *FakeDaemon) BeforeAssign(fn func(api.AssignRequest)) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.beforeAssign = fn
+}
+
+// BeforeRelease sets fn to run before each release is answered (nil: none);
+// the plugin that asked waits meanwhile.
+func (d *FakeDaemon) BeforeRelease(fn func(api.ReleaseRequest)) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.beforeRelease = fn
 }
 
 // FakePool returns n addresses alternating between the primary ENI
@@ -171,12 +182,17 @@ func (d *FakeDaemon) handle(fn handlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 		d.mu.Lock()
-		hook := d.beforeAssign
+		hook, relHook := d.beforeAssign, d.beforeRelease
 		d.mu.Unlock()
 		if hook != nil && r.URL.Path == "/v1/assign" {
 			var req api.AssignRequest
 			_ = json.Unmarshal(body, &req)
 			hook(req)
+		}
+		if relHook != nil && r.URL.Path == "/v1/release" {
+			var req api.ReleaseRequest
+			_ = json.Unmarshal(body, &req)
+			relHook(req)
 		}
 		d.mu.Lock()
 		d.calls[r.URL.Path]++

@@ -55,6 +55,9 @@ type FakeDaemon struct {
 	// beforeRelease runs before each release is served, outside mu (a
 	// test's way to see the node as the address comes back).
 	beforeRelease func(api.ReleaseRequest)
+	// afterRelease runs after each release is recorded, before it is
+	// answered, outside mu (a test's way to hand the address out at once).
+	afterRelease func(api.ReleaseRequest)
 }
 
 // BeforeAssign sets fn to run before each assign is answered (nil: none);
@@ -71,6 +74,15 @@ func (d *FakeDaemon) BeforeRelease(fn func(api.ReleaseRequest)) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.beforeRelease = fn
+}
+
+// AfterRelease sets fn to run after each release is recorded (the address
+// is free again) and before it is answered (nil: none); the plugin that
+// asked waits meanwhile.
+func (d *FakeDaemon) AfterRelease(fn func(api.ReleaseRequest)) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.afterRelease = fn
 }
 
 // FakePool returns n addresses alternating between the primary ENI
@@ -182,22 +194,27 @@ func (d *FakeDaemon) handle(fn handlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 		d.mu.Lock()
-		hook, relHook := d.beforeAssign, d.beforeRelease
+		hook, before, after := d.beforeAssign, d.beforeRelease, d.afterRelease
 		d.mu.Unlock()
 		if hook != nil && r.URL.Path == "/v1/assign" {
 			var req api.AssignRequest
 			_ = json.Unmarshal(body, &req)
 			hook(req)
 		}
-		if relHook != nil && r.URL.Path == "/v1/release" {
-			var req api.ReleaseRequest
-			_ = json.Unmarshal(body, &req)
-			relHook(req)
+		var rel api.ReleaseRequest
+		if r.URL.Path == "/v1/release" {
+			_ = json.Unmarshal(body, &rel)
+		}
+		if before != nil && r.URL.Path == "/v1/release" {
+			before(rel)
 		}
 		d.mu.Lock()
 		d.calls[r.URL.Path]++
 		out, aerr := fn(body)
 		d.mu.Unlock()
+		if after != nil && r.URL.Path == "/v1/release" && aerr == nil {
+			after(rel)
+		}
 		w.Header().Set("Content-Type", "application/json")
 		if aerr != nil {
 			aerr.Version = api.Version

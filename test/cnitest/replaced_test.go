@@ -62,6 +62,48 @@ func TestReplacedSandboxLeavesNoRules(t *testing.T) {
 	AssertNodeClean(t, e)
 }
 
+// TestReplacedAddressGoesToAnotherPodAtOnce: the old sandbox's address is
+// handed to another pod the moment the daemon records its release (no
+// cooldown), and that pod is wired before the replacing ADD has its
+// answer. The replacing ADD must not touch the address after releasing it:
+// the other pod keeps its route and exactly its rules.
+func TestReplacedAddressGoesToAnotherPodAtOnce(t *testing.T) {
+	RequireRoot(t)
+	e, d := fakeEnv(t, secondaryENIPool()) // old: .10, new sandbox: .11, then .10 again
+	e.Chain = false
+	old := e.NewPod(t, "recreated")
+	e.MustAdd(t, old)
+	next := e.NewPod(t, "next")
+	nextDone := make(chan error, 1)
+	d.AfterRelease(func(r api.ReleaseRequest) {
+		if r.Key == e.key(old) {
+			nextDone <- e.Add(t, next)
+		}
+	})
+	nu := sameSandboxPod(t, e, old)
+	e.MustAdd(t, nu)
+	d.AfterRelease(nil)
+	var nextErr error
+	select {
+	case nextErr = <-nextDone:
+	default:
+		t.Fatalf("the replacing ADD did not release the old sandbox %s", e.key(old))
+	}
+	if nextErr != nil {
+		t.Fatalf("ADD of the next pod while the old sandbox's release was answered: %v", nextErr)
+	}
+	if next.Address != old.Address {
+		t.Fatalf("setup: the next pod got %v, want the released %v", next.Address, old.Address)
+	}
+	for _, p := range []*Pod{next, nu} {
+		a := mustHeld(t, e, p)
+		AssertPodWired(t, e, p, a.RouteTable, mtuOf(e, a))
+	}
+	mustDel(t, e, nu)
+	mustDel(t, e, next)
+	AssertNodeClean(t, e)
+}
+
 // TestReplacedSandboxDaemonDown: with vpcipd unreachable, the replacing
 // ADD fails (code 11) but the old sandbox's veth, route and rules are gone
 // all the same; its address stays held (nothing released it) and carries

@@ -128,6 +128,13 @@ func TestClientErrors(t *testing.T) {
 		}
 	}))
 	closing := serveRaw(t, "") // reads the request, closes without answering
+	// A Go server answers an HTTP/1.0 request above 2 KiB without
+	// Content-Length, ending the body by closing; a handler that aborts (or a
+	// daemon killed) mid-answer closes the same way, after part of the JSON.
+	aborting := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, `{"version":"1","released":[`+strings.Repeat(`{"key":{"network":"n"}},`, 200))
+		panic(http.ErrAbortHandler)
+	}))
 	tests := []struct {
 		name       string
 		socket     string
@@ -145,7 +152,9 @@ func TestClientErrors(t *testing.T) {
 		{name: "truncated body", answer: "HTTP/1.0 200 OK\r\nContent-Length: 100\r\n\r\n{\"version\":", unreached: true, msgContain: "unexpected EOF"},
 		{name: "not HTTP", answer: "SSH-2.0-OpenSSH\r\n\r\n", unreached: true, msgContain: "malformed HTTP response"},
 		{name: "daemon stopped mid-call", socket: closing, unreached: true, msgContain: "EOF"},
+		{name: "daemon stopped mid-answer", socket: aborting, unreached: true, msgContain: "reading answer"},
 		{name: "chunked answer", answer: "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n", unreached: true, msgContain: `Transfer-Encoding "chunked"`},
+		{name: "headers too large", answer: "HTTP/1.0 200 OK\r\nX-Pad: " + strings.Repeat("a", 1<<20) + "\r\nContent-Length: 2\r\n\r\n{}", unreached: true, msgContain: "headers larger than"},
 		{name: "answer too large", answer: "HTTP/1.0 200 OK\r\nContent-Length: 99999999\r\n\r\n{}", unreached: true, msgContain: "larger than"},
 		{name: "bad status line", answer: "HTTP/1.0 2x0 OK\r\n\r\n{}", unreached: true, msgContain: "malformed HTTP response"},
 		{name: "bad JSON answer", answer: "HTTP/1.0 200 OK\r\n\r\n{not json", code: CodeInternal, msgContain: "decode vpcipd answer"},

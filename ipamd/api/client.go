@@ -91,6 +91,11 @@ func (c *Client) Status(ctx context.Context) (Status, error) {
 // assignments fits.
 const maxAnswer = 4 << 20
 
+// maxHeader bounds an answer's status line and headers together, in bytes.
+// vpcipd's (a Go server's) take under 200; without a bound a peer sending
+// an endless header line grows the plugin until the call's timeout.
+const maxHeader = 64 << 10
+
 // do sends in as JSON (none when nil) and decodes a 2xx answer into out.
 // Errors: ErrUnreachable wrapped with the socket for a failure to connect,
 // send or read the whole answer (timeouts and cancellation included); an
@@ -159,10 +164,11 @@ func (c *Client) roundTrip(ctx context.Context, method, path string, body []byte
 		return 0, nil, err
 	}
 
-	r := textproto.NewReader(bufio.NewReader(conn))
+	head := &io.LimitedReader{R: conn, N: maxHeader}
+	r := textproto.NewReader(bufio.NewReader(head))
 	line, err := r.ReadLine()
 	if err != nil {
-		return 0, nil, fmt.Errorf("reading answer: %w", err)
+		return 0, nil, headError("reading answer", head, err)
 	}
 	status, err := parseStatusLine(line)
 	if err != nil {
@@ -170,8 +176,9 @@ func (c *Client) roundTrip(ctx context.Context, method, path string, body []byte
 	}
 	hdr, err := r.ReadMIMEHeader()
 	if err != nil {
-		return 0, nil, fmt.Errorf("malformed HTTP response headers: %w", err)
+		return 0, nil, headError("malformed HTTP response headers", head, err)
 	}
+	head.N = maxAnswer + 1 // the body's own bounds below apply
 	if te := hdr.Get("Transfer-Encoding"); te != "" {
 		return 0, nil, fmt.Errorf("malformed HTTP response: Transfer-Encoding %q in an answer to HTTP/1.0", te)
 	}
@@ -197,6 +204,15 @@ func (c *Client) roundTrip(ctx context.Context, method, path string, body []byte
 		return 0, nil, fmt.Errorf("answer larger than %d bytes", maxAnswer)
 	}
 	return status, data, nil
+}
+
+// headError is err from reading the status line or headers, or the
+// header bound when head ran out before they ended.
+func headError(step string, head *io.LimitedReader, err error) error {
+	if head.N == 0 {
+		return fmt.Errorf("answer headers larger than %d bytes", maxHeader)
+	}
+	return fmt.Errorf("%s: %w", step, err)
 }
 
 // parseStatusLine reads the code of an HTTP/1.x status line

@@ -203,6 +203,14 @@ func (c *Client) roundTrip(ctx context.Context, method, path string, body []byte
 	case len(data) > maxAnswer:
 		return 0, nil, fmt.Errorf("answer larger than %d bytes", maxAnswer)
 	}
+	// A body without Content-Length (a Go server sends none for an answer
+	// above 2 KiB to an HTTP/1.0 request) ends when the server closes, as it
+	// also does when its handler aborts or the daemon dies mid-answer: only
+	// the JSON tells the two apart. A cut answer is a failed read, like a
+	// short Content-Length body, not a malformed answer.
+	if derr := json.NewDecoder(bytes.NewReader(data)).Decode(new(json.RawMessage)); errors.Is(derr, io.ErrUnexpectedEOF) {
+		return 0, nil, fmt.Errorf("reading answer: %w: the connection closed after %d bytes, inside the JSON", derr, len(data))
+	}
 	return status, data, nil
 }
 

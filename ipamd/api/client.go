@@ -114,13 +114,6 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 	defer cancel()
 	status, data, err := c.roundTrip(ctx, method, path, body)
 	if err != nil {
-		// The deadline or the caller's cancellation, not the socket timeout
-		// it causes (which can fire a moment before ctx reports it).
-		if cerr := ctx.Err(); cerr != nil {
-			err = cerr
-		} else if errors.Is(err, os.ErrDeadlineExceeded) {
-			err = context.DeadlineExceeded
-		}
 		return fmt.Errorf("%w at %s: %s %s: %v", ErrUnreachable, c.socket, method, path, err)
 	}
 	if status/100 != 2 {
@@ -139,12 +132,15 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 
 // roundTrip sends one HTTP/1.0 request on a new connection and returns the
 // answer's status code and whole body (at most maxAnswer bytes). ctx's
-// deadline and cancellation end a blocked dial, write or read.
+// deadline and cancellation end a blocked dial, write or read. An error
+// names the step that failed: connecting, sending request, awaiting answer
+// (no status line yet), reading answer headers, reading answer (the body).
 func (c *Client) roundTrip(ctx context.Context, method, path string, body []byte) (int, []byte, error) {
+	failed := func(step string, err error) error { return stepError(ctx, step, err) }
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "unix", c.socket)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, failed("connecting", err)
 	}
 	defer conn.Close()
 	if dl, ok := ctx.Deadline(); ok {
@@ -161,22 +157,25 @@ func (c *Client) roundTrip(ctx context.Context, method, path string, body []byte
 	req.WriteString("\r\n")
 	req.Write(body)
 	if _, err := conn.Write(req.Bytes()); err != nil {
-		return 0, nil, err
+		return 0, nil, failed("sending request", err)
 	}
 
 	head := &io.LimitedReader{R: conn, N: maxHeader}
-	r := textproto.NewReader(bufio.NewReader(head))
-	line, err := r.ReadLine()
+	br := bufio.NewReader(head)
+	// Not textproto's ReadLine: it returns a line cut by a timeout or the
+	// end of the connection as if it were whole, and drops the error.
+	line, err := br.ReadString('\n')
 	if err != nil {
-		return 0, nil, headError("reading answer", head, err)
+		return 0, nil, failed("awaiting answer", headError(head, err))
 	}
-	status, err := parseStatusLine(line)
+	status, err := parseStatusLine(strings.TrimRight(line, "\r\n"))
 	if err != nil {
 		return 0, nil, err
 	}
+	r := textproto.NewReader(br)
 	hdr, err := r.ReadMIMEHeader()
 	if err != nil {
-		return 0, nil, headError("malformed HTTP response headers", head, err)
+		return 0, nil, failed("reading answer headers", headError(head, err))
 	}
 	head.N = maxAnswer + 1 // the body's own bounds below apply
 	if te := hdr.Get("Transfer-Encoding"); te != "" {
@@ -192,14 +191,14 @@ func (c *Client) roundTrip(ctx context.Context, method, path string, body []byte
 		}
 		data := make([]byte, n)
 		if _, err := io.ReadFull(r.R, data); err != nil {
-			return 0, nil, fmt.Errorf("reading answer: %w", err)
+			return 0, nil, failed("reading answer", err)
 		}
 		return status, data, nil
 	}
 	data, err := io.ReadAll(io.LimitReader(r.R, maxAnswer+1))
 	switch {
 	case err != nil:
-		return 0, nil, fmt.Errorf("reading answer: %w", err)
+		return 0, nil, failed("reading answer", err)
 	case len(data) > maxAnswer:
 		return 0, nil, fmt.Errorf("answer larger than %d bytes", maxAnswer)
 	}
@@ -214,13 +213,25 @@ func (c *Client) roundTrip(ctx context.Context, method, path string, body []byte
 	return status, data, nil
 }
 
+// stepError is err from step of a call ending by ctx. When ctx is done its
+// deadline or the caller's cancellation is the cause, not the socket
+// timeout it causes (which can fire a moment before ctx reports it).
+func stepError(ctx context.Context, step string, err error) error {
+	if cerr := ctx.Err(); cerr != nil {
+		err = cerr
+	} else if errors.Is(err, os.ErrDeadlineExceeded) {
+		err = context.DeadlineExceeded
+	}
+	return fmt.Errorf("%s: %w", step, err)
+}
+
 // headError is err from reading the status line or headers, or the
 // header bound when head ran out before they ended.
-func headError(step string, head *io.LimitedReader, err error) error {
+func headError(head *io.LimitedReader, err error) error {
 	if head.N == 0 {
 		return fmt.Errorf("answer headers larger than %d bytes", maxHeader)
 	}
-	return fmt.Errorf("%s: %w", step, err)
+	return err
 }
 
 // parseStatusLine reads the code of an HTTP/1.x status line

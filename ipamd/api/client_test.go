@@ -54,6 +54,32 @@ func serveRaw(t *testing.T, answer string) string {
 	return sock
 }
 
+// serveStalled answers every connection with the start of an answer, then
+// sends nothing more until the client closes.
+func serveStalled(t *testing.T, start string) string {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "st.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				_, _ = io.WriteString(c, start)
+				_, _ = io.Copy(io.Discard, c)
+			}()
+		}
+	}()
+	return sock
+}
+
 func TestClientAssignRoundTrip(t *testing.T) {
 	var got AssignRequest
 	var gotMethod, gotType string
@@ -127,6 +153,11 @@ func TestClientErrors(t *testing.T) {
 		case <-time.After(5 * time.Second):
 		}
 	}))
+	stalling := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, `{"version":`)
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	}))
 	closing := serveRaw(t, "") // reads the request, closes without answering
 	// A Go server answers an HTTP/1.0 request above 2 KiB without
 	// Content-Length, ending the body by closing; a handler that aborts (or a
@@ -148,7 +179,9 @@ func TestClientErrors(t *testing.T) {
 		{name: "daemon refusal", socket: refusal, code: CodeNoAddress, retryable: true, msgContain: "ENI limit"},
 		{name: "non-JSON error", socket: garbage, code: CodeInternal, msgContain: "HTTP 502: upstream exploded"},
 		{name: "no socket", socket: filepath.Join(t.TempDir(), "missing.sock"), unreached: true, msgContain: "missing.sock"},
-		{name: "timeout", socket: slow, timeout: 200 * time.Millisecond, unreached: true, msgContain: "deadline"},
+		{name: "timeout", socket: slow, timeout: 200 * time.Millisecond, unreached: true, msgContain: "awaiting answer: context deadline exceeded"},
+		{name: "timeout mid-status-line", socket: serveStalled(t, "HTTP/1.0 2"), timeout: 200 * time.Millisecond, unreached: true, msgContain: "awaiting answer: context deadline exceeded"},
+		{name: "timeout mid-answer", socket: stalling, timeout: 200 * time.Millisecond, unreached: true, msgContain: "reading answer: context deadline exceeded"},
 		{name: "truncated body", answer: "HTTP/1.0 200 OK\r\nContent-Length: 100\r\n\r\n{\"version\":", unreached: true, msgContain: "unexpected EOF"},
 		{name: "not HTTP", answer: "SSH-2.0-OpenSSH\r\n\r\n", unreached: true, msgContain: "malformed HTTP response"},
 		{name: "daemon stopped mid-call", socket: closing, unreached: true, msgContain: "EOF"},

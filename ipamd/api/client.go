@@ -162,45 +162,45 @@ func (c *Client) roundTrip(ctx context.Context, method, path string, body []byte
 
 	head := &io.LimitedReader{R: conn, N: maxHeader}
 	br := bufio.NewReader(head)
-	// Not textproto's ReadLine: it returns a line cut by a timeout or the
-	// end of the connection as if it were whole, and drops the error.
-	line, err := br.ReadString('\n')
-	if err != nil {
-		return 0, nil, failed("awaiting answer", headError(head, err))
-	}
-	status, err := parseStatusLine(strings.TrimRight(line, "\r\n"))
+	status, hdr, err := readHead(br, head, failed)
 	if err != nil {
 		return 0, nil, err
 	}
-	r := textproto.NewReader(br)
-	hdr, err := r.ReadMIMEHeader()
+	head.N = maxAnswer + 1 // readBody's own bounds apply
+	data, err := readBody(br, hdr, failed)
 	if err != nil {
-		return 0, nil, failed("reading answer headers", headError(head, err))
+		return 0, nil, err
 	}
-	head.N = maxAnswer + 1 // the body's own bounds below apply
+	return status, data, nil
+}
+
+// readBody reads the whole body of an answer with headers hdr from br: at
+// most maxAnswer bytes, by Content-Length or up to the end of the
+// connection. failed names the step of an I/O error.
+func readBody(br *bufio.Reader, hdr textproto.MIMEHeader, failed func(step string, err error) error) ([]byte, error) {
 	if te := hdr.Get("Transfer-Encoding"); te != "" {
-		return 0, nil, fmt.Errorf("malformed HTTP response: Transfer-Encoding %q in an answer to HTTP/1.0", te)
+		return nil, fmt.Errorf("malformed HTTP response: Transfer-Encoding %q in an answer to HTTP/1.0", te)
 	}
 	if cl := hdr.Get("Content-Length"); cl != "" {
 		n, err := strconv.ParseInt(cl, 10, 64)
 		switch {
 		case err != nil || n < 0:
-			return 0, nil, fmt.Errorf("malformed HTTP response: Content-Length %q", cl)
+			return nil, fmt.Errorf("malformed HTTP response: Content-Length %q", cl)
 		case n > maxAnswer:
-			return 0, nil, fmt.Errorf("answer larger than %d bytes", maxAnswer)
+			return nil, fmt.Errorf("answer larger than %d bytes", maxAnswer)
 		}
 		data := make([]byte, n)
-		if _, err := io.ReadFull(r.R, data); err != nil {
-			return 0, nil, failed("reading answer", err)
+		if _, err := io.ReadFull(br, data); err != nil {
+			return nil, failed("reading answer", err)
 		}
-		return status, data, nil
+		return data, nil
 	}
-	data, err := io.ReadAll(io.LimitReader(r.R, maxAnswer+1))
+	data, err := io.ReadAll(io.LimitReader(br, maxAnswer+1))
 	switch {
 	case err != nil:
-		return 0, nil, failed("reading answer", err)
+		return nil, failed("reading answer", err)
 	case len(data) > maxAnswer:
-		return 0, nil, fmt.Errorf("answer larger than %d bytes", maxAnswer)
+		return nil, fmt.Errorf("answer larger than %d bytes", maxAnswer)
 	}
 	// A body without Content-Length (a Go server sends none for an answer
 	// above 2 KiB to an HTTP/1.0 request) ends when the server closes, as it
@@ -208,9 +208,9 @@ func (c *Client) roundTrip(ctx context.Context, method, path string, body []byte
 	// the JSON tells the two apart. A cut answer is a failed read, like a
 	// short Content-Length body, not a malformed answer.
 	if derr := json.NewDecoder(bytes.NewReader(data)).Decode(new(json.RawMessage)); errors.Is(derr, io.ErrUnexpectedEOF) {
-		return 0, nil, fmt.Errorf("reading answer: %w: the connection closed after %d bytes, inside the JSON", derr, len(data))
+		return nil, fmt.Errorf("reading answer: %w: the connection closed after %d bytes, inside the JSON", derr, len(data))
 	}
-	return status, data, nil
+	return data, nil
 }
 
 // stepError is err from step of a call ending by ctx. When ctx is done its
@@ -225,9 +225,37 @@ func stepError(ctx context.Context, step string, err error) error {
 	return fmt.Errorf("%s: %w", step, err)
 }
 
-// headError is err from reading the status line or headers, or the
-// header bound when head ran out before they ended.
-func headError(head *io.LimitedReader, err error) error {
+// readHead reads the final answer's status code and headers from br, which
+// reads head, skipping interim 1xx answers (RFC 9110 §15.2: a client must
+// parse them even unasked; a Go server sends 103 Early Hints to an HTTP/1.0
+// request too). failed names the step of an I/O error.
+func readHead(br *bufio.Reader, head *io.LimitedReader, failed func(step string, err error) error) (int, textproto.MIMEHeader, error) {
+	for {
+		// Not textproto's ReadLine: it returns a line cut by a timeout or
+		// the end of the connection as if it were whole, and drops the error.
+		line, err := br.ReadString('\n')
+		if err != nil {
+			return 0, nil, failed("awaiting answer", headBound(head, err))
+		}
+		status, err := parseStatusLine(strings.TrimRight(line, "\r\n"))
+		if err != nil {
+			return 0, nil, err
+		}
+		hdr, err := textproto.NewReader(br).ReadMIMEHeader()
+		if err != nil {
+			return 0, nil, failed("reading answer headers", headBound(head, err))
+		}
+		// 101 Switching Protocols is final (and refused by the caller: we
+		// never ask for an upgrade).
+		if status >= 200 || status == 101 {
+			return status, hdr, nil
+		}
+	}
+}
+
+// headBound is err from reading the status line or headers, or the header
+// bound when head ran out before they ended.
+func headBound(head *io.LimitedReader, err error) error {
 	if head.N == 0 {
 		return fmt.Errorf("answer headers larger than %d bytes", maxHeader)
 	}

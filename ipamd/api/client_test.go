@@ -139,6 +139,21 @@ func TestClientStatusGET(t *testing.T) {
 	}
 }
 
+// An interim 1xx answer before the real one is skipped (RFC 9110 §15.2: a
+// client must parse them even unasked); a Go server sends 103 Early Hints
+// to an HTTP/1.0 request when a handler writes it.
+func TestClientInterimAnswer(t *testing.T) {
+	sock := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Link", "</v1/status>; rel=preload")
+		w.WriteHeader(http.StatusEarlyHints)
+		json.NewEncoder(w).Encode(Status{Version: Version, Ready: true, Warm: 3})
+	}))
+	st, err := NewClient(sock, time.Second).Status(context.Background())
+	if err != nil || !st.Ready || st.Warm != 3 {
+		t.Fatalf("Status = %+v, %v", st, err)
+	}
+}
+
 func TestClientErrors(t *testing.T) {
 	refusal := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusServiceUnavailable)

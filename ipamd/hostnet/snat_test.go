@@ -232,3 +232,36 @@ func TestSNATConfigValidate(t *testing.T) {
 		})
 	}
 }
+
+// The SNAT rule's port flag for each AWS_VPC_K8S_CNI_RANDOMIZESNAT value,
+// with and without iptables support for --random-fully (≥ 1.6.2). The
+// fallback cannot be reached by the root tests on a recent iptables.
+func TestSNATPortsFlag(t *testing.T) {
+	tests := []struct {
+		ports       SNATPorts
+		randomFully bool // iptables has --random-fully
+		want        string
+	}{
+		{SNATPortsRandomFully, true, " --random-fully"},
+		{SNATPortsRandomFully, false, " --random"}, // prng falls back to hash randomization, not to none
+		{"", true, " --random-fully"},              // the zero value is prng
+		{SNATPortsHashRandom, true, " --random"},   // AWS documents hashrandom as --random
+		{SNATPortsHashRandom, false, " --random"},  // --random predates --random-fully
+		{SNATPortsNone, true, ""},                  // the pod's port is kept when free
+		{SNATPortsNone, false, ""},                 // likewise
+	}
+	for _, tt := range tests {
+		c := testSNATConfig()
+		c.Ports = tt.ports
+		var got []string
+		for _, r := range snatRules(c, tt.randomFully).chain("nat", ChainSNAT) {
+			if len(r.target) > 1 && r.target[1] == "SNAT" {
+				got = append(got, strings.Join(r.target, " "))
+			}
+		}
+		want := []string{"-j SNAT --to-source 100.64.0.10" + tt.want}
+		if d := cmp.Diff(want, got); d != "" {
+			t.Errorf("ports %q, --random-fully supported %v: SNAT targets (-want +got):\n%s", tt.ports, tt.randomFully, d)
+		}
+	}
+}

@@ -7,17 +7,19 @@ import (
 	"github.com/vpcip/vpcip/warmpool"
 )
 
-// TestAdaptiveDefault: with no warm variable set, a new node keeps one
-// address warm; eight pods arriving together all get addresses from one
-// ENI, with growth calls sized to them rather than one per pod; once they
-// are gone and the burst is out of the pool's memory, the node is back to
-// one warm address on its primary ENI.
+// TestAdaptiveDefault: with no warm variable set, a new node fills its
+// primary ENI in one call, as the reference does (in secondary-IP mode an
+// ENI's worth of addresses costs one call whole or in part); eight pods
+// arriving together all get addresses without another assign call; once
+// they are gone and the burst is out of the pool's memory, the node is back
+// to its primary ENI holding less than a release band (half its slots).
 func TestAdaptiveDefault(t *testing.T) {
 	c := startCloud(t)
 	n := newNode(t, c, itypeSmall, map[string]string{"WARM_ENI_TARGET": "", "IP_COOLDOWN_PERIOD": "30"})
 	n.start()
-	if st := n.status(); st.Warm != 1 || st.ENIs != 1 {
-		t.Fatalf("new node: %+v; want 1 warm address on the primary ENI", st)
+	st0 := n.status()
+	if st0.Warm != st0.Capacity || st0.ENIs != 1 {
+		t.Fatalf("new node: %+v; want the primary ENI's addresses warm", st0)
 	}
 	pods := names("a", 8)
 	type added struct {
@@ -40,24 +42,25 @@ func TestAdaptiveDefault(t *testing.T) {
 		enis[r.a.ENIID]++
 	}
 	f := c.Cloud.Faults()
-	// The burst's margin may make the pool attach a second ENI once the
-	// pods are served (how soon depends on the machine's load); the pods
-	// themselves fit on the primary ENI's nine secondary addresses.
-	if st := n.status(); st.Assigned != 8 || len(enis) != 1 {
-		t.Errorf("after 8 pods: %+v, pods per ENI %v; want 8 assigned on one ENI", st, enis)
+	// A second ENI may be attached for room for the next such burst; the
+	// pods themselves share the primary ENI's nine secondary addresses.
+	if st := n.status(); st.Assigned != 8 || st.ENIs > 2 || len(enis) != 1 {
+		t.Errorf("after 8 pods: %+v, pods per ENI %v; want 8 assigned on one ENI, at most 2 ENIs", st, enis)
 	}
-	if got := f.Calls("AssignPrivateIpAddresses"); got > 4 {
-		t.Errorf("%d assign calls for 8 pods; want growth sized to the demand", got)
+	if got := f.Calls("AssignPrivateIpAddresses"); got != 1 {
+		t.Errorf("%d assign calls for a new node and 8 pods; want 1", got)
 	}
 	for _, id := range pods {
 		n.del(id)
 	}
-	quiet := warmpool.BurstMemory + warmpool.ChunkMemory + warmpool.ReleaseDelay
+	// Once the burst is out of memory, ENIs attached for its room go too.
+	quiet := max(warmpool.BurstMemory+warmpool.ChunkMemory+warmpool.ReleaseDelay, warmpool.ENIDeleteDelay)
 	for end := n.clock.Now().Add(quiet); n.clock.Now().Before(end); {
 		n.trim(1)
 	}
 	n.trim(2)
-	if st := n.status(); st.Assigned != 0 || st.Warm+st.Cooling > 1 || st.ENIs != 1 {
-		t.Errorf("after the pods left: %+v; want at most 1 address held", st)
+	band := max(warmpool.MinBand, (st0.Capacity+1)/2) // less is not worth a release call
+	if st := n.status(); st.Assigned != 0 || st.Warm+st.Cooling >= band || st.ENIs != 1 {
+		t.Errorf("after the pods left: %+v; want fewer than %d addresses held on the primary ENI", st, band)
 	}
 }

@@ -14,35 +14,56 @@ import (
 //	rate   = arrivals per second within RateWindow, or within BurstWindow
 //	         if more (a fast rise is seen at once)      (Demand.History)
 //	burst  = most arrivals within BurstWindow in the last BurstMemory
-//	margin = max(MinWarm, ⌈rate × refill⌉, min(⌈BurstShare × burst⌉, cap))
-//	         refill: AssignLatency while an attached ENI has room, else
-//	         ENILatency; cap: half an ENI's slots (secondary IPs) or half
-//	         a /28, half of what the reference keeps warm; MinWarm is 0
-//	         once a node that had pods saw none for ChunkMemory
-//	ahead  = typical − arrivals within BurstWindow, while a burst is under
-//	         way (BurstStart arrivals within BurstOnset): the rest of a
-//	         burst as large as the typical recent one (the median of the
-//	         minutes' largest bursts of BurstStart or more)
+//	typical= the median of the minutes' largest bursts of BurstStart or
+//	         more and at least a quarter of burst
+//	margin = max(MinWarm, ⌈x + 2√x⌉, min(⌈BurstShare × burst⌉, cap)),
+//	         x = rate × refill: the arrivals within refill and two standard
+//	         deviations of a Poisson count; refill: AssignLatency while an
+//	         attached ENI has room, else ENILatency; cap: half an ENI's
+//	         slots (secondary IPs) or half a /28; MinWarm is 0 once a node
+//	         that had pods saw none for ChunkMemory
+//	ahead  = typical − max(arrivals within BurstWindow, need), while a
+//	         burst is under way (BurstStart arrivals within BurstOnset, or
+//	         BurstStart pods waiting): the rest of a typical burst, asked
+//	         for in the same call as its first pods
 //	low    = need + ahead + margin   grow when fewer are available
 //	high   = low + chunk             one growth call fills up to this
-//	keep   = high + chunk            release only what is free or cooling
-//	                                 beyond keep (and MinBand), down to high
-//	peak   = most addresses assigned or cooling observed after an
-//	         arrival within PeakMemory: high and keep are at least
-//	         peak − in use + margin
+//	keep   = high                    surplus is what is free or cooling
+//	                                 beyond keep
+//	reach  = need + typical + margin, and the most in use within
+//	         ReachMemory − in use + margin, when typical ≥ ReachBurst;
+//	         else low: addresses available or assignable on attached ENIs
 //
 // chunk is the hysteresis between growth and release: in secondary-IP mode
-// max(⌈rate × ChunkSpan⌉, slots per ENI / ChunkShare), at most the arrivals
-// within ChunkMemory, so a growth call serves many pods and a dip does not
-// release what the next rise assigns again; in prefix mode 0, as the /28
-// granularity is hysteresis enough. Shrinking also waits ReleaseDelay after
-// the last growth, and deleting an ENI ENIDeleteDelay. A growth is sized to
-// reach high in one call. No ENI is created for a shortfall that addresses
-// cooling down cover within ENILatency: the plan waits for them. A
-// secondary ENI that holds no assigned or cooling address is deleted once
-// the others hold keep. The memory fades with time alone: the caller plans
-// again every VPCIP_POOL_INTERVAL, whatever Plan.Until says. The delays and
-// memories below are for the default release interval (30 s); a shorter
+// max(⌈two-minute rate × ChunkSpan⌉, slots per ENI / ChunkShare), the
+// latter at most the arrivals within ChunkMemory; in prefix mode 0, as a
+// /28 is hysteresis enough (and, while pods come, a /28 goes only if half
+// a /28 beyond keep stays).
+//
+// Growth: a growth is sized to reach high in one call. In secondary-IP mode
+// a new ENI, and a node's first addresses, get all its slots at once (one
+// call per ENI, as the reference), later assigns are sized to high. No ENI
+// is created for a shortfall that addresses cooling down cover within
+// ENILatency: the plan waits for them. When available addresses and room on
+// attached ENIs fall short of reach, an ENI is attached without addresses
+// (with them if the rate takes them within ChunkSpan): pods the Kubernetes
+// part shows bound to the node get their addresses by one assign call,
+// sooner than kubelet's sandbox is ready, so room serves a burst without
+// holding its addresses.
+//
+// Release: surplus goes only if it is at least the release band (MinBand,
+// and half an ENI's slots in secondary-IP mode), ReleaseDelay after the last
+// growth, one release per Config.ReleaseInterval, while pods are not leaving
+// (cooldowns first end, DepartureQuiet), and only if it saves ReleaseWorth
+// per call: the surplus times how long it has been idle (since demand last
+// needed it, and since the last growth). It goes down to the lowest such
+// level, from one ENI per call. An ENI holding no address is deleted
+// ENIDeleteDelay after the last growth if reach holds without it; its room
+// costs one address (its own), and attaching it again five EC2 calls.
+//
+// The memory fades with time alone: the caller plans again every
+// VPCIP_POOL_INTERVAL, whatever Plan.Until says. The delays and memories
+// below are for the default release interval (30 s); a shorter
 // Config.ReleaseInterval shrinks them in proportion (tests and demos).
 const (
 	// AssignLatency is how soon addresses asked of an attached ENI can be
@@ -66,7 +87,7 @@ const (
 	// longer than an hour, so hourly rollouts and jobs are remembered.
 	BurstMemory = 75 * time.Minute
 	// BurstShare is the part of the largest recent burst kept warm.
-	BurstShare = 1.0
+	BurstShare = 0.1
 	// ChunkSpan is how many seconds of arrivals one growth call adds
 	// beyond low at least.
 	ChunkSpan = time.Minute
@@ -77,14 +98,28 @@ const (
 	// ChunkMemory bounds chunk by the arrivals within it: a node without
 	// churn keeps no hysteresis.
 	ChunkMemory = 30 * time.Minute
-	// PeakMemory is how long the most addresses in use at once are kept
-	// (free ones beyond margin) for the next rise.
-	PeakMemory = 20 * time.Minute
+	// ReachBurst is the least typical burst, in pods, for which attached
+	// ENIs keep room (reach): smaller ones the margin covers.
+	ReachBurst = 4
+	// ReachMemory is how long the most addresses in use at once are kept
+	// within reach: ENIs with room for them stay attached.
+	ReachMemory = BurstMemory
 	// ReleaseDelay is how long after the last growth surplus is kept.
 	ReleaseDelay = 3 * time.Minute
-	// ENIDeleteDelay is how long after the last growth an unneeded ENI is
-	// kept: deleting and creating one again costs five EC2 calls.
-	ENIDeleteDelay = 15 * time.Minute
+	// ENIDeleteDelay is how long after the last growth an ENI holding no
+	// address is kept: it costs one address (its own), deleting and
+	// creating it again five EC2 calls and seconds of a burst's wait.
+	ENIDeleteDelay = 6 * time.Hour
+	// DepartureQuiet: with no arrival within it and at least a release
+	// band of addresses cooling down, pods are leaving: a release waits
+	// for their cooldown, so one call gives back what would take several.
+	DepartureQuiet = time.Minute
+	// ReleaseWorth is how much idleness a release call must save, in
+	// address-time: surplus addresses go when their count times how long
+	// they have been idle reaches it (50 addresses after 36 s, 5 after
+	// 6 minutes), so bursts are given back soon after and small dips not
+	// at all.
+	ReleaseWorth = 30 * time.Minute
 	// MinBand is the least surplus worth a release call, in addresses.
 	MinBand = 2
 	// MinWarm is the least margin: addresses kept free for the next pod.
@@ -105,6 +140,7 @@ type Demand struct {
 // demandTarget is the adaptive policy's figures for one Input.
 type demandTarget struct {
 	need, ahead, margin, low, high, keep int
+	reach                                int     // addresses available or assignable on attached ENIs wanted
 	rate                                 float64 // arrivals per second
 	burst                                int
 }
@@ -116,8 +152,8 @@ func demandOf(in Input, room int, prefixes bool, inUse int) demandTarget {
 	d.rate = max(float64(h.within(in.Now, RateWindow))/RateWindow.Seconds(), float64(h.within(in.Now, BurstWindow))/BurstWindow.Seconds())
 	var typical int
 	d.burst, typical = h.bursts(in.Now, scaled(in, BurstMemory))
-	if h.within(in.Now, BurstOnset) >= BurstStart {
-		d.ahead = max(typical-h.within(in.Now, BurstWindow), 0)
+	if h.within(in.Now, BurstOnset) >= BurstStart || d.need >= BurstStart {
+		d.ahead = max(typical-max(h.within(in.Now, BurstWindow), d.need), 0)
 	}
 	refill := ENILatency
 	if room > 0 {
@@ -131,20 +167,28 @@ func demandOf(in Input, room int, prefixes bool, inUse int) demandTarget {
 	if !prefixes {
 		burstCap = max(in.Limits.SlotsPerENI/2, 1)
 	}
-	d.margin = max(floor, ceilF(d.rate*refill.Seconds()), min(ceilF(BurstShare*float64(d.burst)), burstCap))
+	// Arrivals within refill at rate, with two standard deviations of a
+	// Poisson count on top: a new ENI takes seconds, and two pods within
+	// them are likely enough at a slow rate.
+	x := d.rate * refill.Seconds()
+	d.margin = max(floor, ceilF(x+2*math.Sqrt(x)), min(ceilF(BurstShare*float64(d.burst)), burstCap))
 	d.low = d.need + d.ahead + d.margin
 	chunk := 0
 	if !prefixes {
-		byRate := ceilF(d.rate * ChunkSpan.Seconds())
+		byRate := ceilF(float64(h.within(in.Now, RateWindow)) / RateWindow.Seconds() * ChunkSpan.Seconds())
 		// The ENI share only while pods come: no churn, no calls to save.
 		chunk = max(byRate, min(in.Limits.SlotsPerENI/ChunkShare, h.within(in.Now, scaled(in, ChunkMemory))))
 	}
 	d.high = d.low + chunk
-	d.keep = d.high + chunk
-	if peak := h.peak(in.Now, scaled(in, PeakMemory)); peak > 0 {
-		free := max(peak-inUse, 0) + d.margin
-		d.high = max(d.high, free)
-		d.keep = max(d.keep, free)
+	d.keep = d.high
+	// Room on attached ENIs is as good as free addresses for pods the
+	// Kubernetes part shows before their ADDs: one assign call is ready
+	// sooner than kubelet's sandbox. Attached ENIs should reach a whole
+	// typical burst beyond what is needed now, and the most in use within
+	// ReachMemory; an ENI's room costs one address, its own.
+	d.reach = d.low
+	if typical >= ReachBurst {
+		d.reach = max(d.need+typical+d.margin, h.peak(in.Now, scaled(in, ReachMemory))-inUse+d.margin)
 	}
 	return d
 }
@@ -222,6 +266,46 @@ func (h History) minute(t time.Time) History {
 	return h
 }
 
+// idleAhead is how long, from now, more than level addresses are expected
+// to stay unneeded. idle is how long the memory saw no minute with more in
+// use (since the last minute that did, or the oldest minute remembered;
+// BurstMemory without any), at most since when since is above 0. If demand
+// went above level and back more than once (a job every few minutes), the
+// next rise is expected after the median gap between those episodes: the
+// rest of it while idle is shorter; else as long again as idle (a pattern
+// broken, or none).
+func (h History) idleAhead(now time.Time, level int, since time.Duration) time.Duration {
+	idle := BurstMemory
+	if len(h.peaks) > 0 {
+		idle = max(now.Sub(h.peaks[0].minute), 0)
+	}
+	var gaps []time.Duration
+	var last time.Time // end of the latest minute above level
+	for _, p := range h.peaks {
+		if p.inUse <= level {
+			continue
+		}
+		if !last.IsZero() && p.minute.After(last) {
+			gaps = append(gaps, p.minute.Sub(last))
+		}
+		last = p.minute.Add(time.Minute)
+	}
+	if !last.IsZero() {
+		idle = max(now.Sub(last), 0)
+	}
+	if since > 0 {
+		idle = min(idle, since)
+	}
+	if len(gaps) == 0 {
+		return idle
+	}
+	slices.Sort(gaps)
+	if g := gaps[len(gaps)/2]; idle < g {
+		return g - idle
+	}
+	return idle
+}
+
 // within counts the arrivals in (now − d, now].
 func (h History) within(now time.Time, d time.Duration) int {
 	n := 0
@@ -249,15 +333,19 @@ func (h History) peak(now time.Time, memory time.Duration) int {
 }
 
 // bursts are the largest burst within memory of now and the typical
-// one: the median of the minutes' largest bursts of BurstStart or more.
+// one: the median of the minutes' largest bursts of BurstStart or more and
+// at least a quarter of the largest (pairs of pods starting together do
+// not hide the bursts of a job).
 func (h History) bursts(now time.Time, memory time.Duration) (largest, typical int) {
-	var sizes []int
 	for _, p := range h.peaks {
-		if now.Sub(p.minute) <= memory && p.burst >= BurstStart {
-			sizes = append(sizes, p.burst)
-		}
 		if now.Sub(p.minute) <= memory {
 			largest = max(largest, p.burst)
+		}
+	}
+	var sizes []int
+	for _, p := range h.peaks {
+		if now.Sub(p.minute) <= memory && p.burst >= max(BurstStart, ceilDiv(largest, 4)) {
+			sizes = append(sizes, p.burst)
 		}
 	}
 	if len(sizes) == 0 {
@@ -282,7 +370,7 @@ func ceilF(x float64) int { return int(math.Ceil(x - 1e-9)) }
 
 func (d demandTarget) describe() string {
 	return "adaptive: need " + itoa(d.need) + ", ahead " + itoa(d.ahead) + ", margin " + itoa(d.margin) + ", grow below " + itoa(d.low) +
-		" to " + itoa(d.high) + ", keep " + itoa(d.keep)
+		" to " + itoa(d.high) + ", keep " + itoa(d.keep) + ", reach " + itoa(d.reach)
 }
 
 // roomSlots is how many slots the attached ENIs could still take.
@@ -301,6 +389,9 @@ func (s *state) adaptive() Plan {
 		if p, ok := s.adaptiveGrow(d); ok {
 			return p
 		}
+	}
+	if p, ok := s.adaptiveReach(d); ok {
+		return p
 	}
 	if p, ok := s.adaptiveShrink(d); ok {
 		return p
@@ -327,11 +418,42 @@ func (s *state) adaptiveGrow(d demandTarget) (Plan, bool) {
 			return Plan{Action: Wait, Until: until, Reason: why + ": addresses cooling down cover it by " + stamp(until) + ", sooner than a new ENI"}, true
 		}
 	}
+	s.fillWhole = !s.prefixes
 	p, blocked := s.growOn(ceilDiv(want, unit), capSlots, why)
 	if blocked {
 		s.stalled = true
 	}
 	return p, p.Action == Assign || p.Action == CreateENI || p.Action == Wait
+}
+
+// adaptiveReach attaches an ENI, with no addresses, when the available
+// addresses and the room of the attached ENIs fall short of reach.
+func (s *state) adaptiveReach(d demandTarget) (Plan, bool) {
+	unit := 1
+	if s.prefixes {
+		unit = PrefixAddresses
+	}
+	lim := s.in.Limits
+	reachable := s.pool.available + roomSlots(s.in)*unit
+	if reachable >= d.reach || len(s.in.ENIs) >= lim.MaxENIs || !s.ref.eniLimit.IsZero() || lim.SlotsPerENI <= 0 {
+		return Plan{}, false
+	}
+	if lim.MaxPods > 0 && s.pool.total+roomSlots(s.in)*unit >= lim.MaxPods {
+		return Plan{}, false // max pods are within reach already
+	}
+	if !latest(s.ref.subnetFull, s.ref.throttled).IsZero() {
+		return Plan{}, false
+	}
+	// Addresses with it only if the arrival rate will take them soon (a
+	// node filling): a fourth call to fill it later is then saved; in
+	// secondary-IP mode it is then filled whole.
+	n := min(ceilDiv(max(ceilF(d.rate*ChunkSpan.Seconds())-s.pool.available, 0), unit), lim.SlotsPerENI)
+	if n > 0 && !s.prefixes {
+		n = lim.SlotsPerENI
+	}
+	n = min(n, s.maxPodsSlots(unit))
+	return Plan{Action: CreateENI, Count: n, Prefixes: s.prefixes, Reason: "reach " + count(d.reach-reachable, "address") + " short (" +
+		d.describe() + ", " + s.poolText() + "): create ENI with " + count(n, "slot")}, true
 }
 
 // coolingCovers reports whether at least n cooling addresses finish their
@@ -370,27 +492,71 @@ func (s *state) adaptiveShrink(d demandTarget) (Plan, bool) {
 	for _, i := range s.order {
 		e, ep := &s.in.ENIs[i], s.enis[i]
 		if e.Primary || ep.assigned > 0 || ep.cooling > 0 || s.in.Now.Before(e.Attached.Add(minAge)) ||
-			s.in.Now.Before(s.in.LastGrow.Add(scaled(s.in, ENIDeleteDelay))) {
+			len(e.Slots) > 0 || s.in.Now.Before(s.in.LastGrow.Add(scaled(s.in, ENIDeleteDelay))) {
 			continue
 		}
-		if (held-ep.available >= d.keep && s.pool.available-ep.available >= d.high) || (len(e.Slots) == 0 && s.pool.available >= d.low) {
+		unit := 1
+		if s.prefixes {
+			unit = PrefixAddresses
+		}
+		if s.pool.available >= d.low && s.pool.available+(roomSlots(s.in)-max(s.in.Limits.SlotsPerENI, 0))*unit >= d.reach {
 			return Plan{Action: DeleteENI, ENI: e.ID, Reason: "ENI " + e.ID + " unneeded: no assigned or cooling address (" +
 				d.describe() + ", " + s.poolText() + ")"}, true
 		}
 	}
-	if held < d.keep+max(MinBand, d.keep-d.high) {
+	if held < d.keep+s.releaseBand() {
 		return Plan{}, false // too little to be worth a call
 	}
-	rel, from := s.adaptiveReleasable(d.high, d.keep)
-	if len(rel) == 0 {
+	if s.pool.cooling >= s.releaseBand() && s.in.Demand.History.within(s.in.Now, scaled(s.in, DepartureQuiet)) == 0 {
+		return Plan{}, false // pods are leaving: release once their addresses are out of cooldown, in one call
+	}
+	keep, worth := s.releaseTo(d)
+	if !worth {
 		return Plan{}, false
 	}
+	rel, from := s.adaptiveReleasable(d.high, keep)
 	n := 0
 	for _, r := range rel {
 		n += Slot{Prefix: r}.Size()
 	}
+	if n == 0 {
+		return Plan{}, false
+	}
 	return Plan{Action: Release, ENI: from, Release: rel, Reason: "surplus: release " + count(n, "address") + " from " + from +
 		" (" + d.describe() + ", " + s.poolText() + ")"}, true
+}
+
+// releaseTo is the level, in addresses available or cooling, a release
+// goes down to: the lowest one from keep up whose release is worth its
+// call, ReleaseWorth, over the time the addresses beyond it are expected
+// to stay idle (History.idleAhead). false: no release is worth a call.
+func (s *state) releaseTo(d demandTarget) (int, bool) {
+	held := s.pool.available + s.pool.cooling
+	inUse := inUse(s.pool)
+	h := s.in.Demand.History
+	worth := scaled(s.in, ReleaseWorth).Hours()
+	for l := d.keep; held-l >= s.releaseBand(); l++ {
+		var since time.Duration // assigned since the last growth: idle no longer than that
+		if !s.in.LastGrow.IsZero() {
+			since = s.in.Now.Sub(s.in.LastGrow)
+		}
+		idle := h.idleAhead(s.in.Now, inUse+l-d.margin, since)
+		if float64(held-l)*idle.Hours() >= worth {
+			return l, true
+		}
+	}
+	return 0, false
+}
+
+// releaseBand is the least surplus beyond keep worth a release call, in
+// addresses: MinBand, and in secondary-IP mode half an ENI's slots, so a
+// release gives back enough to pay for the call and the assign that may
+// follow it.
+func (s *state) releaseBand() int {
+	if s.prefixes {
+		return MinBand
+	}
+	return max(MinBand, ceilDiv(s.in.Limits.SlotsPerENI, 2))
 }
 
 // delayUntil is when shrinking is allowed: ReleaseDelay after the last
@@ -430,13 +596,18 @@ func (s *state) adaptiveReleasable(high, keep int) ([]netip.Prefix, string) {
 	held := s.pool.available + s.pool.cooling
 	for _, i := range order {
 		e := &s.in.ENIs[i]
-		if !e.Primary && s.enis[i].assigned+s.enis[i].cooling == 0 {
-			continue // an idle ENI goes whole once unneeded: one call less than emptying it first
-		}
 		var out []netip.Prefix
 		left, avail := held, s.pool.available
 		for _, sl := range freeSlots(e) {
-			if left-sl.Size() < keep || avail-sl.Size() < high {
+			// While pods come (within ChunkMemory), a /28 goes only if
+			// half a /28 beyond keep stays: demand that hovers at a
+			// multiple of 16 does not release and assign one /28 over
+			// and over.
+			slack := 0
+			if sl.Size() > 1 && s.in.Demand.History.within(s.in.Now, scaled(s.in, ChunkMemory)) > 0 {
+				slack = sl.Size() / 2
+			}
+			if left-sl.Size() < keep+slack || avail-sl.Size() < high {
 				continue
 			}
 			left -= sl.Size()

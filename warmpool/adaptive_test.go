@@ -176,8 +176,9 @@ func TestAdaptiveFlatLoadDoesNotOscillate(t *testing.T) {
 
 // TestAdaptiveConvergesAfterBurst: 10 long-lived pods, then a burst of 40
 // pods within 2 s that live 2 minutes: every burst pod gets an address, and
-// once the burst is out of memory the pool is back to at most one address
-// (or one /28) beyond the 10 pods, at a fixed point.
+// once the burst is out of memory the pool is back to less than a release
+// band (half an ENI's slots) beyond the 10 pods, or one /28 in prefix mode,
+// on one ENI, at a fixed point.
 func TestAdaptiveConvergesAfterBurst(t *testing.T) {
 	for _, prefixes := range []bool{false, true} {
 		t.Run(fmt.Sprintf("prefixes=%v", prefixes), func(t *testing.T) {
@@ -194,10 +195,10 @@ func TestAdaptiveConvergesAfterBurst(t *testing.T) {
 			for i := range 40 {
 				ev = append(ev, podEvent{burst.Add(2*time.Minute + time.Duration(i)*time.Millisecond), -1})
 			}
-			end := burst.Add(BurstMemory + PeakMemory + ChunkMemory + ReleaseDelay + ENIDeleteDelay)
+			end := burst.Add(BurstMemory + ChunkMemory + ReleaseDelay + ENIDeleteDelay)
 			replay(t, s, ev, end)
 			c := Summarize(s.in)
-			slack := 1
+			slack := max(MinBand, ceilDiv(m5xlarge.SlotsPerENI, 2)) - 1
 			if prefixes {
 				slack = PrefixAddresses
 			}
@@ -216,4 +217,34 @@ func minTime(a, b time.Time) time.Time {
 		return b
 	}
 	return a
+}
+
+// TestIdleAhead: demand that rose above a level every five minutes is
+// expected back at the next five-minute mark; demand that rose once is
+// expected to stay away as long again as it has been away.
+func TestIdleAhead(t *testing.T) {
+	var periodic, once History
+	for m := range 21 {
+		at := t0.Add(time.Duration(m) * time.Minute)
+		high := 5
+		if m%5 == 0 {
+			high = 20
+		}
+		periodic = periodic.Record(at).Observe(at, high)
+		onceLevel := 5
+		if m == 2 {
+			onceLevel = 20
+		}
+		once = once.Record(at).Observe(at, onceLevel)
+	}
+	now := t0.Add(22 * time.Minute) // the last rise ended at 21m
+	if got, want := periodic.idleAhead(now, 10, 0), 3*time.Minute; got != want {
+		t.Errorf("periodic: %v; want the rest of the 4-minute gap, %v", got, want)
+	}
+	if got, want := once.idleAhead(now, 10, 0), 19*time.Minute; got != want {
+		t.Errorf("once: %v; want as long again as idle, %v", got, want)
+	}
+	if got, want := once.idleAhead(now, 10, 5*time.Minute), 5*time.Minute; got != want {
+		t.Errorf("once, grown 5 minutes ago: %v; want %v", got, want)
+	}
 }

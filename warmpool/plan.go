@@ -70,6 +70,10 @@ type state struct {
 	// stalled: the pool is short and no ENI, old or new, could grow now
 	// (max pods reached, subnet full, throttled, no slots per ENI).
 	stalled bool
+	// fillWhole: a new ENI, or the first ENI of a node that holds no
+	// address, gets all its slots at once (the adaptive policy in
+	// secondary-IP mode: one call per ENI's worth of addresses).
+	fillWhole bool
 }
 
 func newState(in Input) *state {
@@ -237,7 +241,7 @@ func (s *state) growOn(want, capSlots int, why string) (p Plan, blocked bool) {
 			continue
 		}
 		n := min(want, room)
-		if whole {
+		if whole || (s.fillWhole && s.pool.total == 0 && n > 0) {
 			n = room
 		}
 		return s.growPlan(Assign, e.ID, n, capSlots, why), false
@@ -253,7 +257,7 @@ func (s *state) growOn(want, capSlots int, why string) (p Plan, blocked bool) {
 		return Plan{Action: Wait, Reason: why + ", ENI attachment refused until " + stamp(s.ref.eniLimit), Until: until}, true
 	}
 	n := min(want, lim.SlotsPerENI)
-	if whole {
+	if whole || (s.fillWhole && n > 0) {
 		n = lim.SlotsPerENI
 	}
 	return s.growPlan(CreateENI, "", n, capSlots, why), false

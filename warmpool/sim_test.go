@@ -73,8 +73,12 @@ func (s *sim) apply(p Plan) error {
 	before := Summarize(s.in)
 	switch p.Action {
 	case Assign, CreateENI:
-		if p.Count <= 0 || p.Count > lim.SlotsPerENI {
-			return fmt.Errorf("%v count %d outside 1..%d", p.Action, p.Count, lim.SlotsPerENI)
+		least := 1
+		if p.Action == CreateENI && targetOf(s.in).policy == byDemand {
+			least = 0 // the adaptive policy attaches an ENI for room alone
+		}
+		if p.Count < least || p.Count > lim.SlotsPerENI {
+			return fmt.Errorf("%v count %d outside %d..%d", p.Action, p.Count, least, lim.SlotsPerENI)
 		}
 		if p.Prefixes && !prefixMode(s.in) {
 			return fmt.Errorf("prefixes planned outside prefix mode")

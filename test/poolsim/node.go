@@ -43,9 +43,33 @@ type Behaviour struct {
 	// channel); otherwise the loop runs only when its timer says.
 	Kick bool
 	// Kube: the pool learns of pods bound to the node without an address
-	// (Demand.Unaddressed).
+	// (Demand.Unaddressed) through its watch of the API server, WatchDelay
+	// after the bind, and each such pod kicks the pool loop (vpcipd's
+	// Kubernetes part: Cluster.Demand and its kick when demand rises).
 	Kube bool
+	// SandboxLag is how long after the scheduler binds a pod kubelet's
+	// first CNI ADD for it runs, on average: kubelet's watch sees the pod,
+	// its pod worker syncs, and the runtime creates the pause sandbox and
+	// its network namespace before calling the plugin. Each pod's lag is
+	// drawn uniformly in [SandboxLag/2, 3·SandboxLag/2] from the run's
+	// seed, the same for every pool. 0: the ADD runs at the bind.
+	SandboxLag time.Duration
 }
+
+// DefaultSandboxLag is Behaviour.SandboxLag of the table: about a second
+// from bind to the first ADD (0.5–1.5 s), the usual span on a node whose
+// pause image is cached: the watch event (tens of milliseconds), the pod
+// worker's sync and the runtime's RunPodSandbox up to its CNI call.
+const DefaultSandboxLag = time.Second
+
+// WatchDelay is how long after a bind the daemon's pod watch shows the pod
+// (Behaviour.Kube): an informer event's usual delay.
+const WatchDelay = 100 * time.Millisecond
+
+// Cooldown is the address cooldown both pools of the table use
+// (IP_COOLDOWN_PERIOD, 30 s): an address a pod gave back is held, not
+// handed out, for this long. It bounds Result.FloorHours.
+const Cooldown = 30 * time.Second
 
 // Kubelet's retry of a failed sandbox creation: about 10 s, growing
 // (reference-pool-algorithm.md): 10 s doubling per failure up to 5 minutes,
@@ -58,16 +82,35 @@ const (
 
 // Result is what one run measured.
 type Result struct {
-	Starts    int       // pods that got an address
-	Waited    int       // pods whose first ADD found no address at once
-	Waits     []float64 // seconds from first ADD to address, of the pods that waited, sorted
-	IdleHours float64   // addresses held by the instance and held by no pod, integrated over time, in address-hours
-	Calls     int       // EC2 mutating calls
+	Starts    int         // pods that got an address
+	Waited    int         // pods whose first ADD found no address at once
+	Waits     []float64   // seconds from first ADD to address, of the pods that waited, sorted
+	WaitedAt  []time.Time // first ADD of each pod that waited, in order of their addresses
+	IdleHours float64     // addresses held by the instance and held by no pod, integrated over time, in address-hours
+	Calls     int         // EC2 mutating calls
 	ByCall    map[string]int
 	MaxENIs   int // most ENIs attached at once
 	EndENIs   int // ENIs attached at the end
 	EndHeld   int // addresses held at the end (Cloud.Held)
 	Unstarted int // pods still without an address at the end
+	// FloorHours is the idle address-hours no pool could avoid on this
+	// run's pod timings, for secondary-IP mode [0] and prefix mode [1]:
+	// addresses in their Cooldown after a pod left (no pool hands them
+	// out or releases them), in prefix mode rounded up to whole /28s, plus
+	// the primary address of every ENI beyond the first that those slots
+	// need. A pool that never made a pod wait holds at least this.
+	FloorHours [2]float64
+	// Levels is the run's demand curve: from each Level's At until the
+	// next one's, Level.InUse addresses were assigned or cooling (for
+	// MinIdleHours).
+	Levels []Level
+}
+
+// Level is the demand on a node from At on: addresses assigned to pods or
+// in their cooldown.
+type Level struct {
+	At    time.Time
+	InUse int
 }
 
 // P returns the q-quantile (0..1) of the waits, in seconds; 0 without waits.
@@ -95,6 +138,7 @@ type podState struct {
 	waiting  bool      // an ADD waits in the daemon
 	deadline time.Time // the waiting ADD fails then
 	started  bool
+	watched  bool // the daemon's pod watch shows the pod (Behaviour.Kube)
 }
 
 // node is one simulated node: kubelet, daemon front and pool loop.
@@ -108,12 +152,15 @@ type node struct {
 
 	pods        []*podState
 	waiting     []*podState // ADDs waiting in the daemon, in arrival order
-	unaddressed int
+	unaddressed int         // pods the daemon's watch shows bound without an address
 	assigned    int
+	cooling     int // addresses within Cooldown of their pod's departure
 	res         Result
 
 	idleSince time.Time
 	idleNow   int
+	floorNow  [2]int
+	slotsENI  int // slots per ENI of the instance type
 
 	loopGen int  // pool timer generation: a stale timer event does nothing
 	running bool // a pool cycle runs (or is parked in a cloud call)
@@ -127,6 +174,8 @@ func Simulate(trace Trace, typ InstanceType, lat Latencies, beh Behaviour, seed 
 	newPool func(clock *Clock, cloud *Cloud) (Pool, error)) (Result, error) {
 	n := &node{clock: NewClock(), beh: beh, rng: rand.New(rand.NewPCG(seed, 7)), ctx: context.Background()}
 	n.cloud = NewCloud(n.clock, typ, lat, n.account)
+	n.slotsENI = max(typ.Limits.IPv4PerENI-1, 1)
+	lagRNG := rand.New(rand.NewPCG(seed, 11)) // per pod in trace order: the same lags for every pool
 	var err error
 	if n.pool, err = newPool(n.clock, n.cloud); err != nil {
 		return Result{}, err
@@ -144,7 +193,12 @@ func Simulate(trace Trace, typ InstanceType, lat Latencies, beh Behaviour, seed 
 	for i, p := range trace.Pods {
 		ps := &podState{pod: p, name: fmt.Sprintf("pod-%05d", i)}
 		n.pods = append(n.pods, ps)
-		n.clock.At(t0.Add(p.Arrive), func() { n.arrive(ps) })
+		lag := time.Duration(0)
+		if beh.SandboxLag > 0 {
+			lag = beh.SandboxLag/2 + time.Duration(lagRNG.Int64N(int64(beh.SandboxLag)+1))
+		}
+		n.clock.At(t0.Add(p.Arrive), func() { n.bind(ps) })
+		n.clock.At(t0.Add(p.Arrive+lag), func() { n.arrive(ps) })
 	}
 	n.schedule(0)
 	n.clock.Run(t0.Add(trace.Duration))
@@ -163,10 +217,26 @@ func Simulate(trace Trace, typ InstanceType, lat Latencies, beh Behaviour, seed 
 // account integrates idle addresses up to now and records the new level.
 func (n *node) account() {
 	now := n.clock.Now()
-	n.res.IdleHours += float64(n.idleNow) * now.Sub(n.idleSince).Hours()
+	h := now.Sub(n.idleSince).Hours()
+	n.res.IdleHours += float64(n.idleNow) * h
+	for m := range n.floorNow {
+		n.res.FloorHours[m] += float64(n.floorNow[m]) * h
+	}
 	n.idleSince = now
 	n.idleNow = max(n.cloud.Held()-n.assigned, 0)
+	for m, unit := range []int{1, 16} {
+		slots := (n.assigned + n.cooling + unit - 1) / unit
+		enis := max((slots+n.slotsENI-1)/n.slotsENI, 1)
+		n.floorNow[m] = slots*unit + enis - 1 - n.assigned
+	}
 	n.res.MaxENIs = max(n.res.MaxENIs, n.cloud.ENICount())
+	if u, l := n.assigned+n.cooling, len(n.res.Levels); l == 0 || n.res.Levels[l-1].InUse != u {
+		if l > 0 && n.res.Levels[l-1].At.Equal(now) {
+			n.res.Levels[l-1].InUse = u
+		} else {
+			n.res.Levels = append(n.res.Levels, Level{At: now, InUse: u})
+		}
+	}
 }
 
 func (n *node) demand() Demand {
@@ -177,10 +247,25 @@ func (n *node) demand() Demand {
 	return d
 }
 
-// arrive: the pod is bound to the node and kubelet's first ADD runs.
+// bind: the scheduler binds the pod to the node; with Behaviour.Kube the
+// daemon's watch shows it WatchDelay later and kicks the pool loop.
+func (n *node) bind(ps *podState) {
+	if !n.beh.Kube {
+		return
+	}
+	n.clock.After(WatchDelay, func() {
+		if ps.started {
+			return
+		}
+		ps.watched = true
+		n.unaddressed++
+		n.kick()
+	})
+}
+
+// arrive: kubelet's first ADD for the pod runs.
 func (n *node) arrive(ps *podState) {
 	ps.first = n.clock.Now()
-	n.unaddressed++
 	n.add(ps)
 }
 
@@ -212,13 +297,16 @@ func (n *node) tryAssign(ps *podState) bool {
 		return false
 	}
 	ps.started = true
-	n.unaddressed--
+	if ps.watched {
+		n.unaddressed--
+	}
 	n.assigned++
 	n.account()
 	n.res.Starts++
 	if w := now.Sub(ps.first); w > 0 {
 		n.res.Waited++
 		n.res.Waits = append(n.res.Waits, w.Seconds())
+		n.res.WaitedAt = append(n.res.WaitedAt, ps.first)
 	}
 	n.clock.After(ps.pod.Life, func() { n.depart(ps) })
 	n.kick()
@@ -275,7 +363,12 @@ func (n *node) startPolling() {
 func (n *node) depart(ps *podState) {
 	n.pool.Release(ps.name, n.clock.Now())
 	n.assigned--
+	n.cooling++
 	n.account()
+	n.clock.After(Cooldown, func() {
+		n.cooling--
+		n.account()
+	})
 	n.kick()
 }
 

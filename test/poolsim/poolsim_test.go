@@ -3,6 +3,7 @@ package poolsim
 import (
 	"context"
 	"errors"
+	"math"
 	"testing"
 	"time"
 
@@ -114,5 +115,73 @@ func TestTracesAreBoundedAndSeeded(t *testing.T) {
 			}
 			ends = append(ends, p.Arrive+p.Life)
 		}
+	}
+}
+
+// TestMinIdleHours: the bound on hand-made curves, in secondary-IP mode
+// with large ENIs: 5 addresses for an hour, then 10 for an hour.
+func TestMinIdleHours(t *testing.T) {
+	at := func(h float64) time.Time { return Epoch.Add(time.Duration(h * float64(time.Hour))) }
+	levels := []Level{{Epoch, 0}, {at(0), 5}, {at(1), 10}}
+	end := at(2)
+	for _, tc := range []struct {
+		name                  string
+		calls, unit, slotsENI int
+		want                  float64
+	}{
+		{"one call: 10 held for two hours", 1, 1, 100, 5},
+		{"two calls: exactly the demand", 2, 1, 100, 0},
+		{"no call: nothing can be held", 0, 1, 100, math.Inf(1)},
+		{"prefix mode: 16 each hour", 1, 16, 100, 32 - 15},
+		{"ENIs of 6: the second ENI costs 3 calls and its primary address", 4, 1, 6, 1},
+		{"ENIs of 6, 3 calls: one piece on two ENIs", 3, 1, 6, 5 + 2},
+	} {
+		got, ok := MinIdleHours(levels, end, tc.calls, tc.unit, tc.slotsENI, 4, 1e6)
+		if !ok || math.Abs(got-tc.want) > 1e-9 && !(math.IsInf(got, 1) && math.IsInf(tc.want, 1)) {
+			t.Errorf("%s: %v, %v; want %v", tc.name, got, ok, tc.want)
+		}
+	}
+	if _, ok := MinIdleHours(levels, end, 2, 1, 100, 4, 10); ok {
+		t.Error("computed beyond maxWork")
+	}
+}
+
+// watcher is a pool that always has an address and records, at each
+// cycle, the pods the daemon's watch shows without one, and each ADD.
+type watcher struct {
+	c      *Clock
+	seen   []time.Duration // cycle times (from Epoch) that saw Unaddressed > 0
+	assign []time.Duration // ADD times
+}
+
+func (w *watcher) Start(context.Context) error { return nil }
+func (w *watcher) Assign(string, time.Time) bool {
+	w.assign = append(w.assign, w.c.Now().Sub(Epoch))
+	return true
+}
+func (w *watcher) Release(string, time.Time) {}
+func (w *watcher) Cycle(_ context.Context, demand func() Demand) time.Duration {
+	if demand().Unaddressed > 0 {
+		w.seen = append(w.seen, w.c.Now().Sub(Epoch))
+	}
+	return time.Minute
+}
+
+// TestSandboxLagAndWatch: kubelet's first ADD runs 0.5–1.5 s after the
+// bind; with the Kubernetes part, the pool is kicked WatchDelay after the
+// bind and sees the pod without an address before its ADD.
+func TestSandboxLagAndWatch(t *testing.T) {
+	tr := Trace{Duration: time.Hour, Pods: []Pod{{Arrive: time.Minute, Life: time.Minute}}}
+	var w *watcher
+	_, err := Simulate(tr, InstanceTypes[0], DefaultLatencies, Behaviour{Kick: true, Kube: true, SandboxLag: DefaultSandboxLag}, 1,
+		func(c *Clock, _ *Cloud) (Pool, error) { w = &watcher{c: c}; return w, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(w.assign) != 1 || w.assign[0] < time.Minute+DefaultSandboxLag/2 || w.assign[0] > time.Minute+3*DefaultSandboxLag/2 {
+		t.Fatalf("ADDs at %v; want one 0.5–1.5 s after the bind at 1m", w.assign)
+	}
+	if len(w.seen) == 0 || w.seen[0] != time.Minute+WatchDelay || w.seen[len(w.seen)-1] >= w.assign[0] {
+		t.Errorf("cycles seeing the bound pod at %v; want from 1m%v, before its ADD at %v", w.seen, WatchDelay, w.assign[0])
 	}
 }

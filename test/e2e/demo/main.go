@@ -135,7 +135,7 @@ func run(ctx context.Context, bin string, nodes, npods int, itype, prefix string
 	if err != nil {
 		return err
 	}
-	step("waiting for the pool to settle: the default pool keeps the last peak's addresses for 20 minutes, so EC2's view stays (WARM_ENI_TARGET=1 would give an emptied ENI back)")
+	step("waiting for the pool to settle: the default pool gives idle surplus back once that saves enough idle address-time to be worth an EC2 call, and keeps an emptied ENI attached without addresses for the next burst (WARM_ENI_TARGET=1 would delete it)")
 	if err := waitSettled(ctx, c, 60*time.Second); err != nil {
 		if ctx.Err() != nil {
 			return err

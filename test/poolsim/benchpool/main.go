@@ -8,16 +8,42 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
+	"github.com/vpcip/vpcip/test/poolsim"
 	"github.com/vpcip/vpcip/test/poolsim/compare"
 )
 
 func main() {
 	seed := flag.Uint64("seed", 1, "seed of the traces")
+	traces := flag.String("traces", "", "comma-separated trace names to run (default: all)")
+	mode := flag.String("mode", "", "ip or pd: one address mode only (default: both)")
 	flag.Parse()
+	o := compare.Options{Seed: *seed}
+	if *traces != "" {
+		for _, name := range strings.Split(*traces, ",") {
+			i := slices.IndexFunc(poolsim.Generators, func(g poolsim.Generator) bool { return g.Name == name })
+			if i < 0 {
+				fmt.Fprintf(os.Stderr, "benchpool: no trace %q\n", name)
+				os.Exit(2)
+			}
+			o.Traces = append(o.Traces, poolsim.Generators[i])
+		}
+	}
+	switch *mode {
+	case "":
+	case "ip":
+		o.Modes = []bool{false}
+	case "pd":
+		o.Modes = []bool{true}
+	default:
+		fmt.Fprintf(os.Stderr, "benchpool: -mode %q: want ip or pd\n", *mode)
+		os.Exit(2)
+	}
 	start := time.Now()
-	rows := compare.Table(compare.Options{Seed: *seed})
+	rows := compare.Table(o)
 	compare.Print(os.Stdout, rows)
 	fmt.Println()
 	compare.Summary(os.Stdout, rows)

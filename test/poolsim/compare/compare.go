@@ -7,6 +7,7 @@ package compare
 import (
 	"fmt"
 	"io"
+	"math"
 	"runtime"
 	"strings"
 	"sync"
@@ -28,12 +29,24 @@ type Setup struct {
 }
 
 // Setups are the table's four pools, in column order.
+// Every pool sees kubelet's lag from bind to first ADD
+// (poolsim.DefaultSandboxLag); vpcipd's also has its Kubernetes part (on
+// wherever the chart runs it: MY_NODE_NAME set, in-cluster API access), so
+// it learns of pods bound to the node before their ADDs.
 var Setups = []Setup{
-	{Name: "ref", Behavior: poolsim.Behaviour{}},
-	{Name: "ref-w5m10", WarmIP: 5, MinIP: 10, Behavior: poolsim.Behaviour{}},
-	{Name: "ours", Ours: true, Behavior: poolsim.Behaviour{AddWait: 5 * time.Second, Kick: true}},
-	{Name: "ours-w5m10", Ours: true, WarmIP: 5, MinIP: 10, Behavior: poolsim.Behaviour{AddWait: 5 * time.Second, Kick: true}},
+	{Name: "ref", Behavior: refBehaviour},
+	{Name: "ref-w5m10", WarmIP: 5, MinIP: 10, Behavior: refBehaviour},
+	{Name: "ours", Ours: true, Behavior: ourBehaviour},
+	{Name: "ours-w5m10", Ours: true, WarmIP: 5, MinIP: 10, Behavior: ourBehaviour},
 }
+
+var (
+	// refBehaviour: aws-node fails an ADD at once when no address is free.
+	refBehaviour = poolsim.Behaviour{SandboxLag: poolsim.DefaultSandboxLag}
+	// ourBehaviour: vpcipd holds an ADD up to VPCIP_ADD_WAIT (5 s), kicks
+	// its pool loop at every ADD and DEL, and watches the node's pods.
+	ourBehaviour = poolsim.Behaviour{AddWait: 5 * time.Second, Kick: true, Kube: true, SandboxLag: poolsim.DefaultSandboxLag}
+)
 
 // Row is one trace on one instance type and mode, with a result per Setup.
 type Row struct {
@@ -42,7 +55,17 @@ type Row struct {
 	Prefix  bool
 	Results []poolsim.Result
 	Err     error
+	// Bound is poolsim.MinIdleHours on the reference default's demand
+	// curve with its count of calls: the least idle address-hours of any
+	// pool that waits no more than the reference default (which waited for
+	// no address) and calls no more. NaN: not computed (the reference
+	// made pods wait, or the curve is too long).
+	Bound float64
 }
+
+// boundWork caps the work of MinIdleHours per row (calls × ENIs ×
+// segments², about a nanosecond each).
+const boundWork = 3e9
 
 // Options select what Table runs.
 type Options struct {
@@ -110,6 +133,23 @@ func Table(o Options) []Row {
 	}
 	close(work)
 	wg.Wait()
+	for i := range rows {
+		r := &rows[i]
+		r.Bound = math.NaN()
+		ref := r.Results[0]
+		if r.Err != nil || ref.Waited > 0 {
+			continue
+		}
+		typ := typeOf[r.Type]
+		unit := 1
+		if r.Prefix {
+			unit = warmpool.PrefixAddresses
+		}
+		end := ref.Levels[0].At.Add(traces[i].Duration)
+		if b, ok := poolsim.MinIdleHours(ref.Levels, end, ref.Calls, unit, typ.Limits.PodAddressesPerENI(), typ.Limits.MaxENIs, boundWork); ok {
+			r.Bound = b
+		}
+	}
 	return rows
 }
 
@@ -138,11 +178,11 @@ func Run(tr poolsim.Trace, typ poolsim.InstanceType, prefix bool, s Setup, lat p
 // 1,000 pod starts, then the ratios ours/reference for the defaults and
 // for WARM_IP_TARGET=5/MINIMUM_IP_TARGET=10.
 func Print(w io.Writer, rows []Row) {
-	fmt.Fprintf(w, "%-8s %-11s %-4s | %-34s | %-34s | %-34s | %-34s | %-22s | %-22s\n", "trace", "type", "mode",
-		"ref default", "ref WARM_IP=5/MIN=10", "ours default", "ours WARM_IP=5/MIN=10", "ours/ref default", "ours/ref WARM5/MIN10")
+	fmt.Fprintf(w, "%-8s %-11s %-4s | %-34s | %-34s | %-34s | %-34s | %-11s | %-22s | %-22s\n", "trace", "type", "mode",
+		"ref default", "ref WARM_IP=5/MIN=10", "ours default", "ours WARM_IP=5/MIN=10", "bound", "ours/ref default", "ours/ref WARM5/MIN10")
 	sub := "idle-h  waited  p50s  p99s  calls/k"
-	fmt.Fprintf(w, "%-8s %-11s %-4s | %-34s | %-34s | %-34s | %-34s | %-22s | %-22s\n", "", "", "", sub, sub, sub, sub, "idle  wait  p99  calls", "idle  wait  p99  calls")
-	fmt.Fprintln(w, strings.Repeat("-", 8+1+11+1+4+4*37+2*25+2))
+	fmt.Fprintf(w, "%-8s %-11s %-4s | %-34s | %-34s | %-34s | %-34s | %-11s | %-22s | %-22s\n", "", "", "", sub, sub, sub, sub, "flr/r lb/r", "idle  wait  p99  calls", "idle  wait  p99  calls")
+	fmt.Fprintln(w, strings.Repeat("-", 8+1+11+1+4+4*37+14+2*25+2))
 	for _, r := range rows {
 		mode := "ip"
 		if r.Prefix {
@@ -152,6 +192,7 @@ func Print(w io.Writer, rows []Row) {
 		for _, res := range r.Results {
 			fmt.Fprintf(w, " | %6.1f %7d %5.1f %5.1f %8.1f", res.IdleHours, res.Waited, res.P(0.5), res.P(0.99), res.CallsPer1000())
 		}
+		fmt.Fprintf(w, " | %5s %5s", ratio(floor(r), r.Results[0].IdleHours), ratio(r.Bound, r.Results[0].IdleHours))
 		for _, pair := range [][2]int{{2, 0}, {3, 1}} {
 			o, ref := r.Results[pair[0]], r.Results[pair[1]]
 			fmt.Fprintf(w, " | %4s %5s %4s %5s", ratio(o.IdleHours, ref.IdleHours), ratio(float64(o.Waited), float64(ref.Waited)),
@@ -164,16 +205,45 @@ func Print(w io.Writer, rows []Row) {
 	}
 }
 
+// floor is the idle address-hours no pool avoids on the row's mode
+// (poolsim.Result.FloorHours), the lower of the reference default's run
+// and ours.
+func floor(r Row) float64 {
+	m := 0
+	if r.Prefix {
+		m = 1
+	}
+	return min(r.Results[0].FloorHours[m], r.Results[2].FloorHours[m])
+}
+
 // Summary writes how many rows meet each target of the comparison: our
 // default against the reference default (idle address-hours ≤ 0.5×, pods
 // that waited ≤ 1×, p99 wait ≤ 1×, EC2 calls per pod start ≤ 1×) and ours
 // against the reference with WARM_IP_TARGET=5/MINIMUM_IP_TARGET=10 (pods
 // that waited ≤ 1×, calls ≤ 1.5×), and the totals of pods that waited.
 func Summary(w io.Writer, rows []Row) {
-	var idle, waited, p99, calls, wWaited, wCalls, refW, ourW, refWW, ourWW int
+	var idle, waited, p99, calls, wWaited, wCalls, refW, ourW, refWW, ourWW, beyond int
+	var beyondRows, jointRows []string
+	jointly := 0
 	for _, r := range rows {
 		ref, refw, o, ow := r.Results[0], r.Results[1], r.Results[2], r.Results[3]
 		idle += b2i(o.IdleHours <= 0.5*ref.IdleHours)
+		if floor(r) > 0.5*ref.IdleHours {
+			beyond++
+			mode := "ip"
+			if r.Prefix {
+				mode = "pd"
+			}
+			beyondRows = append(beyondRows, r.Trace+"/"+r.Type+"/"+mode)
+		}
+		if r.Bound > 0.5*ref.IdleHours {
+			jointly++
+			mode := "ip"
+			if r.Prefix {
+				mode = "pd"
+			}
+			jointRows = append(jointRows, r.Trace+"/"+r.Type+"/"+mode)
+		}
 		waited += b2i(o.Waited <= ref.Waited)
 		p99 += b2i(o.P(0.99) <= ref.P(0.99))
 		calls += b2i(o.CallsPer1000() <= ref.CallsPer1000())
@@ -186,6 +256,8 @@ func Summary(w io.Writer, rows []Row) {
 		idle, n, waited, n, p99, n, calls, n, ourW, refW)
 	fmt.Fprintf(w, "WARM_IP_TARGET=5/MINIMUM_IP_TARGET=10, rows meeting: waited ≤ 1× %d/%d, calls ≤ 1.5× %d/%d; pods that waited in all rows: ours %d, reference %d\n",
 		wWaited, n, wCalls, n, ourWW, refWW)
+	fmt.Fprintf(w, "idle ≤ 0.5× out of reach for any pool (floor above half the reference's idle): %d/%d %v\n", beyond, n, beyondRows)
+	fmt.Fprintf(w, "idle ≤ 0.5× with no more waits and calls out of reach for any pool (bound above half the reference's idle): %d/%d %v\n", jointly, n, jointRows)
 }
 
 func b2i(b bool) int {
@@ -198,6 +270,8 @@ func b2i(b bool) int {
 // ratio formats a/b; "=" when both are 0, "inf" when only b is.
 func ratio(a, b float64) string {
 	switch {
+	case math.IsNaN(a) || math.IsNaN(b):
+		return "-"
 	case a == 0 && b == 0:
 		return "="
 	case b == 0:

@@ -9,6 +9,7 @@ package vpcipd
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
 	"github.com/vpcip/vpcip/ipamd/api"
@@ -70,6 +71,34 @@ func (d unaddressed) Demand() int {
 	return d.p.demand().Unaddressed
 }
 
+// actionLog hands the pool component's "pool action" log records (action
+// and reason attributes) to Settings.Log.
+type actionLog struct {
+	now func() time.Time
+	log func(now time.Time, action, reason string)
+}
+
+func (h actionLog) Enabled(context.Context, slog.Level) bool { return true }
+func (h actionLog) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h actionLog) WithGroup(string) slog.Handler            { return h }
+func (h actionLog) Handle(_ context.Context, r slog.Record) error {
+	if r.Message != "pool action" {
+		return nil
+	}
+	var action, reason string
+	r.Attrs(func(a slog.Attr) bool {
+		switch a.Key {
+		case "action":
+			action = a.Value.String()
+		case "reason":
+			reason = a.Value.String()
+		}
+		return true
+	})
+	h.log(h.now(), action, reason)
+	return nil
+}
+
 // New returns the pool of a daemon with settings s on prov, reading time
 // from now.
 func New(prov provider.Provider, now func() time.Time, s Settings) (*Pool, error) {
@@ -81,14 +110,14 @@ func New(prov provider.Provider, now func() time.Time, s Settings) (*Pool, error
 	}
 	p := &Pool{prov: prov, now: now, set: s, store: datastore.New(s.Cooldown), node: &node{}, seen: map[string]bool{}}
 	p.store.SetMaxAssigned(s.MaxPods)
-	var observe func(string, string)
+	var logger *slog.Logger
 	if s.Log != nil {
-		observe = func(action, _ string) { s.Log(now(), action, "") }
+		logger = slog.New(actionLog{now: now, log: s.Log})
 	}
 	var err error
 	p.pool, err = pool.New(pool.Options{
 		Store: p.store, Provider: prov, Node: p.node, Config: s.Pool, Interval: s.PoolInterval,
-		Clock: now, Pending: pending{p}, Demand: unaddressed{p}, Observe: observe,
+		Clock: now, Pending: pending{p}, Demand: unaddressed{p}, Logger: logger,
 	})
 	return p, err
 }

@@ -1,0 +1,165 @@
+package poolsim
+
+import (
+	"math"
+	"time"
+)
+
+// MinIdleHours is a lower bound on the idle address-hours of any pool, online
+// or with the whole trace known in advance, that makes no pod wait and makes
+// at most calls EC2 mutating calls, on a node whose demand curve is levels
+// (Result.Levels) until end. unit is the addresses one slot holds (1, or 16
+// in prefix mode), slotsPerENI the slots one ENI holds and maxENIs the
+// instance's ENI limit; the node starts with its primary ENI and no slot.
+//
+// The bound relaxes the pool's constraints, so no real pool does better.
+// What the pool holds is a sequence of pieces, each a number of addresses h
+// and of attached ENIs E, held over a span of the curve:
+//   - h is never below the demand (no pod waits: an address is free at each
+//     ADD; cooling addresses are neither handed out nor released), and is
+//     held as whole slots on E ENIs (E × slotsPerENI slots at most);
+//   - idle is the slots' addresses not in use plus the primary address of
+//     each ENI beyond the first;
+//   - going from one piece to the next costs, at least: 3 calls per ENI
+//     created (CreateNetworkInterface, AttachNetworkInterface,
+//     ModifyNetworkInterfaceAttribute; its addresses come with it, and any
+//     other change too), 2 per ENI deleted (DetachNetworkInterface,
+//     DeleteNetworkInterface; any other change too), else 1 (one assign or
+//     release, whatever its size or how many ENIs it touches).
+//
+// The fewest idle address-hours over all such sequences of at most calls
+// calls is found exactly by dynamic programming over the curve's segments,
+// in O(calls × ENIs × segments²). ok is false, and nothing computed, when
+// calls × ENIs × segments² exceeds maxWork.
+func MinIdleHours(levels []Level, end time.Time, calls, unit, slotsPerENI, maxENIs int, maxWork float64) (hours float64, ok bool) {
+	// Segments from the first demand on: before it, holding nothing is
+	// free and takes no call.
+	var at []time.Time
+	var u []int
+	for _, l := range levels {
+		if len(u) == 0 && l.InUse == 0 {
+			continue
+		}
+		if !l.At.Before(end) {
+			break
+		}
+		if len(u) > 0 && u[len(u)-1] == l.InUse {
+			continue
+		}
+		if len(at) > 0 && at[len(at)-1].Equal(l.At) {
+			u[len(u)-1] = l.InUse
+			continue
+		}
+		at = append(at, l.At)
+		u = append(u, l.InUse)
+	}
+	m := len(u)
+	if m == 0 {
+		return 0, true
+	}
+	if calls < 0 || unit <= 0 || slotsPerENI <= 0 {
+		return 0, false
+	}
+	at = append(at, end)
+	dur := make([]float64, m)
+	demand, top := 0.0, 0 // ∫ demand in address-hours; the most demanded
+	for i := range m {
+		dur[i] = at[i+1].Sub(at[i]).Hours()
+		demand += float64(u[i]) * dur[i]
+		top = max(top, u[i])
+	}
+	slotsOf := func(h int) int { return (h + unit - 1) / unit }
+	enisOf := func(h int) int { return max((slotsOf(h)+slotsPerENI-1)/slotsPerENI, 1) }
+	nE := min(enisOf(top), max(maxENIs, 1)) // more ENIs than the peak needs never help
+	if enisOf(top) > nE {
+		return math.Inf(1), true // the demand exceeds the instance: no pool serves it
+	}
+	if float64(calls+1)*float64(nE)*float64(m)*float64(m) > maxWork {
+		return 0, false
+	}
+	inf := math.Inf(1)
+	// g[k][j][e]: least held address-hours covering segments [0, j) with
+	// k calls, the last piece on e+1 ENIs. Index k·(m+1)·nE + j·nE + e.
+	g := make([]float64, (calls+1)*(m+1)*nE)
+	for i := range g {
+		g[i] = inf
+	}
+	idx := func(k, j, e int) int { return (k*(m+1)+j)*nE + e }
+	// into[k][e]: least cost of ending a piece at the current i with k
+	// calls spent once the next piece, on e+1 ENIs, has started.
+	into := make([]float64, (calls+1)*nE)
+	cost := func(from, to int) int { // calls to go from from+1 to to+1 ENIs
+		switch {
+		case to > from:
+			return 3 * (to - from)
+		case to < from:
+			return 2 * (from - to)
+		}
+		return 1
+	}
+	// best[i][k][e]: computed when i's g is final (all j > i come later).
+	best := make([]float64, (m+1)*(calls+1)*nE)
+	bidx := func(i, k, e int) int { return (i*(calls+1)+k)*nE + e }
+	fill := func(i int) {
+		for k := 0; k <= calls; k++ {
+			for e := range nE {
+				into[k*nE+e] = inf
+			}
+		}
+		for k := 0; k <= calls; k++ {
+			for e1 := range nE {
+				var v float64
+				if i == 0 {
+					if k != 0 || e1 != 0 {
+						continue
+					}
+					v = 0 // the start: the primary ENI, nothing held
+				} else {
+					v = g[idx(k, i, e1)]
+				}
+				if v == inf {
+					continue
+				}
+				for e := range nE {
+					k2 := k + cost(e1, e)
+					if k2 <= calls && v < into[k2*nE+e] {
+						into[k2*nE+e] = v
+					}
+				}
+			}
+		}
+		copy(best[bidx(i, 0, 0):bidx(i, calls, nE-1)+1], into)
+	}
+	fill(0)
+	for j := 1; j <= m; j++ {
+		hi, span := 0, 0.0
+		for i := j - 1; i >= 0; i-- {
+			hi = max(hi, u[i])
+			span += dur[i]
+			need := enisOf(hi) - 1
+			for e := need; e < nE; e++ {
+				held := float64(slotsOf(hi)*unit+e) * span
+				for k := 0; k <= calls; k++ {
+					b := best[bidx(i, k, e)]
+					if b == inf {
+						continue
+					}
+					if c := b + held; c < g[idx(k, j, e)] {
+						g[idx(k, j, e)] = c
+					}
+				}
+			}
+		}
+		fill(j)
+	}
+	low := inf
+	for k := 0; k <= calls; k++ {
+		for e := range nE {
+			low = min(low, g[idx(k, m, e)])
+		}
+	}
+	if low == inf {
+		return inf, true
+	}
+	return max(low-demand, 0), true
+}

@@ -452,6 +452,10 @@ func (s *state) adaptiveReach(d demandTarget) (Plan, bool) {
 		n = lim.SlotsPerENI
 	}
 	n = min(n, s.maxPodsSlots(unit))
+	if !s.prefixes && prefixMode(s.in) {
+		// The no-/28 fallback keeps the node's last open slot (growOn).
+		n = min(n, max(s.openSlots()-1, 0))
+	}
 	return Plan{Action: CreateENI, Count: n, Prefixes: s.prefixes, Reason: "reach " + count(d.reach-reachable, "address") + " short (" +
 		d.describe() + ", " + s.poolText() + "): create ENI with " + count(n, "slot")}, true
 }

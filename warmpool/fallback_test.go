@@ -166,3 +166,27 @@ func (s *sim) churn(r *rand.Rand, applied func(p Plan, openBefore int, err error
 	}
 	s.advance(time.Duration(r.IntN(4000)) * time.Millisecond)
 }
+
+// TestAdaptiveReachKeepsASlotForAPrefix: the adaptive policy attaches an
+// ENI for reach (a recent burst of 6 pods) while the subnet has no aligned
+// /28; the new ENI's single addresses leave the node's last slot open.
+func TestAdaptiveReachKeepsASlotForAPrefix(t *testing.T) {
+	lim := Limits{MaxENIs: 2, SlotsPerENI: 4, PrefixSupported: true}
+	s := newSim(lim, Config{PrefixDelegation: true, Adaptive: true})
+	s.in.ENIs[0].Slots = s.newSlots(4, false)
+	s.in.ENIs[0].Slots[0].Assigned, s.in.ENIs[0].Slots[1].Assigned = 1, 1
+	for i := range 6 { // a burst of 6 a minute ago; 4 of its pods have left
+		at := t0.Add(time.Duration(i) * time.Second)
+		s.in.Demand.History = s.in.Demand.History.Record(at).Observe(at, i+1)
+	}
+	s.in.Now = t0.Add(time.Minute)
+	s.in.Demand.History = s.in.Demand.History.Observe(s.in.Now, 2)
+	s.in.Refusals = []Refusal{{Kind: RefusedNoPrefix, Until: t0.Add(10 * time.Minute)}}
+	p := Next(s.in)
+	if p.Action != CreateENI {
+		t.Fatalf("setup: want an ENI for reach, got %v: %s", p.Action, p.Reason)
+	}
+	if p.Prefixes || p.Count > lim.SlotsPerENI-1 {
+		t.Errorf("%v with %d slots (prefixes %v) fills the node's last open slot with /32s: %s", p.Action, p.Count, p.Prefixes, p.Reason)
+	}
+}

@@ -190,3 +190,78 @@ func TestAdaptiveReachKeepsASlotForAPrefix(t *testing.T) {
 		t.Errorf("%v with %d slots (prefixes %v) fills the node's last open slot with /32s: %s", p.Action, p.Count, p.Prefixes, p.Reason)
 	}
 }
+
+// TestFallbackUnderRenewedRefusals: a subnet with no aligned /28 for good.
+// Each refusal ends, the plan tries a /28, the cloud refuses again (the
+// daemon's backoff: 30 s doubling to 5 minutes). Over two hours of pods
+// coming and going, under each policy: the last open slot is never taken
+// by /32s, nothing grows back what was just released (no oscillation),
+// and the prefix attempts stay within one per backoff period.
+func TestFallbackUnderRenewedRefusals(t *testing.T) {
+	cfgs := []Config{
+		{PrefixDelegation: true, Adaptive: true},
+		{PrefixDelegation: true, WarmPrefixTarget: 1},
+		{PrefixDelegation: true, WarmIPTarget: 3},
+		{PrefixDelegation: true, WarmIPTarget: 1, MinimumIPTarget: 6},
+	}
+	for seed := range uint64(120) {
+		r := rand.New(rand.NewPCG(seed, 3))
+		lim := Limits{MaxENIs: 2 + r.IntN(3), SlotsPerENI: 2 + r.IntN(9), PrefixSupported: true}
+		cfg := cfgs[r.IntN(len(cfgs))]
+		s := newSim(lim, cfg)
+		s.holdCooling = true
+		backoff := 30 * time.Second
+		s.in.Refusals = []Refusal{{Kind: RefusedNoPrefix, Until: t0.Add(backoff)}}
+		end := t0.Add(2 * time.Hour)
+		attempts := 0
+		for s.in.Now.Before(end) {
+			switch {
+			case r.IntN(2) == 0:
+				s.in.Demand.History = s.in.Demand.History.Record(s.in.Now)
+				if !s.addPod() {
+					s.in.Pending++
+				}
+			default:
+				s.delPod()
+			}
+			shrunk := false // within this settle, with no pod event since
+			lastShrink := ""
+			for range 20 {
+				c := Summarize(s.in)
+				s.in.Demand.History = s.in.Demand.History.Observe(s.in.Now, c.Assigned+c.Cooling)
+				p := Next(s.in)
+				if p.Action == Nothing || p.Action == Wait {
+					break
+				}
+				if p.Prefixes {
+					attempts++
+					backoff = min(2*backoff, 5*time.Minute)
+					s.in.Refusals = []Refusal{{Kind: RefusedNoPrefix, Until: s.in.Now.Add(backoff)}}
+					continue
+				}
+				open := s.openSlots()
+				if err := s.apply(p); err != nil {
+					t.Fatalf("seed %d %+v %+v: %v: %v", seed, lim, cfg, p.Reason, err)
+				}
+				switch p.Action {
+				case Release, DeleteENI:
+					shrunk = true
+					lastShrink = p.Action.String() + " " + p.ENI + ": " + p.Reason
+				case Assign, CreateENI:
+					if open >= 1 && s.openSlots() < 1 {
+						t.Fatalf("seed %d %+v %+v: %v took the last open slot: %s", seed, lim, cfg, p.Action, p.Reason)
+					}
+					s.in.LastGrow = s.in.Now // as the daemon records it
+					if shrunk {
+						t.Errorf("seed %d %+v %+v: growth right after a release, no pod event between: %s\n  after %s", seed, lim, cfg, p.Reason, lastShrink)
+					}
+				}
+				s.startPending()
+			}
+			s.advance(time.Duration(1+r.IntN(20)) * time.Second)
+		}
+		if limit := int(2*time.Hour/(5*time.Minute)) + 8; attempts > limit {
+			t.Errorf("seed %d %+v %+v: %d /28 attempts in 2 h, want at most %d", seed, lim, cfg, attempts, limit)
+		}
+	}
+}

@@ -58,7 +58,8 @@ import (
 // per call: the surplus times how long it has been idle (since demand last
 // needed it, and since the last growth). It goes down to the lowest such
 // level, from one ENI per call. An ENI holding no address is deleted
-// ENIDeleteDelay after the last growth if reach holds without it; its room
+// ENIDeleteDelay after the last growth if low and reach hold without it
+// (counted with the margin of a refill that would need a new ENI); its room
 // costs one address (its own), and attaching it again five EC2 calls.
 //
 // The memory fades with time alone: the caller plans again every
@@ -503,7 +504,11 @@ func (s *state) adaptiveShrink(d demandTarget) (Plan, bool) {
 		if s.prefixes {
 			unit = PrefixAddresses
 		}
-		if s.pool.available >= d.low && s.pool.available+(roomSlots(s.in)-max(s.in.Limits.SlotsPerENI, 0))*unit >= d.reach {
+		// The targets as they would be without the ENI's room: a refill
+		// may then need a new ENI, which widens the margin.
+		room := roomSlots(s.in) - max(s.in.Limits.SlotsPerENI, 0)
+		without := demandOf(s.in, room, prefixMode(s.in), inUse(s.pool))
+		if s.pool.available >= without.low && s.pool.available+room*unit >= without.reach {
 			return Plan{Action: DeleteENI, ENI: e.ID, Reason: "ENI " + e.ID + " unneeded: no assigned or cooling address (" +
 				d.describe() + ", " + s.poolText() + ")"}, true
 		}

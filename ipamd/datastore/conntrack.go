@@ -16,7 +16,11 @@ import (
 // (FlushDue, Flushed), off the ADD path. An Assign that hands out an
 // address not flushed since (an ADD ahead of that dump, or
 // IP_COOLDOWN_PERIOD=0, which leaves no time to flush in) says so with
-// Assignment.Unflushed, and the caller flushes it before answering.
+// Assignment.Unflushed, and the caller flushes it before answering. An
+// unflushed address that leaves the node (released to the cloud, its ENI
+// deleted, gone from the cloud's view) is due at once: EC2 may give it to
+// another node or pod, and this node's entries would still send a
+// client's retransmissions to it.
 
 // SetConntrackFlush turns the bookkeeping on (the daemon, which flushes);
 // off, no address is ever unflushed. Set it before use.
@@ -34,6 +38,15 @@ func (s *Store) unflushedLocked(a *address) {
 	}
 	s.flushMark++
 	a.unflushed = s.flushMark
+}
+
+// forgetLocked drops addr, free, from the store; unflushed, it stays due
+// for a flush until Flushed covers its mark.
+func (s *Store) forgetLocked(addr netip.Addr, a *address) {
+	if a.unflushed != 0 {
+		s.gone[addr] = a.unflushed
+	}
+	delete(s.addrs, addr)
 }
 
 // MarkUnflushed marks addr, if the store knows it and no one holds it, as
@@ -57,8 +70,8 @@ func (s *Store) dueLocked(a *address, now time.Time) bool {
 	return a.unassignedAt.IsZero() || (s.cooldown > 0 && !s.coolingLocked(a, now))
 }
 
-// FlushDue returns the free addresses due for a conntrack flush at now
-// (sorted), the mark to give Flushed once they are flushed, and the
+// FlushDue returns the free addresses due for a conntrack flush at now,
+// and those that left the node unflushed (sorted), the mark to give Flushed once they are flushed, and the
 // earliest time another address becomes due (zero: none is cooling
 // unflushed).
 func (s *Store) FlushDue(now time.Time) (due []netip.Addr, mark uint64, next time.Time) {
@@ -74,6 +87,9 @@ func (s *Store) FlushDue(now time.Time) (due []netip.Addr, mark uint64, next tim
 			}
 		}
 	}
+	for addr := range s.gone {
+		due = append(due, addr)
+	}
 	slices.SortFunc(due, netip.Addr.Compare)
 	return due, s.flushMark, next
 }
@@ -87,6 +103,9 @@ func (s *Store) Flushed(addrs []netip.Addr, mark uint64) {
 	for _, addr := range addrs {
 		if a := s.addrs[addr]; a != nil && a.unflushed != 0 && a.unflushed <= mark {
 			a.unflushed = 0
+		}
+		if m, ok := s.gone[addr]; ok && m <= mark {
+			delete(s.gone, addr)
 		}
 	}
 	s.notifyLocked()

@@ -79,3 +79,43 @@ func TestConntrackFlushNoCooldown(t *testing.T) {
 		t.Errorf("c2 got %v unflushed %v, want %v unflushed", again.Address, again.Unflushed, a.Address)
 	}
 }
+
+// An unflushed address that leaves the node stays due until a flush covers
+// it: one released to the cloud before the background flush reached it
+// (right after its cooldown, or with no cooldown, where only a hand-out
+// flushes), and the free addresses of a deleted ENI. EC2 may hand such an
+// address to another pod while this node's entries still lead to it.
+func TestConntrackFlushOfAddressesLeavingTheNode(t *testing.T) {
+	for _, cooldown := range []time.Duration{0, time.Second} {
+		s := flushingNode(t, cooldown)
+		due, mark, _ := s.FlushDue(t0)
+		s.Flushed(due, mark)
+		a := mustAssign(t, s, "c1", t0)
+		s.Release(key("c1"), t0)
+		now := t0.Add(2 * time.Second)
+		slot := netip.PrefixFrom(a.Address, 32)
+		if got := s.MarkRelease("eni-a", []netip.Prefix{slot}, now); len(got) != 1 {
+			t.Fatalf("cooldown %v: MarkRelease of %v marked %v", cooldown, slot, got)
+		}
+		s.FinishRelease("eni-a", []netip.Prefix{slot}, true)
+		due, mark, _ = s.FlushDue(now)
+		if !slices.Equal(due, []netip.Addr{a.Address}) {
+			t.Fatalf("cooldown %v: due after releasing unflushed %v to the cloud: %v, want it", cooldown, a.Address, due)
+		}
+		s.Flushed(due, mark)
+		if due, _, _ := s.FlushDue(now); len(due) != 0 {
+			t.Errorf("cooldown %v: due after the flush: %v, want none", cooldown, due)
+		}
+	}
+	s := New(0)
+	s.SetConntrackFlush(true)
+	eniB := provider.ENI{ID: "eni-b", DeviceNumber: 1, PrimaryIP: netip.MustParseAddr("10.0.1.10"), SecondaryIPs: addrs("10.0.1.11")}
+	s.Sync([]provider.ENI{{ID: "eni-a", DeviceNumber: 0, PrimaryIP: netip.MustParseAddr("10.0.0.10")}, eniB}, t0)
+	if !s.MarkDelete("eni-b") {
+		t.Fatal("MarkDelete of an ENI holding no pod refused")
+	}
+	s.FinishDelete("eni-b", true)
+	if due, _, _ := s.FlushDue(t0); !slices.Equal(due, addrs("10.0.1.11")) {
+		t.Errorf("due after deleting an ENI whose address was never flushed: %v, want 10.0.1.11", due)
+	}
+}

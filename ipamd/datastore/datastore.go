@@ -103,6 +103,7 @@ type Store struct {
 	changed   chan struct{}           // closed (and replaced) when an address may have become free
 	flushing  bool                    // conntrack flush bookkeeping on (SetConntrackFlush)
 	flushMark uint64                  // last mark given to an unflushed address
+	gone      map[netip.Addr]uint64   // addresses that left the node unflushed, by their mark (see forgetLocked)
 }
 
 // New returns an empty store whose released addresses cool down for cooldown.
@@ -112,6 +113,7 @@ func New(cooldown time.Duration) *Store {
 		enis:     map[string]*ENI{},
 		addrs:    map[netip.Addr]*address{},
 		byKey:    map[api.Key]netip.Addr{},
+		gone:     map[netip.Addr]uint64{},
 		changed:  make(chan struct{}),
 	}
 }

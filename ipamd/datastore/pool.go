@@ -220,6 +220,7 @@ func (s *Store) addSlotLocked(eni string, slot netip.Prefix) {
 			a = &address{}
 			s.unflushedLocked(a) // a previous holder on this node may have left entries
 			s.addrs[addr] = a
+			delete(s.gone, addr) // flushed as a known address now
 		}
 		a.eni, a.slot = eni, slot
 	}
@@ -238,7 +239,7 @@ func (s *Store) dropSlotLocked(slot netip.Prefix, r *Repairs) {
 			r.KeptAssigned = append(r.KeptAssigned, addr)
 			continue
 		}
-		delete(s.addrs, addr)
+		s.forgetLocked(addr, a)
 	}
 }
 
@@ -318,7 +319,7 @@ func (s *Store) FinishRelease(eniID string, slots []netip.Prefix, done bool) {
 				continue
 			}
 			if done {
-				delete(s.addrs, addr)
+				s.forgetLocked(addr, a)
 			} else {
 				a.releasing = false
 			}
@@ -367,4 +368,5 @@ func (s *Store) FinishDelete(eniID string, done bool) {
 	var r Repairs
 	s.forgetENILocked(eniID, &r)
 	s.gen++
+	s.notifyLocked() // its unflushed addresses are due (forgetLocked)
 }

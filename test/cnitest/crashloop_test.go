@@ -101,7 +101,7 @@ func TestSandboxesDroppedWithoutDELAreReclaimed(t *testing.T) {
 	deadline = time.Now().Add(10 * time.Second)
 	for flowsOf(t, e, dropped[0].Address) != 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d conntrack entries still lead to %v, released by the daemon", flowsOf(t, e, dropped[0].Address), dropped[0].Address)
+			t.Fatalf("%d conntrack entries still lead to %v, released by the daemon; log:\n%s", flowsOf(t, e, dropped[0].Address), dropped[0].Address, d.log())
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

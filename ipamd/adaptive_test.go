@@ -2,6 +2,7 @@ package ipamd
 
 import (
 	"testing"
+	"time"
 
 	"github.com/vpcip/vpcip/ipamd/api"
 	"github.com/vpcip/vpcip/warmpool"
@@ -62,5 +63,25 @@ func TestAdaptiveDefault(t *testing.T) {
 	band := max(warmpool.MinBand, (st0.Capacity+1)/2) // less is not worth a release call
 	if st := n.status(); st.Assigned != 0 || st.Warm+st.Cooling >= band || st.ENIs != 1 {
 		t.Errorf("after the pods left: %+v; want fewer than %d addresses held on the primary ENI", st, band)
+	}
+}
+
+// A restarted daemon keeps the addresses the previous run grew for
+// ReleaseDelay, as after its own growth: it remembers no demand to judge
+// them by, and releasing them at once costs a call now and another when
+// the next pods come.
+func TestAdaptiveRestartKeepsThePool(t *testing.T) {
+	c := startCloud(t)
+	n := newNode(t, c, itypeSmall, map[string]string{"WARM_ENI_TARGET": "", "IP_COOLDOWN_PERIOD": "30"})
+	n.start()
+	st0 := n.status()
+	n.restart()
+	n.clock.Advance(warmpool.ReleaseDelay - time.Second)
+	n.cycle()
+	if st := n.status(); st.Warm != st0.Warm {
+		t.Errorf("%s after a restart: %d warm, want the %d held before it", warmpool.ReleaseDelay-time.Second, st.Warm, st0.Warm)
+	}
+	if got := c.Cloud.Faults().Calls("UnassignPrivateIpAddresses"); got != 0 {
+		t.Errorf("%d release calls after a restart of an idle node within ReleaseDelay; want 0", got)
 	}
 }

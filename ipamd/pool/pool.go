@@ -123,7 +123,17 @@ func New(o Options) (*Pool, error) {
 	if o.Stopping == nil {
 		o.Stopping = func() bool { return false }
 	}
-	return &Pool{o: o, strikes: map[warmpool.RefusalKind]int{}}, nil
+	pl := &Pool{o: o, strikes: map[warmpool.RefusalKind]int{}}
+	if o.Config.Adaptive {
+		// The adaptive policy judges surplus by the demand it remembers,
+		// and a start remembers none: the addresses the node holds were
+		// grown by the previous run. The start counts as their growth, so
+		// they are kept warmpool.ReleaseDelay and judged idle no longer
+		// than since the start (a restarted daemon released its primary
+		// ENI's addresses within a second, then assigned them again).
+		pl.lastGrow = o.Clock()
+	}
+	return pl, nil
 }
 
 // Cycle plans and executes pool actions until the pool is at target, a

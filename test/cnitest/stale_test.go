@@ -35,7 +35,7 @@ func TestStaleCheckpointYieldsToTheHost(t *testing.T) {
 	c3 := e.NewPod(t, "new")
 	e.MustAdd(t, c3)
 	if c3.Address != c1.Address {
-		t.Fatalf("setup: c3 got %v, want c1's %v", c3.Address, c1.Address)
+		t.Fatalf("setup: c3 got %v, want c1's %v; log:\n%s", c3.Address, c1.Address, d.log())
 	}
 	d.Stop(t)
 	if err := os.WriteFile(path, stale, 0o600); err != nil {

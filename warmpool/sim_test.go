@@ -94,6 +94,7 @@ func (s *sim) apply(p Plan) error {
 			if len(s.in.ENIs) >= lim.MaxENIs {
 				return fmt.Errorf("CreateENI with %d of %d ENIs", len(s.in.ENIs), lim.MaxENIs)
 			}
+			s.in.LastGrow = s.in.Now // as the daemon records it
 			id := fmt.Sprintf("eni-%02d", s.nextENI)
 			s.nextENI++
 			s.in.ENIs = append(s.in.ENIs, ENI{ID: id, Attached: s.in.Now, Slots: s.newSlots(p.Count, p.Prefixes)})
@@ -107,6 +108,7 @@ func (s *sim) apply(p Plan) error {
 			return fmt.Errorf("Assign %d on %s holding %d of %d slots", p.Count, e.ID, len(e.Slots), lim.SlotsPerENI)
 		}
 		e.Slots = append(e.Slots, s.newSlots(p.Count, p.Prefixes)...)
+		s.in.LastGrow = s.in.Now
 	case Release:
 		if err := s.checkReleaseDue(); err != nil {
 			return err

@@ -63,9 +63,14 @@ import (
 // costs one address (its own), and attaching it again five EC2 calls.
 //
 // The memory fades with time alone: the caller plans again every
-// VPCIP_POOL_INTERVAL, whatever Plan.Until says. The delays and memories
-// below are for the default release interval (30 s); a shorter
-// Config.ReleaseInterval shrinks them in proportion (tests and demos).
+// VPCIP_POOL_INTERVAL, whatever Plan.Until says. The windows, delays and
+// memories below (RateWindow, ChunkSpan, BurstMemory, ChunkMemory,
+// ReachMemory, ReleaseDelay, ENIDeleteDelay, DepartureQuiet, ReleaseWorth,
+// and History's minutes) are for the default release interval (30 s); a
+// shorter Config.ReleaseInterval shrinks them all in proportion (tests and
+// demos see the same behaviour compressed: 2 s makes a minute 4 s). The
+// cloud's latencies (AssignLatency, ENILatency) and a burst's spans
+// (BurstWindow, BurstOnset) stay: pods and EC2 are no faster in a demo.
 const (
 	// AssignLatency is how soon addresses asked of an attached ENI can be
 	// handed out: EC2 AssignPrivateIpAddresses (about 0.4 s) plus the pool
@@ -150,7 +155,8 @@ func demandOf(in Input, room int, prefixes bool, inUse int) demandTarget {
 	var d demandTarget
 	d.need = max(in.Pending, in.Demand.Unaddressed, 0)
 	h := in.Demand.History
-	d.rate = max(float64(h.within(in.Now, RateWindow))/RateWindow.Seconds(), float64(h.within(in.Now, BurstWindow))/BurstWindow.Seconds())
+	rateWindow := scaled(in, RateWindow)
+	d.rate = max(float64(h.within(in.Now, rateWindow))/rateWindow.Seconds(), float64(h.within(in.Now, BurstWindow))/BurstWindow.Seconds())
 	var typical int
 	d.burst, typical = h.bursts(in.Now, scaled(in, BurstMemory))
 	if h.within(in.Now, BurstOnset) >= BurstStart || d.need >= BurstStart {
@@ -176,7 +182,7 @@ func demandOf(in Input, room int, prefixes bool, inUse int) demandTarget {
 	d.low = d.need + d.ahead + d.margin
 	chunk := 0
 	if !prefixes {
-		byRate := ceilF(float64(h.within(in.Now, RateWindow)) / RateWindow.Seconds() * ChunkSpan.Seconds())
+		byRate := ceilF(float64(h.within(in.Now, rateWindow)) / rateWindow.Seconds() * scaled(in, ChunkSpan).Seconds())
 		// The ENI share only while pods come: no churn, no calls to save.
 		chunk = max(byRate, min(in.Limits.SlotsPerENI/ChunkShare, h.within(in.Now, scaled(in, ChunkMemory))))
 	}
@@ -196,16 +202,30 @@ func demandOf(in Input, room int, prefixes bool, inUse int) demandTarget {
 
 // History is what the adaptive policy remembers of a node's recent
 // demand: the arrivals (address requests) of the last ChunkMemory, and per
-// minute the largest burst and the most addresses in use, for BurstMemory.
-// The zero value is empty. It holds ChunkMemory's arrivals plus about 80
-// minutes; Record and Observe are amortized O(1). The caller keeps it:
-// Record at each address request, Observe with each snapshot it plans
-// with, and passes it in Input.Demand.
+// minute the largest burst and the most addresses in use, for BurstMemory
+// (both, and the minute, in the time scale of the Config it was made for).
+// The zero value is empty, for the default time scale; NewHistory makes
+// one for a Config. It holds ChunkMemory's arrivals plus about 80 minutes;
+// Record and Observe are amortized O(1). The caller keeps it: Record at
+// each address request, Observe with each snapshot it plans with, and
+// passes it in Input.Demand with the same Config.
 type History struct {
 	recent []time.Time // within ChunkMemory of the last Record, oldest first
 	peaks  []peak      // per minute, oldest first, within BurstMemory
 	seen   bool        // an arrival was recorded
 	fresh  bool        // an arrival was recorded since the last Observe
+	scale  float64     // timeScale of its Config; 0: 1
+}
+
+// NewHistory returns an empty History in c's time scale (see scaled).
+func NewHistory(c Config) History { return History{scale: c.timeScale()} }
+
+// span is d in the history's time scale.
+func (h History) span(d time.Duration) time.Duration {
+	if h.scale <= 0 || h.scale >= 1 {
+		return d
+	}
+	return time.Duration(float64(d) * h.scale)
 }
 
 type peak struct {
@@ -218,7 +238,7 @@ type peak struct {
 // the updated history; the receiver's storage may be reused.
 func (h History) Record(t time.Time) History {
 	cut := 0
-	for cut < len(h.recent) && t.Sub(h.recent[cut]) > ChunkMemory {
+	for cut < len(h.recent) && t.Sub(h.recent[cut]) > h.span(ChunkMemory) {
 		cut++
 	}
 	h.recent = append(h.recent[cut:], t)
@@ -255,12 +275,12 @@ func (h History) Snapshot() History {
 // minute makes t's minute the last entry of peaks and drops the ones older
 // than BurstMemory.
 func (h History) minute(t time.Time) History {
-	m := t.Truncate(time.Minute)
+	m := t.Truncate(h.span(time.Minute))
 	if n := len(h.peaks); n == 0 || h.peaks[n-1].minute.Before(m) {
 		h.peaks = append(h.peaks, peak{minute: m})
 	}
 	cut := 0
-	for cut < len(h.peaks)-1 && t.Sub(h.peaks[cut].minute) > BurstMemory {
+	for cut < len(h.peaks)-1 && t.Sub(h.peaks[cut].minute) > h.span(BurstMemory) {
 		cut++
 	}
 	h.peaks = h.peaks[cut:]
@@ -276,7 +296,7 @@ func (h History) minute(t time.Time) History {
 // rest of it while idle is shorter; else as long again as idle (a pattern
 // broken, or none).
 func (h History) idleAhead(now time.Time, level int, since time.Duration) time.Duration {
-	idle := BurstMemory
+	idle := h.span(BurstMemory)
 	if len(h.peaks) > 0 {
 		idle = max(now.Sub(h.peaks[0].minute), 0)
 	}
@@ -289,7 +309,7 @@ func (h History) idleAhead(now time.Time, level int, since time.Duration) time.D
 		if !last.IsZero() && p.minute.After(last) {
 			gaps = append(gaps, p.minute.Sub(last))
 		}
-		last = p.minute.Add(time.Minute)
+		last = p.minute.Add(h.span(time.Minute))
 	}
 	if !last.IsZero() {
 		idle = max(now.Sub(last), 0)
@@ -357,14 +377,22 @@ func (h History) bursts(now time.Time, memory time.Duration) (largest, typical i
 }
 
 // scaled is d in the time scale of Config.ReleaseInterval: the adaptive
-// policy's delays and memories are for the default 30 s interval and
-// shrink with a shorter one (tests and demos), never grow.
+// policy's windows, delays and memories are for the default 30 s interval
+// and shrink with a shorter one (tests and demos), never grow.
 func scaled(in Input, d time.Duration) time.Duration {
-	iv := in.Config.ReleaseInterval
-	if iv <= 0 || iv >= DefaultReleaseInterval {
-		return d
+	if f := in.Config.timeScale(); f < 1 {
+		return time.Duration(float64(d) * f)
 	}
-	return time.Duration(float64(d) * float64(iv) / float64(DefaultReleaseInterval))
+	return d
+}
+
+// timeScale is Config.ReleaseInterval over DefaultReleaseInterval, at most
+// 1 (unset: 1).
+func (c Config) timeScale() float64 {
+	if c.ReleaseInterval <= 0 || c.ReleaseInterval >= DefaultReleaseInterval {
+		return 1
+	}
+	return float64(c.ReleaseInterval) / float64(DefaultReleaseInterval)
 }
 
 func ceilF(x float64) int { return int(math.Ceil(x - 1e-9)) }
@@ -448,7 +476,7 @@ func (s *state) adaptiveReach(d demandTarget) (Plan, bool) {
 	// Addresses with it only if the arrival rate will take them soon (a
 	// node filling): a fourth call to fill it later is then saved; in
 	// secondary-IP mode it is then filled whole.
-	n := min(ceilDiv(max(ceilF(d.rate*ChunkSpan.Seconds())-s.pool.available, 0), unit), lim.SlotsPerENI)
+	n := min(ceilDiv(max(ceilF(d.rate*scaled(s.in, ChunkSpan).Seconds())-s.pool.available, 0), unit), lim.SlotsPerENI)
 	if n > 0 && !s.prefixes {
 		n = lim.SlotsPerENI
 	}

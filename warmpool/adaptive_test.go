@@ -131,7 +131,7 @@ func replay(t *testing.T, s *sim, events []podEvent, end time.Time) []Plan {
 		}
 		// The daemon plans again at least every VPCIP_POOL_INTERVAL: the
 		// policy's memory of arrivals fades without any event.
-		next = minTime(next, s.in.Now.Add(10*time.Second))
+		next = minTime(next, s.in.Now.Add(scaled(s.in, 10*time.Second)))
 		s.advance(max(next.Sub(s.in.Now), time.Millisecond))
 		s.startPending()
 	}
@@ -246,5 +246,47 @@ func TestIdleAhead(t *testing.T) {
 	}
 	if got, want := once.idleAhead(now, 10, 5*time.Minute), 5*time.Minute; got != want {
 		t.Errorf("once, grown 5 minutes ago: %v; want %v", got, want)
+	}
+}
+
+// TestAdaptiveTimeScale: with a release interval 15 times shorter (the
+// demo's 2 s) and pods coming and going 15 times sooner, the pool gives
+// back a burst's addresses 15 times sooner, give or take the cloud's
+// latencies, which stay: every window and memory of the policy shrinks
+// with the interval (before, RateWindow and the per-minute peaks did not,
+// and the demo saw no release for two minutes after its scale-down).
+func TestAdaptiveTimeScale(t *testing.T) {
+	givenBack := func(f float64) time.Duration {
+		at := func(d time.Duration) time.Time { return t0.Add(time.Duration(float64(d) * f)) }
+		cfg := Config{Adaptive: true, ReleaseInterval: time.Duration(float64(DefaultReleaseInterval) * f)}
+		s := newSim(m5xlarge, cfg)
+		s.in.Demand.History = NewHistory(cfg)
+		s.cooldown = time.Duration(float64(s.cooldown) * f)
+		var ev []podEvent
+		for i := range 10 {
+			ev = append(ev, podEvent{at(time.Duration(i) * 30 * time.Second), 1})
+		}
+		burst, leave := at(20*time.Minute), at(25*time.Minute)
+		for i := range 30 { // 30 pods within 3 s, at any scale
+			ev = append(ev, podEvent{burst.Add(time.Duration(i) * 100 * time.Millisecond), 1})
+		}
+		for i := range 30 {
+			ev = append(ev, podEvent{leave.Add(time.Duration(i) * 100 * time.Millisecond), -1})
+		}
+		var last time.Duration // the last release within 15 minutes (scaled) of the departures
+		for _, p := range replay(t, s, ev, at(3*time.Hour)) {
+			if (p.Action == Release || p.Action == DeleteENI) && p.Until.After(leave) && !p.Until.After(leave.Add(at(15*time.Minute).Sub(t0))) {
+				last = p.Until.Sub(leave)
+			}
+		}
+		if last == 0 {
+			t.Fatalf("scale %v: no release after the burst left", f)
+		}
+		return last
+	}
+	full, short := givenBack(1), givenBack(1.0/15)
+	t.Logf("burst given back %v after it left at 30 s, %v at 2 s", full, short)
+	if want := full/15 + ENILatency; short > want {
+		t.Errorf("with a 2 s release interval the burst's addresses went back %v after it left; want at most %v (%v/15 and the cloud's latency)", short, want, full)
 	}
 }

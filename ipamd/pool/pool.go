@@ -123,7 +123,7 @@ func New(o Options) (*Pool, error) {
 	if o.Stopping == nil {
 		o.Stopping = func() bool { return false }
 	}
-	pl := &Pool{o: o, strikes: map[warmpool.RefusalKind]int{}}
+	pl := &Pool{o: o, strikes: map[warmpool.RefusalKind]int{}, history: warmpool.NewHistory(o.Config)}
 	if o.Config.Adaptive {
 		// The adaptive policy judges surplus by the demand it remembers,
 		// and a start remembers none: the addresses the node holds were

@@ -15,11 +15,17 @@ import (
 // The bound relaxes the pool's constraints, so no real pool does better.
 // What the pool holds is a sequence of pieces, each a number of addresses h
 // and of attached ENIs E, held over a span of the curve:
-//   - h is never below the demand (no pod waits: an address is free at each
-//     ADD; cooling addresses are neither handed out nor released), and is
-//     held as whole slots on E ENIs (E × slotsPerENI slots at most);
-//   - idle is the slots' addresses not in use plus the primary address of
-//     each ENI beyond the first;
+//   - h is never below the demand, Level.InUse (no pod waits: an address is
+//     free at each ADD; cooling addresses are neither handed out nor
+//     released), and is held as whole slots on E ENIs (E × slotsPerENI
+//     slots at most);
+//   - idle is, as in Result.IdleHours, what is held and not assigned to a
+//     pod (Level.Assigned): the slots' free and cooling addresses, plus the
+//     primary address of each ENI beyond the first. At every instant a
+//     piece holds at least what Result.FloorHours counts (the in-use
+//     addresses in whole slots, and the primary addresses of the ENIs
+//     they need), so the bound is never below that floor on the same
+//     curve;
 //   - going from one piece to the next costs, at least: 3 calls per ENI
 //     created (CreateNetworkInterface, AttachNetworkInterface,
 //     ModifyNetworkInterfaceAttribute; its addresses come with it, and any
@@ -35,7 +41,7 @@ func MinIdleHours(levels []Level, end time.Time, calls, unit, slotsPerENI, maxEN
 	// Segments from the first demand on: before it, holding nothing is
 	// free and takes no call.
 	var at []time.Time
-	var u []int
+	var u, a []int // in use (held at least), assigned (not idle)
 	for _, l := range levels {
 		if len(u) == 0 && l.InUse == 0 {
 			continue
@@ -43,15 +49,15 @@ func MinIdleHours(levels []Level, end time.Time, calls, unit, slotsPerENI, maxEN
 		if !l.At.Before(end) {
 			break
 		}
-		if len(u) > 0 && u[len(u)-1] == l.InUse {
+		if len(u) > 0 && u[len(u)-1] == l.InUse && a[len(a)-1] == l.Assigned {
 			continue
 		}
 		if len(at) > 0 && at[len(at)-1].Equal(l.At) {
-			u[len(u)-1] = l.InUse
+			u[len(u)-1], a[len(a)-1] = l.InUse, l.Assigned
 			continue
 		}
 		at = append(at, l.At)
-		u = append(u, l.InUse)
+		u, a = append(u, l.InUse), append(a, l.Assigned)
 	}
 	m := len(u)
 	if m == 0 {
@@ -62,10 +68,10 @@ func MinIdleHours(levels []Level, end time.Time, calls, unit, slotsPerENI, maxEN
 	}
 	at = append(at, end)
 	dur := make([]float64, m)
-	demand, top := 0.0, 0 // ∫ demand in address-hours; the most demanded
+	assigned, top := 0.0, 0 // ∫ assigned in address-hours; the most in use
 	for i := range m {
 		dur[i] = at[i+1].Sub(at[i]).Hours()
-		demand += float64(u[i]) * dur[i]
+		assigned += float64(a[i]) * dur[i]
 		top = max(top, u[i])
 	}
 	slotsOf := func(h int) int { return (h + unit - 1) / unit }
@@ -161,5 +167,5 @@ func MinIdleHours(levels []Level, end time.Time, calls, unit, slotsPerENI, maxEN
 	if low == inf {
 		return inf, true
 	}
-	return max(low-demand, 0), true
+	return max(low-assigned, 0), true
 }

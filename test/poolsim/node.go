@@ -101,16 +101,16 @@ type Result struct {
 	// need. A pool that never made a pod wait holds at least this.
 	FloorHours [2]float64
 	// Levels is the run's demand curve: from each Level's At until the
-	// next one's, Level.InUse addresses were assigned or cooling (for
-	// MinIdleHours).
+	// next one's, Level.InUse addresses were assigned or cooling, of them
+	// Level.Assigned assigned (for MinIdleHours).
 	Levels []Level
 }
 
-// Level is the demand on a node from At on: addresses assigned to pods or
-// in their cooldown.
+// Level is the demand on a node from At on.
 type Level struct {
-	At    time.Time
-	InUse int
+	At       time.Time
+	InUse    int // addresses assigned to pods or in their cooldown
+	Assigned int // addresses assigned to pods (IdleHours counts the rest as idle)
 }
 
 // P returns the q-quantile (0..1) of the waits, in seconds; 0 without waits.
@@ -230,11 +230,12 @@ func (n *node) account() {
 		n.floorNow[m] = slots*unit + enis - 1 - n.assigned
 	}
 	n.res.MaxENIs = max(n.res.MaxENIs, n.cloud.ENICount())
-	if u, l := n.assigned+n.cooling, len(n.res.Levels); l == 0 || n.res.Levels[l-1].InUse != u {
+	lv, l := Level{At: now, InUse: n.assigned + n.cooling, Assigned: n.assigned}, len(n.res.Levels)
+	if l == 0 || n.res.Levels[l-1].InUse != lv.InUse || n.res.Levels[l-1].Assigned != lv.Assigned {
 		if l > 0 && n.res.Levels[l-1].At.Equal(now) {
-			n.res.Levels[l-1].InUse = u
+			n.res.Levels[l-1] = lv
 		} else {
-			n.res.Levels = append(n.res.Levels, Level{At: now, InUse: u})
+			n.res.Levels = append(n.res.Levels, lv)
 		}
 	}
 }

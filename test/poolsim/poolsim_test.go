@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -122,7 +123,7 @@ func TestTracesAreBoundedAndSeeded(t *testing.T) {
 // with large ENIs: 5 addresses for an hour, then 10 for an hour.
 func TestMinIdleHours(t *testing.T) {
 	at := func(h float64) time.Time { return Epoch.Add(time.Duration(h * float64(time.Hour))) }
-	levels := []Level{{Epoch, 0}, {at(0), 5}, {at(1), 10}}
+	levels := []Level{{At: Epoch}, {At: at(0), InUse: 5, Assigned: 5}, {At: at(1), InUse: 10, Assigned: 10}}
 	end := at(2)
 	for _, tc := range []struct {
 		name                  string
@@ -183,5 +184,43 @@ func TestSandboxLagAndWatch(t *testing.T) {
 	}
 	if len(w.seen) == 0 || w.seen[0] != time.Minute+WatchDelay || w.seen[len(w.seen)-1] >= w.assign[0] {
 		t.Errorf("cycles seeing the bound pod at %v; want from 1m%v, before its ADD at %v", w.seen, WatchDelay, w.assign[0])
+	}
+}
+
+// TestMinIdleHoursNotBelowTheFloor: on random curves with pods in their
+// cooldown, in both modes, the bound is never below the floor of the same
+// curve (Result.FloorHours: the in-use addresses in whole slots and the
+// primary addresses of the ENIs they need, less those assigned). Both
+// count cooling addresses as idle, as Result.IdleHours does; before, the
+// bound did not, and bench-pool printed it below the floor on four rows.
+func TestMinIdleHoursNotBelowTheFloor(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	const slotsENI, maxENIs = 14, 4
+	for trial := range 40 {
+		unit := []int{1, 16}[trial%2]
+		var levels []Level
+		at := Epoch
+		assigned, cooling := 0, 0
+		for range 30 {
+			assigned = max(0, min(assigned+r.IntN(11)-5, 50))
+			cooling = r.IntN(6)
+			levels = append(levels, Level{At: at, InUse: assigned + cooling, Assigned: assigned})
+			at = at.Add(time.Duration(1+r.IntN(20)) * time.Minute)
+		}
+		end := at
+		floor := 0.0
+		for i, l := range levels {
+			until := end
+			if i+1 < len(levels) {
+				until = levels[i+1].At
+			}
+			slots := (l.InUse + unit - 1) / unit
+			enis := max((slots+slotsENI-1)/slotsENI, 1)
+			floor += float64(slots*unit+enis-1-l.Assigned) * until.Sub(l.At).Hours()
+		}
+		got, ok := MinIdleHours(levels, end, 60, unit, slotsENI, maxENIs, 1e9)
+		if !ok || got < floor-1e-9 {
+			t.Errorf("trial %d, unit %d: bound %.3f (ok %v) below the floor %.3f", trial, unit, got, ok, floor)
+		}
 	}
 }

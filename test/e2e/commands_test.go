@@ -25,7 +25,7 @@ func TestDemoCommand(t *testing.T) {
 		t.Fatalf("demo: %v\n%s", err, out)
 	}
 	for _, want := range []string{"pod-to-pod traffic", ": ok", "the outside host saw source", "vpcipctl capacity",
-		"as EC2 sees it", "removed every netns, link and process", "done in"} {
+		"settled", "as EC2 sees it", "removed every netns, link and process", "done in"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("demo output lacks %q:\n%s", want, out)
 		}

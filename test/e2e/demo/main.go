@@ -23,6 +23,7 @@ import (
 
 	"github.com/vpcip/vpcip/test/e2e/cluster"
 	"github.com/vpcip/vpcip/test/vpcsim/podruntime"
+	"github.com/vpcip/vpcip/warmpool"
 )
 
 func main() {
@@ -56,7 +57,16 @@ func main() {
 // a 30 s release interval (the adaptive policy's delays and memories shrink
 // with it, here 15-fold) and a 1 minute ENI minimum age.
 var demoEnv = []string{"IP_COOLDOWN_PERIOD=5",
-	"VPCIP_RELEASE_INTERVAL=2s", "VPCIP_ENI_MIN_AGE=5s", "VPCIP_POOL_INTERVAL=1s"}
+	"VPCIP_RELEASE_INTERVAL=" + releaseInterval.String(), "VPCIP_ENI_MIN_AGE=5s", "VPCIP_POOL_INTERVAL=1s"}
+
+// releaseInterval is the demo's VPCIP_RELEASE_INTERVAL.
+const releaseInterval = 2 * time.Second
+
+// settleQuiet is how long EC2's view of the nodes must stay unchanged, with
+// nothing cooling, for the pool to count as settled: the adaptive policy's
+// ReleaseDelay and DepartureQuiet at the demo's time scale (16 s), the
+// least it waits after pods came or left before a release.
+var settleQuiet = (warmpool.ReleaseDelay + warmpool.DepartureQuiet) / (warmpool.DefaultReleaseInterval / releaseInterval)
 
 func step(format string, args ...any) {
 	fmt.Printf("==> "+format+"\n", args...)
@@ -136,11 +146,15 @@ func run(ctx context.Context, bin string, nodes, npods int, itype, prefix string
 		return err
 	}
 	step("waiting for the pool to settle: the default pool gives idle surplus back once that saves enough idle address-time to be worth an EC2 call, and keeps an emptied ENI attached without addresses for the next burst (WARM_ENI_TARGET=1 would delete it)")
-	if err := waitSettled(ctx, c, 60*time.Second); err != nil {
+	deletedAt := time.Now()
+	settled, err := waitSettled(ctx, c, settleQuiet, 90*time.Second)
+	if err != nil {
 		if ctx.Err() != nil {
 			return err
 		}
 		fmt.Println("    " + err.Error())
+	} else {
+		fmt.Printf("    settled %.0f s after the deletion (nothing changed for the next %s)\n", settled.Sub(deletedAt).Seconds(), settleQuiet)
 	}
 	after := cloudView(c)
 	for _, n := range c.Nodes {
@@ -318,8 +332,9 @@ func cloudView(c *cluster.Cluster) map[string]string {
 }
 
 // waitSettled waits until no node has addresses cooling and EC2's view of
-// every node has not changed for 3 s.
-func waitSettled(ctx context.Context, c *cluster.Cluster, timeout time.Duration) error {
+// every node has not changed for quiet, and returns when the view last
+// changed (or cooling last ended).
+func waitSettled(ctx context.Context, c *cluster.Cluster, quiet, timeout time.Duration) (time.Time, error) {
 	deadline := time.Now().Add(timeout)
 	last, since := "", time.Now()
 	for time.Now().Before(deadline) {
@@ -328,20 +343,20 @@ func waitSettled(ctx context.Context, c *cluster.Cluster, timeout time.Duration)
 		for _, n := range c.Nodes {
 			st, err := n.Client().Status(ctx)
 			if err != nil {
-				return err
+				return since, err
 			}
 			cooling += st.Cooling
 		}
 		if view != last || cooling > 0 {
 			last, since = view, time.Now()
-		} else if time.Since(since) >= 3*time.Second {
-			return nil
+		} else if time.Since(since) >= quiet {
+			return since, nil
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return since, ctx.Err()
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
-	return fmt.Errorf("pool still changing after %s", timeout)
+	return since, fmt.Errorf("pool still changing after %s", timeout)
 }

@@ -57,9 +57,9 @@ type Row struct {
 	Err     error
 	// Bound is poolsim.MinIdleHours on the reference default's demand
 	// curve with its count of calls: the least idle address-hours of any
-	// pool that waits no more than the reference default (which waited for
-	// no address) and calls no more. NaN: not computed (the reference
-	// made pods wait, or the curve is too long).
+	// pool that makes no pod wait and calls no more. It is computed only
+	// where the reference default made no pod wait; NaN: not computed (the
+	// reference made pods wait, or the work would exceed boundWork).
 	Bound float64
 }
 

@@ -120,7 +120,7 @@ type Config struct {
 	MinimumIPTarget  int           // MINIMUM_IP_TARGET: floor on total addresses (assigned + free + cooling)
 	WarmPrefixTarget int           // WARM_PREFIX_TARGET: whole free /28 prefixes to keep (prefix mode, default 1)
 	PrefixDelegation bool          // ENABLE_PREFIX_DELEGATION: assign /28 prefixes instead of single addresses
-	ReleaseInterval  time.Duration // at most one release per interval (default 30 s)
+	ReleaseInterval  time.Duration // at most one release per interval (default 30 s); shorter, it also scales the adaptive policy's windows (see adaptive.go)
 	ENIMinAge        time.Duration // an ENI younger than this is not deleted (default 1 minute)
 	// Adaptive selects vpcip's default policy, sized by demand (see
 	// Demand and the constants of adaptive.go). It is what the daemon runs

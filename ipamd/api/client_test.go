@@ -29,9 +29,9 @@ func serve(t *testing.T, handler http.Handler) string {
 	return sock
 }
 
-// serveRaw answers every connection with answer after reading the request
-// headers, then closes it.
-func serveRaw(t *testing.T, answer string) string {
+// serveConns runs handle on its own goroutine for every connection to a
+// unix socket in a temp dir, and returns the socket path.
+func serveConns(t *testing.T, handle func(c net.Conn)) string {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "r.sock")
 	l, err := net.Listen("unix", sock)
@@ -45,39 +45,32 @@ func serveRaw(t *testing.T, answer string) string {
 			if err != nil {
 				return
 			}
-			buf := make([]byte, 4096)
-			_, _ = c.Read(buf)
-			_, _ = io.WriteString(c, answer)
-			c.Close()
+			go func() {
+				defer c.Close()
+				handle(c)
+			}()
 		}
 	}()
 	return sock
 }
 
+// serveRaw answers every connection with answer after reading the request
+// headers, then closes it.
+func serveRaw(t *testing.T, answer string) string {
+	return serveConns(t, func(c net.Conn) {
+		buf := make([]byte, 4096)
+		_, _ = c.Read(buf)
+		_, _ = io.WriteString(c, answer)
+	})
+}
+
 // serveStalled answers every connection with the start of an answer, then
 // sends nothing more until the client closes.
 func serveStalled(t *testing.T, start string) string {
-	t.Helper()
-	sock := filepath.Join(t.TempDir(), "st.sock")
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				_, _ = io.WriteString(c, start)
-				_, _ = io.Copy(io.Discard, c)
-			}()
-		}
-	}()
-	return sock
+	return serveConns(t, func(c net.Conn) {
+		_, _ = io.WriteString(c, start)
+		_, _ = io.Copy(io.Discard, c)
+	})
 }
 
 func TestClientAssignRoundTrip(t *testing.T) {

@@ -45,8 +45,9 @@ func withAliases(v Var, aliases ...string) Var {
 	return v
 }
 
-// Vars lists every variable, in parse order (a row may depend on rows above
-// it, as WARM_PREFIX_TARGET's default does on ENABLE_PREFIX_DELEGATION).
+// Vars lists every variable, in parse order (a row's reader may use rows
+// above it, as VPCIP_PLUGIN_LOG_LEVEL's default is the daemon's
+// level).
 var Vars = []Var{
 	// Warm pool.
 	setting("WARM_ENI_TARGET", "3", func(c *Config) *int { return &c.WarmENITarget }, count(0), showTarget),

@@ -128,7 +128,8 @@ func run(ctx context.Context, bin string, nodes, npods int, itype, prefix string
 	before := cloudView(c)
 	step("deleting half the pods")
 	// Per node, the pods on the highest device numbers go: scale-down then
-	// empties an ENI, which the pool detaches and deletes.
+	// empties an ENI, whose addresses the pool gives back while it keeps the
+	// ENI attached (README, "The default warm pool").
 	kept := slices.Clone(pods)
 	slices.SortStableFunc(kept, func(a, b placed) int { return deviceOf(c, b) - deviceOf(c, a) })
 	deleted := map[*cluster.Node]int{}

@@ -198,13 +198,41 @@ func (s *apiServer) adopt(key api.Key, pod api.Pod, hostVeth string) (datastore.
 }
 
 // GC releases every assignment of req.Network not listed in req.Valid and
-// older than VPCIP_GC_GRACE (CNI spec 1.1 §GC).
+// older than VPCIP_GC_GRACE (CNI spec 1.1 §GC): the one-step /v1/gc.
 func (s *apiServer) GC(req api.GCRequest) (api.GCResponse, error) {
+	return s.gcRelease(req, s.store.GC(req.Network, gcValid(req), s.cfg.GCGrace, s.now()))
+}
+
+// GCPlan lists what GC would release now and releases nothing
+// (/v1/gc/plan): the plugin removes their host state first.
+func (s *apiServer) GCPlan(req api.GCRequest) (api.GCResponse, error) {
+	out := api.GCResponse{Version: api.Version, Released: []api.Assignment{}}
+	for _, a := range s.store.Stale(req.Network, gcValid(req), s.cfg.GCGrace, s.now()) {
+		out.Released = append(out.Released, s.wire(a))
+	}
+	return out, nil
+}
+
+// GCRelease releases the stale assignments req.Release names, each while
+// its key still holds the listed address (/v1/gc/release).
+func (s *apiServer) GCRelease(req api.GCRequest) (api.GCResponse, error) {
+	only := make(map[api.Key]netip.Addr, len(req.Release))
+	for _, t := range req.Release {
+		only[t.Key] = t.Address
+	}
+	return s.gcRelease(req, s.store.GCOnly(req.Network, gcValid(req), s.cfg.GCGrace, s.now(), only))
+}
+
+func gcValid(req api.GCRequest) map[api.Key]bool {
 	valid := make(map[api.Key]bool, len(req.Valid))
 	for _, k := range req.Valid {
 		valid[k] = true
 	}
-	released := s.store.GC(req.Network, valid, s.cfg.GCGrace, s.now())
+	return valid
+}
+
+// gcRelease records and answers what a GC released.
+func (s *apiServer) gcRelease(req api.GCRequest, released []datastore.Assignment) (api.GCResponse, error) {
 	out := api.GCResponse{Version: api.Version, Released: []api.Assignment{}}
 	for _, a := range released {
 		out.Released = append(out.Released, s.wire(a))

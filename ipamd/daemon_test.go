@@ -280,3 +280,41 @@ func TestENILimitMessageNamesMaxENI(t *testing.T) {
 		t.Fatalf("ADD beyond MAX_ENI: %v, want an ENI-limit refusal naming MAX_ENI", err)
 	}
 }
+
+// TestGCPlanAndRelease: over the socket, /v1/gc/plan lists the stale
+// assignment and releases nothing; /v1/gc/release releases it only under
+// the address the plan gave; a release naming nothing releases nothing.
+func TestGCPlanAndRelease(t *testing.T) {
+	c := startCloud(t)
+	n := newNode(t, c, itypeSmall, map[string]string{"VPCIP_GC_GRACE": "30s"})
+	n.start()
+	ctx := context.Background()
+	live, stale := n.mustAdd("live"), n.mustAdd("stale")
+	n.clock.Advance(31 * time.Second)
+	req := api.GCRequest{Network: "vpcip", Valid: []api.Key{live.Key}}
+	plan, err := n.client.GCPlan(ctx, req)
+	if err != nil {
+		t.Fatalf("GCPlan: %v", err)
+	}
+	if len(plan.Released) != 1 || plan.Released[0].Key != stale.Key || plan.Released[0].Address != stale.Address {
+		t.Fatalf("GCPlan = %+v, want only %s (%v)", plan.Released, stale.Key, stale.Address)
+	}
+	for _, r := range [][]api.GCTarget{nil, {{Key: stale.Key, Address: live.Address}}} {
+		req.Release = r
+		resp, err := n.client.GCRelease(ctx, req)
+		if err != nil || len(resp.Released) != 0 {
+			t.Errorf("GCRelease(%v) = %+v, %v; want nothing released", r, resp.Released, err)
+		}
+	}
+	if got := len(n.d.store.Assignments()); got != 2 {
+		t.Fatalf("%d assignments after the plan and the empty or mismatched releases, want 2", got)
+	}
+	req.Release = []api.GCTarget{{Key: stale.Key, Address: stale.Address}, {Key: live.Key, Address: live.Address}}
+	resp, err := n.client.GCRelease(ctx, req)
+	if err != nil || len(resp.Released) != 1 || resp.Released[0].Key != stale.Key {
+		t.Fatalf("GCRelease = %+v, %v; want %s released (and the valid %s kept)", resp.Released, err, stale.Key, live.Key)
+	}
+	if _, ok := n.d.store.Get(live.Key); !ok {
+		t.Errorf("GCRelease released the valid %s", live.Key)
+	}
+}

@@ -48,6 +48,22 @@ func (s *apiServer) handler() http.Handler {
 		resp, err := s.GC(req)
 		reply(w, resp, err)
 	})
+	mux.HandleFunc("POST /v1/gc/plan", func(w http.ResponseWriter, r *http.Request) {
+		var req api.GCRequest
+		if !decode(w, r, &req, func() error { return checkGC(req) }) {
+			return
+		}
+		resp, err := s.GCPlan(req)
+		reply(w, resp, err)
+	})
+	mux.HandleFunc("POST /v1/gc/release", func(w http.ResponseWriter, r *http.Request) {
+		var req api.GCRequest
+		if !decode(w, r, &req, func() error { return checkGC(req) }) {
+			return
+		}
+		resp, err := s.GCRelease(req)
+		reply(w, resp, err)
+	})
 	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, s.view.status(), nil)
 	})
@@ -119,6 +135,11 @@ func checkGC(req api.GCRequest) error {
 	for _, k := range req.Valid {
 		if k.Network != req.Network {
 			return fmt.Errorf("GC of network %q lists attachment %q of another network", req.Network, k.String())
+		}
+	}
+	for _, t := range req.Release {
+		if t.Key.Network != req.Network {
+			return fmt.Errorf("GC of network %q would release attachment %q of another network", req.Network, t.Key.String())
 		}
 	}
 	return nil

@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -12,9 +13,17 @@ import (
 )
 
 // GC is CNI GC (spec 1.1 §GC): it hands the runtime's valid attachments
-// (cni.dev/valid-attachments, or cni.dev/attachments) for this network to vpcipd, which releases
-// every other assignment of the network, and removes the host routes, rules
-// and veths of what was released. A config without the list is an error
+// (cni.dev/valid-attachments, or cni.dev/attachments) for this network to
+// vpcipd, which lists every other assignment of the network past its grace
+// period (/v1/gc/plan); it removes the host veth, route and rules of each
+// while its key still holds the address, then has vpcipd release those
+// (/v1/gc/release). Released first, an address could go to the next pod
+// before its old rules went, and their removal by address would take the
+// new pod's (B13). An attachment whose host state could not be removed
+// stays held for the next GC, and the GC fails (code 999) naming it.
+//
+// A vpcipd that predates the plan gets the one-step GC (/v1/gc: release,
+// then removal), as before. A config without the list is an error
 // (code 7) rather than "nothing is valid".
 func (p *Plugin) GC(args *skel.CmdArgs) error {
 	in, err := start("GC", args, true)
@@ -25,26 +34,66 @@ func (p *Plugin) GC(args *skel.CmdArgs) error {
 	if !in.conf.HasValidAttachments {
 		return invalidConfig("cni.dev/valid-attachments", "missing; GC needs the runtime's list of valid attachments")
 	}
-	valid := make([]api.Key, 0, len(in.conf.ValidAttachments))
+	req := api.GCRequest{Network: in.conf.Name, Valid: make([]api.Key, 0, len(in.conf.ValidAttachments))}
 	for _, a := range in.conf.ValidAttachments {
-		valid = append(valid, api.Key{Network: in.conf.Name, ContainerID: a.ContainerID, IfName: a.IfName})
+		req.Valid = append(req.Valid, api.Key{Network: in.conf.Name, ContainerID: a.ContainerID, IfName: a.IfName})
 	}
 	ctx, cancel := in.ctx(in.conf.Timeouts.GC)
 	defer cancel()
-	resp, err := in.client.GC(ctx, api.GCRequest{Network: in.conf.Name, Valid: valid})
+	plan, err := in.client.GCPlan(ctx, req)
+	if errors.Is(err, api.ErrNoEndpoint) {
+		in.log.Warn("vpcipd predates the GC plan; releasing before removing host state", "error", err)
+		return in.gcOneStep(ctx, req)
+	}
+	if err != nil {
+		return daemonError("gc plan", api.Key{Network: in.conf.Name}, err)
+	}
+	var errs []error
+	for _, asg := range plan.Released {
+		if err := removeHostSide(in, asg.Address, asg.Key, in.gcVeth(asg)); err != nil {
+			errs = append(errs, fmt.Errorf("%s (%v) kept for the next GC: %w", asg.Key, asg.Address, err))
+			continue
+		}
+		req.Release = append(req.Release, api.GCTarget{Key: asg.Key, Address: asg.Address})
+	}
+	released := 0
+	if len(req.Release) > 0 {
+		resp, err := in.client.GCRelease(ctx, req)
+		if err != nil {
+			// Host state is gone; the addresses stay held until the next GC.
+			return daemonError("gc release", api.Key{Network: in.conf.Name}, err)
+		}
+		released = len(resp.Released)
+	}
+	in.log.Info("gc", "valid", len(req.Valid), "stale", len(plan.Released), "released", released)
+	if err := errors.Join(errs...); err != nil {
+		return types.NewError(types.ErrInternal, fmt.Sprintf("GC released %d of %d stale attachments; could not remove the host state of the others: %v",
+			released, len(plan.Released), err), "")
+	}
+	return nil
+}
+
+// gcOneStep is the GC of a vpcipd without /v1/gc/plan: it releases every
+// stale attachment, then removes their host state.
+func (in *invocation) gcOneStep(ctx context.Context, req api.GCRequest) error {
+	resp, err := in.client.GC(ctx, req)
 	if err != nil {
 		return daemonError("gc", api.Key{Network: in.conf.Name}, err)
 	}
 	var errs []error
 	for _, asg := range resp.Released {
-		veth := datapath.HostVethName(in.conf.VethPrefix, asg.Pod.Namespace, asg.Pod.Name, asg.Key.ContainerID)
-		if err := removeHostSide(in, asg.Address, asg.Key, veth); err != nil {
+		if err := removeHostSide(in, asg.Address, asg.Key, in.gcVeth(asg)); err != nil {
 			errs = append(errs, fmt.Errorf("%s (%v): %w", asg.Key, asg.Address, err))
 		}
 	}
-	in.log.Info("gc", "valid", len(valid), "released", len(resp.Released))
+	in.log.Info("gc", "valid", len(req.Valid), "released", len(resp.Released))
 	if err := errors.Join(errs...); err != nil {
 		return types.NewError(types.ErrInternal, fmt.Sprintf("GC released %d attachments but could not remove all host state: %v", len(resp.Released), err), "")
 	}
 	return nil
+}
+
+// gcVeth is the host veth name the plugin gave asg's attachment at ADD.
+func (in *invocation) gcVeth(asg api.Assignment) string {
+	return datapath.HostVethName(in.conf.VethPrefix, asg.Pod.Namespace, asg.Pod.Name, asg.Key.ContainerID)
 }

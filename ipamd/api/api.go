@@ -8,11 +8,13 @@
 //
 // Endpoints (all JSON bodies):
 //
-//	POST /v1/assign   AssignRequest  → Assignment
-//	POST /v1/release  ReleaseRequest → ReleaseResponse
-//	POST /v1/check    CheckRequest   → Assignment
-//	POST /v1/gc       GCRequest      → GCResponse
-//	GET  /v1/status                  → Status
+//	POST /v1/assign      AssignRequest  → Assignment
+//	POST /v1/release     ReleaseRequest → ReleaseResponse
+//	POST /v1/check       CheckRequest   → Assignment
+//	POST /v1/gc          GCRequest      → GCResponse
+//	POST /v1/gc/plan     GCRequest      → GCResponse (lists, releases nothing)
+//	POST /v1/gc/release  GCRequest      → GCResponse (releases GCRequest.Release)
+//	GET  /v1/status                     → Status
 //
 // A failed call answers a non-2xx status with an Error body whose Code is
 // machine-readable: 400 CodeInvalid, 404 CodeNotFound, 503 CodeNoAddress or
@@ -101,16 +103,43 @@ type CheckRequest struct {
 }
 
 // GCRequest carries the runtime's valid attachments for one network
-// (CNI spec 1.1 §GC, cni.dev/valid-attachments). Every other assignment of
-// that network is released once it is older than the daemon's grace period.
+// (CNI spec 1.1 §GC, cni.dev/valid-attachments). An assignment of that
+// network not listed and older than the daemon's grace period
+// (VPCIP_GC_GRACE) is stale.
+//
+// A GC takes two steps, so that a released address keeps nothing in the
+// node netns that could catch the traffic of the next pod given it (B13):
+// /v1/gc/plan lists the stale assignments and releases nothing; the plugin
+// removes the host veth, route and policy rules of each while its key
+// still holds the address (no other pod can have it yet); /v1/gc/release
+// then releases those whose removal succeeded, named in Release. The rest
+// stay held, and stale, for the next GC.
+//
+// /v1/gc releases every stale assignment at once (the one step of plugins
+// that predate the plan; Release is ignored). A plugin that finds no
+// /v1/gc/plan (a daemon that predates it answers 404, see ErrNoEndpoint)
+// falls back to it: an older daemon, which would ignore an unknown field,
+// is never sent a request it could take as "release now".
 type GCRequest struct {
 	Version string `json:"version"`
 	Network string `json:"network"`
 	Valid   []Key  `json:"valid"`
+	// Release (for /v1/gc/release only) names the stale assignments to
+	// release, each by key and the address the plan gave it: one whose key
+	// holds another address now, or that is no longer stale, is left
+	// alone. Empty: nothing is released.
+	Release []GCTarget `json:"release,omitempty"`
 }
 
-// GCResponse lists the assignments released by a GC, so the plugin can remove
-// their host routes and rules.
+// GCTarget is one assignment a /v1/gc/release names: a key and the
+// address a /v1/gc/plan said it held.
+type GCTarget struct {
+	Key     Key        `json:"key"`
+	Address netip.Addr `json:"address"`
+}
+
+// GCResponse lists the assignments a GC released (/v1/gc, /v1/gc/release)
+// or would release now (/v1/gc/plan), by address.
 type GCResponse struct {
 	Version  string       `json:"version"`
 	Released []Assignment `json:"released"`

@@ -23,6 +23,10 @@ const DefaultSocket = "/run/vpcip/ipamd.sock"
 // connection refused, timeout): the plugin answers CNI error 11.
 var ErrUnreachable = errors.New("vpcipd unreachable")
 
+// ErrNoEndpoint wraps the *Error of a daemon that does not serve the path
+// asked (HTTP 404 without CodeNotFound): one older than the call.
+var ErrNoEndpoint = errors.New("vpcipd has no such endpoint")
+
 // Client calls vpcipd over its unix socket, one connection per call. It
 // speaks HTTP/1.0 (RFC 1945) itself instead of going through net/http: the
 // plugin is a new process for every CNI call, and linking net/http (with
@@ -72,11 +76,32 @@ func (c *Client) Check(ctx context.Context, req CheckRequest) (Assignment, error
 	return out, err
 }
 
-// GC releases every assignment of req.Network not listed in req.Valid.
+// GC releases every stale assignment of req.Network at once (one-step GC,
+// see GCRequest).
 func (c *Client) GC(ctx context.Context, req GCRequest) (GCResponse, error) {
 	req.Version = Version
 	var out GCResponse
 	err := c.do(ctx, "POST", "/v1/gc", req, &out)
+	return out, err
+}
+
+// GCPlan lists the stale assignments of req.Network (GCResponse.Released)
+// and releases nothing. A daemon that predates it answers an error
+// wrapping ErrNoEndpoint.
+func (c *Client) GCPlan(ctx context.Context, req GCRequest) (GCResponse, error) {
+	req.Version = Version
+	var out GCResponse
+	err := c.do(ctx, "POST", "/v1/gc/plan", req, &out)
+	return out, err
+}
+
+// GCRelease releases the stale assignments req.Release names and returns
+// those it released. A daemon that predates it answers an error wrapping
+// ErrNoEndpoint, having released nothing.
+func (c *Client) GCRelease(ctx context.Context, req GCRequest) (GCResponse, error) {
+	req.Version = Version
+	var out GCResponse
+	err := c.do(ctx, "POST", "/v1/gc/release", req, &out)
 	return out, err
 }
 
@@ -119,8 +144,11 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 	if status/100 != 2 {
 		e := &Error{}
 		if jerr := json.Unmarshal(data, e); jerr != nil || e.Code == "" {
-			return &Error{Version: Version, Code: CodeInternal,
+			e = &Error{Version: Version, Code: CodeInternal,
 				Message: fmt.Sprintf("vpcipd answered %s %s: HTTP %d: %.200s", method, path, status, bytes.TrimSpace(data))}
+		}
+		if status == 404 && e.Code != CodeNotFound {
+			return fmt.Errorf("%w: %w", ErrNoEndpoint, e)
 		}
 		return e
 	}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/netip"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -240,5 +241,24 @@ func TestClientCancel(t *testing.T) {
 	_, err := NewClient(sock, time.Minute).Check(ctx, CheckRequest{Key: Key{Network: "n", ContainerID: "c", IfName: "eth0"}})
 	if !errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), "canceled") {
 		t.Fatalf("err = %v, want ErrUnreachable mentioning the cancellation", err)
+	}
+}
+
+// TestClientNoEndpoint: a 404 that is not CodeNotFound (a daemon that does
+// not serve the path) wraps ErrNoEndpoint and keeps the daemon's *Error; a
+// CHECK's not-found does not.
+func TestClientNoEndpoint(t *testing.T) {
+	body := `{"version":"v1","code":"invalid-request","message":"vpcipd: no endpoint POST /v1/gc/plan (see package ipamd/api)"}`
+	sock := serveRaw(t, "HTTP/1.0 404 Not Found\r\nContent-Type: application/json\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"+body)
+	_, err := NewClient(sock, time.Second).GCPlan(context.Background(), GCRequest{Network: "vpcip"})
+	var e *Error
+	if !errors.Is(err, ErrNoEndpoint) || !errors.As(err, &e) || e.Code != CodeInvalid {
+		t.Errorf("GCPlan from a daemon without it: %v, want ErrNoEndpoint wrapping invalid-request", err)
+	}
+	body = `{"version":"v1","code":"not-found","message":"vpcipd holds no address for vpcip/c/eth0"}`
+	sock = serveRaw(t, "HTTP/1.0 404 Not Found\r\nContent-Type: application/json\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"+body)
+	_, err = NewClient(sock, time.Second).Check(context.Background(), CheckRequest{Key: Key{Network: "vpcip", ContainerID: "c", IfName: "eth0"}})
+	if errors.Is(err, ErrNoEndpoint) || !errors.As(err, &e) || e.Code != CodeNotFound {
+		t.Errorf("Check of an unknown key: %v, want not-found without ErrNoEndpoint", err)
 	}
 }

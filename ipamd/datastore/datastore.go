@@ -334,12 +334,41 @@ func (s *Store) Holder(addr netip.Addr) (Assignment, bool) {
 // spared). Recovered assignments have no network and are left to the host
 // route check. It returns what it released.
 func (s *Store) GC(network string, valid map[api.Key]bool, grace time.Duration, now time.Time) []Assignment {
+	return s.gc(network, valid, grace, now, nil, true)
+}
+
+// Stale returns what GC would release at now, releasing nothing.
+func (s *Store) Stale(network string, valid map[api.Key]bool, grace time.Duration, now time.Time) []Assignment {
+	return s.gc(network, valid, grace, now, nil, false)
+}
+
+// GCOnly is GC limited to the keys of only, each while it still holds the
+// address only gives it (what a Stale listed and whose host state the
+// plugin has removed since): a key now holding another address, or no
+// longer stale, is left alone.
+func (s *Store) GCOnly(network string, valid map[api.Key]bool, grace time.Duration, now time.Time, only map[api.Key]netip.Addr) []Assignment {
+	if only == nil {
+		only = map[api.Key]netip.Addr{}
+	}
+	return s.gc(network, valid, grace, now, only, true)
+}
+
+// gc lists (release false) or releases the stale assignments of network,
+// among only's when only is not nil.
+func (s *Store) gc(network string, valid map[api.Key]bool, grace time.Duration, now time.Time, only map[api.Key]netip.Addr, release bool) []Assignment {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []Assignment
 	for key, addr := range s.byKey {
 		o := s.addrs[addr].owner
 		if key.Network != network || valid[key] || o.Recovered || now.Sub(o.AssignedAt) < grace {
+			continue
+		}
+		if want, listed := only[key]; only != nil && (!listed || want != addr) {
+			continue
+		}
+		if !release {
+			out = append(out, s.assignmentLocked(addr, s.addrs[addr]))
 			continue
 		}
 		a, _ := s.releaseLocked(key, now)

@@ -273,3 +273,45 @@ func TestPrefixSlotsExpandAndPack(t *testing.T) {
 		t.Errorf("snapshot %+v, want first /28 full and one in the second", snap)
 	}
 }
+
+// TestGCInTwoSteps: Stale lists what GC would release and releases
+// nothing; GCOnly releases only the listed keys still holding the listed
+// address and still stale; an empty list releases nothing.
+func TestGCInTwoSteps(t *testing.T) {
+	s := node(t, 0)
+	a1 := mustAssign(t, s, "c1", t0)
+	a2 := mustAssign(t, s, "c2", t0)
+	mustAssign(t, s, "young", t0.Add(50*time.Second))
+	now := t0.Add(70 * time.Second)
+	none := map[api.Key]bool{}
+	stale := s.Stale("vpcip", none, time.Minute, now)
+	if len(stale) != 2 || stale[0].Key != key("c1") || stale[1].Key != key("c2") {
+		t.Fatalf("Stale = %v, want c1 and c2", stale)
+	}
+	if len(s.Assignments()) != 3 {
+		t.Fatalf("Stale released something: %v", s.Assignments())
+	}
+	if got := s.GCOnly("vpcip", none, time.Minute, now, map[api.Key]netip.Addr{}); len(got) != 0 {
+		t.Errorf("GCOnly with an empty list released %v", got)
+	}
+	if got := s.GCOnly("vpcip", none, time.Minute, now, nil); len(got) != 0 {
+		t.Errorf("GCOnly with no list released %v", got)
+	}
+	only := map[api.Key]netip.Addr{key("c1"): a2.Address, key("c2"): a2.Address, key("young"): mustGet(t, s, "young").Address}
+	got := s.GCOnly("vpcip", none, time.Minute, now, only)
+	if len(got) != 1 || got[0].Key != key("c2") {
+		t.Errorf("GCOnly = %v, want c2 only (c1 holds another address, young is within grace)", got)
+	}
+	if _, ok := s.Get(key("c1")); !ok {
+		t.Errorf("GCOnly released c1 (%v), listed with another address", a1.Address)
+	}
+}
+
+func mustGet(t *testing.T, s *Store, c string) Assignment {
+	t.Helper()
+	a, ok := s.Get(key(c))
+	if !ok {
+		t.Fatalf("no assignment for %s", c)
+	}
+	return a
+}

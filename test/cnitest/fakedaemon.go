@@ -37,6 +37,7 @@ type FakeAddress struct {
 // for plugin-contract tests that need control the real daemon does not give
 // (readiness, exhaustion). Assign is idempotent per key; GC releases at once
 // (no grace period); released addresses go to the back of the free list.
+// Releases by GC run the release hooks too, once per key.
 // It is a test double of vpcipd's protocol only: the suite also runs against
 // the real vpcipd on vpcsim.
 type FakeDaemon struct {
@@ -49,6 +50,9 @@ type FakeDaemon struct {
 	ready bool
 	calls map[string]int
 	srv   *http.Server
+	// noGCPlan makes it answer /v1/gc/plan and /v1/gc/release as a daemon
+	// that predates them does (404, no endpoint).
+	noGCPlan bool
 	// beforeAssign runs before each assign is served, outside mu (a test's
 	// way to act while an ADD waits for its address).
 	beforeAssign func(api.AssignRequest)
@@ -83,6 +87,15 @@ func (d *FakeDaemon) AfterRelease(fn func(api.ReleaseRequest)) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.afterRelease = fn
+}
+
+// WithoutGCPlan makes the double a daemon that predates the two-step GC:
+// /v1/gc/plan and /v1/gc/release answer 404 (no endpoint), /v1/gc
+// releases at once.
+func (d *FakeDaemon) WithoutGCPlan() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.noGCPlan = true
 }
 
 // FakePool returns n addresses alternating between the primary ENI
@@ -171,6 +184,8 @@ func (d *FakeDaemon) Start(t testing.TB) {
 	mux.HandleFunc("POST /v1/release", d.handle(d.release))
 	mux.HandleFunc("POST /v1/check", d.handle(d.check))
 	mux.HandleFunc("POST /v1/gc", d.handle(d.gc))
+	mux.HandleFunc("POST /v1/gc/plan", d.handle(d.gcPlan))
+	mux.HandleFunc("POST /v1/gc/release", d.handle(d.gcRelease))
 	mux.HandleFunc("GET /v1/status", d.handle(d.status))
 	d.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go d.srv.Serve(ln)
@@ -195,25 +210,55 @@ func (d *FakeDaemon) handle(fn handlerFunc) http.HandlerFunc {
 		body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 		d.mu.Lock()
 		hook, before, after := d.beforeAssign, d.beforeRelease, d.afterRelease
+		old := d.noGCPlan && (r.URL.Path == "/v1/gc/plan" || r.URL.Path == "/v1/gc/release")
 		d.mu.Unlock()
+		if old {
+			// As vpcipd's catch-all answers a path it does not serve.
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusNotFound)
+			_ = json.NewEncoder(w).Encode(&api.Error{Version: api.Version, Code: api.CodeInvalid,
+				Message: "vpcipd: no endpoint POST " + r.URL.Path + " (see package ipamd/api)"})
+			return
+		}
 		if hook != nil && r.URL.Path == "/v1/assign" {
 			var req api.AssignRequest
 			_ = json.Unmarshal(body, &req)
 			hook(req)
 		}
-		var rel api.ReleaseRequest
-		if r.URL.Path == "/v1/release" {
+		// The releases this call may make, for the hooks: a DEL's, or
+		// every key a GC would release.
+		var rels []api.ReleaseRequest
+		switch r.URL.Path {
+		case "/v1/release":
+			var rel api.ReleaseRequest
 			_ = json.Unmarshal(body, &rel)
+			rels = append(rels, rel)
+		case "/v1/gc", "/v1/gc/release":
+			d.mu.Lock()
+			for _, k := range d.gcKeys(r.URL.Path, body) {
+				rels = append(rels, api.ReleaseRequest{Version: api.Version, Key: k})
+			}
+			d.mu.Unlock()
 		}
-		if before != nil && r.URL.Path == "/v1/release" {
-			before(rel)
+		if before != nil {
+			for _, rel := range rels {
+				before(rel)
+			}
 		}
 		d.mu.Lock()
 		d.calls[r.URL.Path]++
 		out, aerr := fn(body)
 		d.mu.Unlock()
-		if after != nil && r.URL.Path == "/v1/release" && aerr == nil {
-			after(rel)
+		if gc, ok := out.(api.GCResponse); ok && r.URL.Path != "/v1/release" {
+			rels = rels[:0]
+			for _, a := range gc.Released {
+				rels = append(rels, api.ReleaseRequest{Version: api.Version, Key: a.Key})
+			}
+		}
+		if after != nil && aerr == nil {
+			for _, rel := range rels {
+				after(rel)
+			}
 		}
 		w.Header().Set("Content-Type", "application/json")
 		if aerr != nil {
@@ -312,20 +357,80 @@ func (d *FakeDaemon) check(body []byte) (any, *api.Error) {
 	return a, nil
 }
 
+// gcKeys returns the keys a /v1/gc or /v1/gc/release body would release
+// now (none for a malformed one). Caller holds d.mu.
+func (d *FakeDaemon) gcKeys(path string, body []byte) []api.Key {
+	var req api.GCRequest
+	if json.Unmarshal(body, &req) != nil || (path == "/v1/gc/release" && (d.noGCPlan || req.Release == nil)) {
+		return nil
+	}
+	var out []api.Key
+	for _, a := range d.staleLocked(req) {
+		out = append(out, a.Key)
+	}
+	return out
+}
+
+// staleLocked is what a GC of req releases: every assignment of its
+// network not listed valid; for /v1/gc/release (req.Release given) only
+// the listed ones still holding the listed address.
+func (d *FakeDaemon) staleLocked(req api.GCRequest) []api.Assignment {
+	valid := map[api.Key]bool{}
+	for _, k := range req.Valid {
+		valid[k] = true
+	}
+	only := map[api.Key]netip.Addr{}
+	for _, t := range req.Release {
+		only[t.Key] = t.Address
+	}
+	var out []api.Assignment
+	for k, a := range d.held {
+		if k.Network != req.Network || valid[k] {
+			continue
+		}
+		if req.Release != nil && only[k] != a.Address {
+			continue
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
 func (d *FakeDaemon) gc(body []byte) (any, *api.Error) {
 	var req api.GCRequest
 	if e := decode(body, &req); e != nil {
 		return nil, e
 	}
-	valid := map[api.Key]bool{}
-	for _, k := range req.Valid {
-		valid[k] = true
+	req.Release = nil // /v1/gc releases every stale assignment
+	out := api.GCResponse{Version: api.Version, Released: []api.Assignment{}}
+	for _, a := range d.staleLocked(req) {
+		out.Released = append(out.Released, *d.releaseLocked(a.Key))
+	}
+	return out, nil
+}
+
+func (d *FakeDaemon) gcPlan(body []byte) (any, *api.Error) {
+	var req api.GCRequest
+	if e := decode(body, &req); e != nil {
+		return nil, e
+	}
+	req.Release = nil
+	out := api.GCResponse{Version: api.Version, Released: []api.Assignment{}}
+	out.Released = append(out.Released, d.staleLocked(req)...)
+	return out, nil
+}
+
+func (d *FakeDaemon) gcRelease(body []byte) (any, *api.Error) {
+	var req api.GCRequest
+	if e := decode(body, &req); e != nil {
+		return nil, e
+	}
+	if req.Release == nil {
+		req.Release = []api.GCTarget{} // nothing listed: nothing released
 	}
 	out := api.GCResponse{Version: api.Version, Released: []api.Assignment{}}
-	for k := range d.held {
-		if k.Network == req.Network && !valid[k] {
-			out.Released = append(out.Released, *d.releaseLocked(k))
-		}
+	for _, a := range d.staleLocked(req) {
+		out.Released = append(out.Released, *d.releaseLocked(a.Key))
 	}
 	return out, nil
 }

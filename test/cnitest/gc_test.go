@@ -1,0 +1,212 @@
+package cnitest
+
+import (
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/containernetworking/cni/pkg/types"
+	"github.com/vpcip/vpcip/ipamd/api"
+)
+
+// hostState is what the node netns holds of one attachment.
+type hostState struct {
+	veth  bool
+	route bool
+	rules []string
+}
+
+func (h hostState) empty() bool { return !h.veth && !h.route && len(h.rules) == 0 }
+
+func hostStateOf(t testing.TB, e *Env, p *Pod) hostState {
+	_, veth := linkNamed(t, e.Node.Name, e.HostVeth(p))
+	_, route := HostRoute(t, e.Node.Name, p.Address)
+	return hostState{veth: veth, route: route, rules: PodRules(t, e.Node.Name, p.Address)}
+}
+
+// lostPod ADDs a pod whose result the runtime then loses (its own cache
+// dir): libcni's GC has no cached attachment to DEL for it, so only the
+// plugin's GC can release it.
+func lostPod(t *testing.T, e *Env, name string) *Pod {
+	t.Helper()
+	lost := *e
+	lost.CacheDir = t.TempDir()
+	p := lost.NewPod(t, name)
+	lost.MustAdd(t, p)
+	return p
+}
+
+// dropSandbox removes p's sandbox without a DEL, as a runtime that lost it
+// does: its netns goes, and its host veth and route with it (deleted here
+// rather than left to the kernel's asynchronous netns teardown); the
+// policy rules stay.
+func dropSandbox(t *testing.T, e *Env, p *Pod) {
+	t.Helper()
+	DeleteNetns(p.NetnsName)
+	_ = exec.Command("ip", "-n", e.Node.Name, "link", "del", e.HostVeth(p)).Run() // gone already: fine
+	if got := hostStateOf(t, e, p); got.veth || got.route || len(got.rules) != 2 {
+		t.Fatalf("setup: host state of the dropped sandbox %+v, want its 2 rules only", got)
+	}
+}
+
+// TestGCRemovesHostStateBeforeRelease: GC removes a stale attachment's
+// host veth, route and policy rules before its release reaches the daemon,
+// whether its sandbox netns is still there or already gone (veth and route
+// went with it, the rules stay). Removed after the release, they could be
+// those of the next pod given the address (B13).
+func TestGCRemovesHostStateBeforeRelease(t *testing.T) {
+	RequireRoot(t)
+	for _, sandboxGone := range []bool{false, true} {
+		name := "netns kept"
+		if sandboxGone {
+			name = "netns gone"
+		}
+		t.Run(name, func(t *testing.T) {
+			e, d := fakeEnv(t, secondaryENIPool())
+			e.Chain = false
+			stale := lostPod(t, e, "stale")
+			if got := hostStateOf(t, e, stale); !got.route || len(got.rules) != 2 {
+				t.Fatalf("setup: host state of the stale pod %+v, want a route and 2 rules", got)
+			}
+			if sandboxGone {
+				dropSandbox(t, e, stale)
+			}
+			var mu sync.Mutex
+			var atRelease *hostState
+			d.BeforeRelease(func(r api.ReleaseRequest) {
+				if r.Key != e.key(stale) {
+					return
+				}
+				h := hostStateOf(t, e, stale)
+				mu.Lock()
+				defer mu.Unlock()
+				atRelease = &h
+			})
+			if err := e.GC(t); err != nil {
+				t.Fatalf("GC: %v", err)
+			}
+			d.BeforeRelease(nil)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case atRelease == nil:
+				t.Errorf("GC did not release %s", e.key(stale))
+			case !atRelease.empty():
+				t.Errorf("host state of %v when its release reached the daemon: %+v, want none", stale.Address, *atRelease)
+			}
+			if _, held := d.Held()[e.key(stale)]; held {
+				t.Errorf("GC left %v held", stale.Address)
+			}
+			AssertHostSideGone(t, e, stale, stale.Address)
+			AssertNodeClean(t, e)
+		})
+	}
+}
+
+// TestGCAddressGoesToAnotherPodAtOnce: the address GC releases is handed
+// to another pod the moment the daemon records it, and that pod is wired
+// before the GC has its answer: the GC must not touch the address after
+// releasing it, so the other pod keeps its route and both rules.
+func TestGCAddressGoesToAnotherPodAtOnce(t *testing.T) {
+	RequireRoot(t)
+	e, d := fakeEnv(t, secondaryENIPool())
+	e.Chain = false
+	stale := lostPod(t, e, "stale") // .10
+	keep := e.NewPod(t, "keep")     // .11
+	e.MustAdd(t, keep)
+	dropSandbox(t, e, stale)
+	next := e.NewPod(t, "next")
+	var nextErr error
+	added := false
+	d.AfterRelease(func(r api.ReleaseRequest) {
+		if r.Key == e.key(stale) {
+			nextErr, added = e.Add(t, next), true
+		}
+	})
+	if err := e.GC(t, keep); err != nil {
+		t.Fatalf("GC: %v", err)
+	}
+	d.AfterRelease(nil)
+	if !added || nextErr != nil {
+		t.Fatalf("ADD of the next pod as the GC's release was recorded: added %v, %v", added, nextErr)
+	}
+	if next.Address != stale.Address {
+		t.Fatalf("setup: the next pod got %v, want the released %v", next.Address, stale.Address)
+	}
+	for _, p := range []*Pod{keep, next} {
+		a := mustHeld(t, e, p)
+		AssertPodWired(t, e, p, a.RouteTable, mtuOf(e, a))
+	}
+	mustDel(t, e, next)
+	mustDel(t, e, keep)
+	AssertNodeClean(t, e)
+}
+
+// TestGCKeepsWhatItCouldNotClean: a stale attachment whose host state GC
+// cannot remove (here its route leads to a non-veth link named as its
+// host veth, a bridge the plugin refuses to delete) stays held, and the GC
+// fails (code 999) naming it; the other stale attachment is released. The
+// next GC, once the link is gone, releases it.
+func TestGCKeepsWhatItCouldNotClean(t *testing.T) {
+	RequireRoot(t)
+	e, d := fakeEnv(t, secondaryENIPool())
+	e.Chain = false
+	stuck, other := lostPod(t, e, "stuck"), lostPod(t, e, "other")
+	dropSandbox(t, e, stuck)
+	veth := e.HostVeth(stuck)
+	ipCmd(t, "-n", e.Node.Name, "link", "add", veth, "type", "bridge")
+	ipCmd(t, "-n", e.Node.Name, "link", "set", veth, "up")
+	ipCmd(t, "-n", e.Node.Name, "route", "replace", stuck.Address.String()+"/32", "dev", veth, "scope", "link")
+	err := e.GC(t)
+	if CNICode(err) != types.ErrInternal || !strings.Contains(err.Error(), e.key(stuck).String()) {
+		t.Errorf("GC with host state it cannot remove: %v (code %d), want code 999 naming %s", err, CNICode(err), e.key(stuck))
+	}
+	held := d.Held()
+	if _, ok := held[e.key(stuck)]; !ok {
+		t.Errorf("GC released %v though its host state could not be removed", stuck.Address)
+	}
+	if _, ok := held[e.key(other)]; ok {
+		t.Errorf("GC kept %v, whose host state it removed", other.Address)
+	}
+	AssertHostSideGone(t, e, other, other.Address)
+	ipCmd(t, "-n", e.Node.Name, "link", "del", veth)
+	if err := e.GC(t); err != nil {
+		t.Fatalf("second GC: %v", err)
+	}
+	if _, ok := d.Held()[e.key(stuck)]; ok {
+		t.Errorf("second GC left %v held", stuck.Address)
+	}
+	AssertNodeClean(t, e)
+}
+
+// TestGCWithADaemonWithoutPlan: against a daemon that predates
+// /v1/gc/plan, GC still releases the stale attachment (in one step, as
+// before) and removes its host state.
+func TestGCWithADaemonWithoutPlan(t *testing.T) {
+	RequireRoot(t)
+	e, d := fakeEnv(t, secondaryENIPool())
+	e.Chain = false
+	d.WithoutGCPlan()
+	stale := lostPod(t, e, "stale")
+	keep := e.NewPod(t, "keep")
+	e.MustAdd(t, keep)
+	if err := e.GC(t, keep); err != nil {
+		t.Fatalf("GC: %v", err)
+	}
+	if _, held := d.Held()[e.key(stale)]; held {
+		t.Errorf("GC left %v held", stale.Address)
+	}
+	if got := d.Calls("/v1/gc"); got != 1 {
+		t.Errorf("one-step GC calls: %d, want 1", got)
+	}
+	AssertHostSideGone(t, e, stale, stale.Address)
+	a := mustHeld(t, e, keep)
+	AssertPodWired(t, e, keep, a.RouteTable, mtuOf(e, a))
+	if rs := PodRules(t, e.Node.Name, keep.Address); !slices.Equal(rs, WantRules(keep.Address, a.RouteTable)) {
+		t.Errorf("rules of the valid pod: %v", rs)
+	}
+	mustDel(t, e, keep)
+	AssertNodeClean(t, e)
+}

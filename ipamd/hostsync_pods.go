@@ -46,23 +46,32 @@ func (h *hostSync) removeStaleRules(byAddr map[netip.Addr]string) {
 }
 
 // releaseRouteless releases assignments whose pod route has been gone on two
-// checks in a row (see checkPods) and removes their pods' policy rules. It
-// runs on the worker goroutine, which alone touches noRoute: no lock is held,
-// least of all across the netlink calls.
+// checks in a row (see checkPods), after removing their pods' policy rules:
+// the pod went without a DEL, its veth and host route went with its netns,
+// but the plugin's rules stay in the node netns. They go first, while the
+// address is still held, so no ADD can have been given it and its new
+// rules cannot be the ones removed (B13); a removal that fails keeps the
+// address held, and the next check tries again. (Its conntrack entries are
+// flushed before the address is reused.) It runs on the worker goroutine,
+// which alone touches noRoute: no lock is held, least of all across the
+// netlink calls.
 func (h *hostSync) releaseRouteless(byAddr map[netip.Addr]string, now time.Time) {
 	assigned := h.store.Assignments()
 	gone := h.confirmGone(h.routeless(assigned, byAddr, now), assigned, byAddr)
 	for _, a := range gone {
+		if cur, ok := h.store.Get(a.Key); !ok || cur.Address != a.Address {
+			delete(h.noRoute, a.Key) // released meanwhile (a late DEL)
+			continue
+		}
+		rules, err := h.host.RemovePodRules(a.Address)
+		if err != nil {
+			h.log.Error("removing the pod rules of an address whose pod route is gone failed; kept held, tried again at the next check",
+				"key", a.Key.String(), "address", a.Address, "err", err)
+			continue
+		}
 		delete(h.noRoute, a.Key)
-		if _, ok := h.store.Release(a.Key, now); ok {
+		if _, ok := h.store.ReleaseHeld(a.Key, a.Address, now); ok {
 			h.metrics.repaired("released_no_route", 1)
-			// The pod went without a DEL: its veth and host route went with
-			// its netns, but the plugin's rules stay in the node netns (its
-			// conntrack entries are flushed before the address is reused).
-			rules, err := h.host.RemovePodRules(a.Address)
-			if err != nil {
-				h.log.Error("removing the released address's pod rules failed", "address", a.Address, "err", err)
-			}
 			h.log.Warn("released an address whose pod route is gone", "key", a.Key.String(), "address", a.Address, "rulesRemoved", rules)
 		}
 	}

@@ -1,6 +1,7 @@
 package ipamd
 
 import (
+	"errors"
 	"log/slog"
 	"net/netip"
 	"slices"
@@ -97,5 +98,53 @@ func TestReleaseRoutelessHoldsNoLock(t *testing.T) {
 	}
 	if host.blocked {
 		t.Error("a lock was held while the host removed pod rules")
+	}
+}
+
+// orderProbeHost is memHost whose RemovePodRules records whether the
+// address was still held when its rules went, and fails while fail is set.
+type orderProbeHost struct {
+	*memHost
+	store        *datastore.Store
+	heldAtRemove []bool
+	fail         bool
+}
+
+func (h *orderProbeHost) RemovePodRules(a netip.Addr) (int, error) {
+	_, held := h.store.Holder(a)
+	h.heldAtRemove = append(h.heldAtRemove, held)
+	if h.fail {
+		return 0, errors.New("netlink: operation not permitted")
+	}
+	return h.memHost.RemovePodRules(a)
+}
+
+// TestReleaseRoutelessRemovesRulesFirst: the pod rules of an address whose
+// pod went without a DEL go while the address is still held, so no ADD can
+// have been given it (B13); a removal that fails keeps the address held,
+// and the next check removes and releases it.
+func TestReleaseRoutelessRemovesRulesFirst(t *testing.T) {
+	store := datastore.New(0)
+	now := time.Now()
+	store.Sync([]provider.ENI{testENI}, now)
+	k := api.Key{Network: "vpcip", ContainerID: "c1", IfName: "eth0"}
+	if _, _, err := store.Assign(k, api.Pod{Namespace: "default", Name: "p"}, now.Add(-time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	host := &orderProbeHost{memHost: newMemHost(), store: store, fail: true}
+	hs := newHostSync(host, config.Config{GCGrace: time.Minute}, store, slog.New(slog.DiscardHandler),
+		NewMetrics(prometheus.NewRegistry()), time.Now)
+	hs.checkPods(false)
+	hs.checkPods(false)
+	if _, held := store.Get(k); !held {
+		t.Fatal("released though its pod rules could not be removed")
+	}
+	host.fail = false
+	hs.checkPods(false)
+	if _, held := store.Get(k); held {
+		t.Fatal("still assigned once its pod rules were removed")
+	}
+	if want := []bool{true, true}; !slices.Equal(host.heldAtRemove, want) {
+		t.Errorf("address held at each rule removal: %v, want %v", host.heldAtRemove, want)
 	}
 }

@@ -70,7 +70,8 @@ func (a *Adapter) Snapshot() Snapshot {
 
 // ReleaseLeaked releases as after the host checks the daemon's own route
 // check uses: no host route leads to the address (the pod's veth and netns
-// are gone with it). Without a host view nothing is released.
+// are gone with it). Its pod rules are removed first; without a host view,
+// or when they cannot be removed, nothing is released.
 func (a *Adapter) ReleaseLeaked(as Assignment) (bool, string) {
 	addr, ok := a.addressOf(as.Key)
 	if !ok {
@@ -85,13 +86,16 @@ func (a *Adapter) ReleaseLeaked(as Assignment) (bool, string) {
 			return false, fmt.Sprintf("host still routes %s to %s", addr, r.HostVeth)
 		}
 	}
+	// No DEL ran: the plugin's policy rules for the address are still
+	// there. They go while the address is held, so no ADD can have been
+	// given it and they cannot be a new pod's (B13); if they stay, so
+	// does the assignment.
+	if _, err := a.Host.RemovePodRules(addr); err != nil {
+		return false, "pod rules not removed, not released: " + err.Error()
+	}
 	resp, err := a.Source.Release(api.ReleaseRequest{Version: api.Version, Key: as.Key})
 	if err != nil || !resp.Released {
 		return false, "release refused: " + errText(err)
-	}
-	// No DEL ran: the plugin's policy rules for the address are still there.
-	if _, err := a.Host.RemovePodRules(addr); err != nil {
-		return true, "released; pod rules not removed: " + err.Error()
 	}
 	return true, ""
 }

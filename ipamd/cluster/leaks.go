@@ -69,7 +69,7 @@ func (c *Cluster) checkLeaks(ctx context.Context, snap Snapshot) {
 		}
 		released, why := c.o.Daemon.ReleaseLeaked(a)
 		if !released {
-			c.log.Info("assignment of a gone pod kept: host still shows it", "pod", a.Pod.Namespace+"/"+a.Pod.Name, "key", a.Key.String(), "why", why)
+			c.log.Info("assignment of a gone pod kept: host still shows it, or its rules could not be removed", "pod", a.Pod.Namespace+"/"+a.Pod.Name, "key", a.Key.String(), "why", why)
 			continue
 		}
 		c.forget(a.Key)

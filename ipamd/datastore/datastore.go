@@ -262,6 +262,17 @@ func (s *Store) Release(key api.Key, now time.Time) (Assignment, bool) {
 	return s.releaseLocked(key, now)
 }
 
+// ReleaseHeld is Release when key holds addr, else it releases nothing (ok
+// false): the caller removed addr's host state while key held it.
+func (s *Store) ReleaseHeld(key api.Key, addr netip.Addr, now time.Time) (Assignment, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.byKey[key] != addr {
+		return Assignment{}, false
+	}
+	return s.releaseLocked(key, now)
+}
+
 func (s *Store) releaseLocked(key api.Key, now time.Time) (Assignment, bool) {
 	addr, ok := s.byKey[key]
 	if !ok {

@@ -14,9 +14,12 @@ import (
 // removeStaleRules deletes the per-pod policy rules of addresses that no pod
 // holds and no host route leads to: left by a pod that vanished without a
 // DEL, or by a DEL that could not finish. A rule is never left pointing at
-// an address the pool may hand to another pod (B13). An ADD holds its
-// address before the plugin adds rules, and a DEL's rules go with or after
-// its route, so neither races this.
+// an address the pool may hand to another pod (B13). The address is fenced
+// while its rules go, so no ADD is given it meanwhile (the rules removed
+// could be its new ones), and stays fenced while they cannot be removed
+// (until a later check removes them, or a restart); an address the store
+// does not know is not handed out at all (the store learns addresses on
+// this goroutine).
 func (h *hostSync) removeStaleRules(byAddr map[netip.Addr]string) {
 	addrs, err := h.host.PodRuleAddresses()
 	if err != nil {
@@ -27,16 +30,21 @@ func (h *hostSync) removeStaleRules(byAddr map[netip.Addr]string) {
 		if _, routed := byAddr[a]; routed {
 			continue
 		}
-		if _, held := h.store.Holder(a); held {
-			continue
+		fenced := h.store.Fence(a)
+		if _, held := h.store.Holder(a); !fenced && held {
+			continue // a pod's: its rules are its own
 		}
 		// The vanished pod's conntrack entries go before the address is
 		// handed out again.
 		h.store.MarkUnflushed(a)
 		n, err := h.host.RemovePodRules(a)
 		if err != nil {
-			h.log.Error("removing stale pod rules failed", "address", a, "err", err)
+			// Fenced until a later check removes them.
+			h.log.Error("removing stale pod rules failed; the address is not handed out until they go", "address", a, "err", err)
 			continue
+		}
+		if fenced {
+			h.store.Unfence(a)
 		}
 		if n > 0 {
 			h.metrics.repaired("stale_pod_rules", n)

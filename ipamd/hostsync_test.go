@@ -2,6 +2,7 @@ package ipamd
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/netip"
 	"slices"
@@ -146,5 +147,92 @@ func TestReleaseRoutelessRemovesRulesFirst(t *testing.T) {
 	}
 	if want := []bool{true, true}; !slices.Equal(host.heldAtRemove, want) {
 		t.Errorf("address held at each rule removal: %v, want %v", host.heldAtRemove, want)
+	}
+}
+
+// assignProbeHost is memHost whose RemovePodRules tries to give the
+// address being cleaned to a new pod, as an ADD served meanwhile would.
+type assignProbeHost struct {
+	*memHost
+	store *datastore.Store
+	got   []netip.Addr // what the probing ADDs were given
+}
+
+func (h *assignProbeHost) RemovePodRules(a netip.Addr) (int, error) {
+	k := api.Key{Network: "vpcip", ContainerID: "during-" + a.String(), IfName: "eth0"}
+	if asg, _, err := h.store.Assign(k, api.Pod{}, time.Now()); err == nil {
+		h.got = append(h.got, asg.Address)
+	}
+	return h.memHost.RemovePodRules(a)
+}
+
+// TestStaleRulesAddressNotHandedOutMeanwhile: while the daemon removes the
+// leftover rules of a free address, no ADD can be given that address (its
+// new rules would be the ones removed, B13); afterwards it can.
+func TestStaleRulesAddressNotHandedOutMeanwhile(t *testing.T) {
+	store, stale := oneFreeAddress(t)
+	host := &assignProbeHost{memHost: newMemHost(), store: store}
+	host.leaveRules(stale)
+	hs := newHostSync(host, config.Config{GCGrace: time.Hour}, store, slog.New(slog.DiscardHandler),
+		NewMetrics(prometheus.NewRegistry()), time.Now)
+	hs.checkPods(false)
+	if !slices.Contains(host.rulesRemoved, stale) {
+		t.Fatalf("stale rules of %v not removed: %v", stale, host.rulesRemoved)
+	}
+	if slices.Contains(host.got, stale) {
+		t.Errorf("%v was handed out while its stale rules were being removed", stale)
+	}
+	if a, _, err := store.Assign(api.Key{Network: "vpcip", ContainerID: "after", IfName: "eth0"}, api.Pod{}, time.Now()); err != nil || a.Address != stale {
+		t.Errorf("after the removal: %v, %v; want %v", a.Address, err, stale)
+	}
+}
+
+// oneFreeAddress is a store whose addresses are all held but one, just
+// released.
+func oneFreeAddress(t *testing.T) (*datastore.Store, netip.Addr) {
+	t.Helper()
+	store := datastore.New(0)
+	now := time.Now()
+	store.Sync([]provider.ENI{testENI}, now)
+	var last netip.Addr
+	for i := 0; ; i++ {
+		a, _, err := store.Assign(api.Key{Network: "vpcip", ContainerID: fmt.Sprint("c", i), IfName: "eth0"}, api.Pod{}, now)
+		if err != nil {
+			break
+		}
+		last = a.Address
+	}
+	h, ok := store.Holder(last)
+	if !ok {
+		t.Fatal("setup: no address assigned")
+	}
+	store.Release(h.Key, now) // its pod went; its rules stay
+	return store, last
+}
+
+// failingRulesHost is memHost whose pod rules cannot be removed.
+type failingRulesHost struct{ *memHost }
+
+func (failingRulesHost) RemovePodRules(netip.Addr) (int, error) {
+	return 0, errors.New("netlink: operation not permitted")
+}
+
+// TestStaleRulesThatStayKeepTheAddress: a free address whose leftover
+// rules cannot be removed is not handed out; once they go, it is.
+func TestStaleRulesThatStayKeepTheAddress(t *testing.T) {
+	store, stale := oneFreeAddress(t)
+	mem := newMemHost()
+	mem.leaveRules(stale)
+	hs := newHostSync(failingRulesHost{mem}, config.Config{GCGrace: time.Hour}, store, slog.New(slog.DiscardHandler),
+		NewMetrics(prometheus.NewRegistry()), time.Now)
+	hs.checkPods(false)
+	k := api.Key{Network: "vpcip", ContainerID: "next", IfName: "eth0"}
+	if a, _, err := store.Assign(k, api.Pod{}, time.Now()); err == nil {
+		t.Fatalf("%v handed out with its stale rules in place", a.Address)
+	}
+	hs.host = mem
+	hs.checkPods(false)
+	if a, _, err := store.Assign(k, api.Pod{}, time.Now()); err != nil || a.Address != stale {
+		t.Errorf("after its rules went: %v, %v; want %v", a.Address, err, stale)
 	}
 }

@@ -86,6 +86,7 @@ type address struct {
 	owner        *Owner
 	unassignedAt time.Time // last release; zero: never released
 	releasing    bool      // its slot is being unassigned: never hand it out
+	fenced       bool      // its host state is being removed (Fence): never hand it out
 	unflushed    uint64    // conntrack not flushed since it was marked (the mark); 0: clean
 }
 
@@ -225,7 +226,7 @@ func (s *Store) pickLocked(now time.Time) (netip.Addr, bool) {
 	var best netip.Addr
 	var bestRank [4]int
 	for addr, a := range s.addrs {
-		if a.owner != nil || a.releasing || a.eni == "" || s.coolingLocked(a, now) {
+		if a.owner != nil || a.releasing || a.fenced || a.eni == "" || s.coolingLocked(a, now) {
 			continue
 		}
 		e := s.enis[a.eni]
@@ -260,6 +261,31 @@ func (s *Store) Release(key api.Key, now time.Time) (Assignment, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.releaseLocked(key, now)
+}
+
+// Fence keeps free addr from being handed out until Unfence, while the
+// caller removes host state left for it (a vanished pod's policy rules):
+// an ADD given it meanwhile would have its new rules removed (B13). It
+// reports false, fencing nothing, when addr is unknown or held.
+func (s *Store) Fence(addr netip.Addr) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a := s.addrs[addr]
+	if a == nil || a.owner != nil {
+		return false
+	}
+	a.fenced = true
+	return true
+}
+
+// Unfence lets Assign hand out addr again.
+func (s *Store) Unfence(addr netip.Addr) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if a := s.addrs[addr]; a != nil && a.fenced {
+		a.fenced = false
+		s.notifyLocked()
+	}
 }
 
 // ReleaseHeld is Release when key holds addr, else it releases nothing (ok

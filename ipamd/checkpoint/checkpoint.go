@@ -44,6 +44,12 @@ type State struct {
 	Generation  uint64       `json:"generation,omitempty"`
 	Assignments []Assignment `json:"assignments"`
 	Cooling     []Cooling    `json:"cooling,omitempty"`
+	// Departed are addresses that left the node (released to EC2, their
+	// ENI deleted, gone from the cloud's view) before their conntrack
+	// entries were flushed: a restarted daemon flushes them first, as the
+	// one that wrote the file was about to. Files of daemons before it
+	// have none (and such daemons ignore it).
+	Departed []netip.Addr `json:"departed,omitempty"`
 }
 
 // Assignment is one address held by one attachment key.
@@ -116,6 +122,8 @@ func Load(path string) (st State, dropped []string, err error) {
 	st = State{Version: raw.Version, InstanceID: raw.InstanceID, Written: raw.Written, Writer: raw.Writer, Generation: raw.Generation}
 	st.Assignments, dropped = decodeEntries[Assignment](raw.Assignments, "assignment", dropped)
 	st.Cooling, dropped = decodeEntries[Cooling](raw.Cooling, "cooldown record", dropped)
+	st.Departed, dropped = decodeEntries[netip.Addr](raw.Departed, "departed address", dropped)
+	st.Departed, dropped = validDeparted(st.Departed, dropped)
 	var more []string
 	st.Assignments, st.Cooling, more = validate(st.Assignments, st.Cooling)
 	return st, append(dropped, more...), nil
@@ -131,6 +139,7 @@ type rawState struct {
 	Generation  uint64            `json:"generation"`
 	Assignments []json.RawMessage `json:"assignments"`
 	Cooling     []json.RawMessage `json:"cooling"`
+	Departed    []json.RawMessage `json:"departed"`
 }
 
 func decodeEntries[T any](raws []json.RawMessage, what string, dropped []string) ([]T, []string) {
@@ -206,6 +215,24 @@ func validate(as []Assignment, cs []Cooling) ([]Assignment, []Cooling, []string)
 		okC = append(okC, c)
 	}
 	return okA, okC, dropped
+}
+
+// validDeparted keeps the IPv4 departed addresses, each once.
+func validDeparted(ds []netip.Addr, dropped []string) ([]netip.Addr, []string) {
+	seen := map[netip.Addr]bool{}
+	ok := ds[:0]
+	for _, d := range ds {
+		if !d.Is4() || seen[d] {
+			dropped = append(dropped, fmt.Sprintf("departed address %q: invalid or listed twice", d))
+			continue
+		}
+		seen[d] = true
+		ok = append(ok, d)
+	}
+	if len(ok) == 0 {
+		return nil, dropped
+	}
+	return ok, dropped
 }
 
 // Save writes st to path atomically: temp file in the same directory, fsync,

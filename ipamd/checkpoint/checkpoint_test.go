@@ -30,7 +30,8 @@ func sample() State {
 			{Key: api.Key{Network: "vpcip", ContainerID: "c1", IfName: "eth0"}, Pod: api.Pod{Namespace: "default", Name: "p1"},
 				Address: netip.MustParseAddr("100.64.0.11"), ENI: "eni-a", AssignedAt: t0},
 		},
-		Cooling: []Cooling{{Address: netip.MustParseAddr("100.64.0.12"), ENI: "eni-a", UnassignedAt: t0.Add(time.Second)}},
+		Cooling:  []Cooling{{Address: netip.MustParseAddr("100.64.0.12"), ENI: "eni-a", UnassignedAt: t0.Add(time.Second)}},
+		Departed: []netip.Addr{netip.MustParseAddr("100.64.0.40")},
 	}
 }
 
@@ -151,6 +152,35 @@ func TestLoadDropsBadEntriesKeepsGood(t *testing.T) {
 	}
 	if len(dropped) != 5 {
 		t.Errorf("dropped %d entries, want 5: %v", len(dropped), dropped)
+	}
+}
+
+// TestLoadDeparted: departed addresses load, invalid or repeated ones are
+// dropped alone, and a file without the list (an older daemon's) loads
+// with none.
+func TestLoadDeparted(t *testing.T) {
+	tests := []struct {
+		departed string
+		want     []netip.Addr
+		dropped  int
+	}{
+		{``, nil, 0}, // an older daemon's file
+		{`,"departed":["100.64.0.40","100.64.0.41"]`, []netip.Addr{netip.MustParseAddr("100.64.0.40"), netip.MustParseAddr("100.64.0.41")}, 0},
+		{`,"departed":["100.64.0.40","","fe80::1","100.64.0.40",7]`, []netip.Addr{netip.MustParseAddr("100.64.0.40")}, 4},
+	}
+	for _, tt := range tests {
+		path := filepath.Join(t.TempDir(), "ipam.json")
+		data := `{"version":1,"assignments":[]` + tt.departed + `}`
+		if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		st, dropped, err := Load(path)
+		if err != nil {
+			t.Fatalf("%s: %v", data, err)
+		}
+		if d := cmp.Diff(tt.want, st.Departed, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); d != "" || len(dropped) != tt.dropped {
+			t.Errorf("%s: departed (-want +got):\n%s dropped %v, want %d", data, d, dropped, tt.dropped)
+		}
 	}
 }
 

@@ -106,6 +106,7 @@ func (s *Store) Flushed(addrs []netip.Addr, mark uint64) {
 		}
 		if m, ok := s.gone[addr]; ok && m <= mark {
 			delete(s.gone, addr)
+			s.gen++ // the checkpoint lists it (State.Departed)
 		}
 	}
 	s.notifyLocked()

@@ -119,3 +119,47 @@ func TestConntrackFlushOfAddressesLeavingTheNode(t *testing.T) {
 		t.Errorf("due after deleting an ENI whose address was never flushed: %v, want 10.0.1.11", due)
 	}
 }
+
+// TestConntrackFlushOfDepartedSurvivesRestart: an address that left the
+// node unflushed is in the checkpoint, and a store restored from it has it
+// due for a flush (a restart before the background flush would otherwise
+// skip it); once flushed, the next checkpoint no longer lists it. A
+// checkpoint without the list (an older daemon's) restores with none due.
+func TestConntrackFlushOfDepartedSurvivesRestart(t *testing.T) {
+	s := flushingNode(t, 0)
+	due, mark, _ := s.FlushDue(t0)
+	s.Flushed(due, mark)
+	a := mustAssign(t, s, "c1", t0)
+	s.Release(key("c1"), t0)
+	slot := netip.PrefixFrom(a.Address, 32)
+	if got := s.MarkRelease("eni-a", []netip.Prefix{slot}, t0); len(got) != 1 {
+		t.Fatalf("MarkRelease of %v marked %v", slot, got)
+	}
+	s.FinishRelease("eni-a", []netip.Prefix{slot}, true)
+	cp, _ := s.Checkpoint(t0)
+	if !slices.Equal(cp.Departed, []netip.Addr{a.Address}) {
+		t.Fatalf("checkpoint departed %v, want [%v]", cp.Departed, a.Address)
+	}
+	r := New(0)
+	r.SetConntrackFlush(true)
+	if err := r.Restore(cp); err != nil {
+		t.Fatal(err)
+	}
+	due, mark, _ = r.FlushDue(t0)
+	if !slices.Contains(due, a.Address) {
+		t.Fatalf("restored store: due %v, want %v among them", due, a.Address)
+	}
+	r.Flushed(due, mark)
+	if cp, _ := r.Checkpoint(t0); len(cp.Departed) != 0 {
+		t.Errorf("checkpoint after the flush: departed %v, want none", cp.Departed)
+	}
+	cp.Departed = nil
+	old := New(0)
+	old.SetConntrackFlush(true)
+	if err := old.Restore(cp); err != nil {
+		t.Fatal(err)
+	}
+	if due, _, _ := old.FlushDue(t0); slices.Contains(due, a.Address) {
+		t.Errorf("restored from a checkpoint without departed addresses: %v due", a.Address)
+	}
+}

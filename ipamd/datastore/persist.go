@@ -12,7 +12,8 @@ import (
 )
 
 // Checkpoint returns the state to persist at now, and the generation it
-// reflects: every assignment, and every free address still cooling down.
+// reflects: every assignment, every free address still cooling down, and
+// every address that left the node unflushed.
 func (s *Store) Checkpoint(now time.Time) (checkpoint.State, uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -28,6 +29,10 @@ func (s *Store) Checkpoint(now time.Time) (checkpoint.State, uint64) {
 			st.Cooling = append(st.Cooling, checkpoint.Cooling{Address: addr, ENI: a.eni, UnassignedAt: a.unassignedAt})
 		}
 	}
+	for addr := range s.gone {
+		st.Departed = append(st.Departed, addr)
+	}
+	slices.SortFunc(st.Departed, netip.Addr.Compare)
 	slices.SortFunc(st.Assignments, func(x, y checkpoint.Assignment) int { return x.Address.Compare(y.Address) })
 	slices.SortFunc(st.Cooling, func(x, y checkpoint.Cooling) int { return x.Address.Compare(y.Address) })
 	return st, s.gen
@@ -50,6 +55,12 @@ func (s *Store) Restore(st checkpoint.State) error {
 		if s.addrs[c.Address] == nil {
 			s.addrs[c.Address] = &address{unassignedAt: c.UnassignedAt}
 			s.unflushedLocked(s.addrs[c.Address])
+		}
+	}
+	for _, d := range st.Departed {
+		if s.addrs[d] == nil && s.flushing {
+			s.flushMark++
+			s.gone[d] = s.flushMark
 		}
 	}
 	s.gen = max(s.gen, st.Generation) + 1 // generations keep rising across restarts

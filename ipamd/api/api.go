@@ -116,10 +116,11 @@ type CheckRequest struct {
 // stay held, and stale, for the next GC.
 //
 // /v1/gc releases every stale assignment at once (the one step of plugins
-// that predate the plan; Release is ignored). A plugin that finds no
-// /v1/gc/plan (a daemon that predates it answers 404, see ErrNoEndpoint)
-// falls back to it: an older daemon, which would ignore an unknown field,
-// is never sent a request it could take as "release now".
+// that predate the plan; Release is ignored). The plan has a path of its
+// own rather than a dry-run field in /v1/gc: an older daemon ignores
+// unknown fields and would release at once, while it answers an unknown
+// path 404 (see ErrNoEndpoint) and releases nothing. A plugin that gets
+// that answer falls back to the one-step /v1/gc, the order of before.
 type GCRequest struct {
 	Version string `json:"version"`
 	Network string `json:"network"`

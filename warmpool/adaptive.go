@@ -32,7 +32,10 @@ import (
 //	                                 beyond keep
 //	reach  = need + typical + margin, and the most in use within
 //	         ReachMemory − in use + margin, when typical ≥ ReachBurst;
-//	         else low: addresses available or assignable on attached ENIs
+//	         else low, plus an ENI's slots in secondary-IP mode once the
+//	         node saw a pod, while none waits or arrived within
+//	         BurstWindow (room for a first burst, whose size is unknown):
+//	         addresses available or assignable on attached ENIs
 //
 // chunk is the hysteresis between growth and release: in secondary-IP mode
 // max(⌈two-minute rate × ChunkSpan⌉, slots per ENI / ChunkShare), the
@@ -41,8 +44,9 @@ import (
 // a /28 beyond keep stays).
 //
 // Growth: a growth is sized to reach high in one call. In secondary-IP mode
-// a new ENI, and a node's first addresses, get all its slots at once (one
-// call per ENI, as the reference), later assigns are sized to high. No ENI
+// a new ENI, an attached ENI holding no address yet, and a node's first
+// addresses, get all its slots at once (one call per ENI, as the
+// reference), later assigns are sized to high. No ENI
 // is created for a shortfall that addresses cooling down cover within
 // ENILatency: the plan waits for them. When available addresses and room on
 // attached ENIs fall short of reach, an ENI is attached without addresses
@@ -194,6 +198,13 @@ func demandOf(in Input, room int, prefixes bool, inUse int) demandTarget {
 	// typical burst beyond what is needed now, and the most in use within
 	// ReachMemory; an ENI's room costs one address, its own.
 	d.reach = d.low
+	// Before a typical burst is known, secondary-IP mode keeps room for
+	// an ENI's worth: a first burst (a job's pods) then waits for one
+	// assign call, not for a new ENI. Not while pods come or wait: a
+	// filling node gets its ENIs with addresses, in one call each.
+	if !prefixes && h.seen && d.need == 0 && h.within(in.Now, BurstWindow) == 0 {
+		d.reach = d.low + in.Limits.SlotsPerENI
+	}
 	if typical >= ReachBurst {
 		d.reach = max(d.need+typical+d.margin, h.peak(in.Now, scaled(in, ReachMemory))-inUse+d.margin)
 	}

@@ -70,8 +70,8 @@ type state struct {
 	// stalled: the pool is short and no ENI, old or new, could grow now
 	// (max pods reached, subnet full, throttled, no slots per ENI).
 	stalled bool
-	// fillWhole: a new ENI, or the first ENI of a node that holds no
-	// address, gets all its slots at once (the adaptive policy in
+	// fillWhole: a new ENI, an attached ENI holding no address, or the
+	// first ENI of a node that holds no address, gets all its slots at once (the adaptive policy in
 	// secondary-IP mode: one call per ENI's worth of addresses).
 	fillWhole bool
 }
@@ -241,7 +241,7 @@ func (s *state) growOn(want, capSlots int, why string) (p Plan, blocked bool) {
 			continue
 		}
 		n := min(want, room)
-		if whole || (s.fillWhole && s.pool.total == 0 && n > 0) {
+		if whole || (s.fillWhole && (s.pool.total == 0 || len(e.Slots) == 0) && n > 0) {
 			n = room
 		}
 		return s.growPlan(Assign, e.ID, n, capSlots, why), false

@@ -56,8 +56,9 @@ import (
 // holding its addresses.
 //
 // Release: surplus goes only if it is at least the release band (MinBand,
-// and half an ENI's slots in secondary-IP mode), ReleaseDelay after the last
-// growth, one release per Config.ReleaseInterval, while pods are not leaving
+// and half an ENI's slots in secondary-IP mode), ReleaseDelay (in prefix
+// mode PrefixReleaseDelay) after the last growth, one release per
+// Config.ReleaseInterval, while pods are not leaving
 // (cooldowns first end, DepartureQuiet), and only if it saves ReleaseWorth
 // per call: the surplus times how long it has been idle (since demand last
 // needed it, and since the last growth). It goes down to the lowest such
@@ -69,7 +70,7 @@ import (
 // The memory fades with time alone: the caller plans again every
 // VPCIP_POOL_INTERVAL, whatever Plan.Until says. The windows, delays and
 // memories below (RateWindow, ChunkSpan, BurstMemory, ChunkMemory,
-// ReachMemory, ReleaseDelay, ENIDeleteDelay, DepartureQuiet, ReleaseWorth,
+// ReachMemory, ReleaseDelay, PrefixReleaseDelay, ENIDeleteDelay, DepartureQuiet, ReleaseWorth,
 // and History's minutes) are for the default release interval (30 s); a
 // shorter Config.ReleaseInterval shrinks them all in proportion (tests and
 // demos see the same behaviour compressed: 2 s makes a minute 4 s). The
@@ -116,6 +117,12 @@ const (
 	ReachMemory = BurstMemory
 	// ReleaseDelay is how long after the last growth surplus is kept.
 	ReleaseDelay = 3 * time.Minute
+	// PrefixReleaseDelay is ReleaseDelay in prefix mode: a /28 goes only
+	// whole and with half a /28 kept beyond keep, so what a burst still
+	// holds stays anyway, and cron-like churn (jobs every few minutes)
+	// gives back its /28s half a minute sooner, which also spares
+	// release-and-assign pairs when the next job is near.
+	PrefixReleaseDelay = 150 * time.Second
 	// ENIDeleteDelay is how long after the last growth an ENI holding no
 	// address is kept: it costs one address (its own), deleting and
 	// creating it again five EC2 calls and seconds of a burst's wait.
@@ -607,8 +614,9 @@ func (s *state) releaseBand() int {
 	return max(MinBand, ceilDiv(s.in.Limits.SlotsPerENI, 2))
 }
 
-// delayUntil is when shrinking is allowed: ReleaseDelay after the last
-// growth and Config.ReleaseInterval after the last release.
+// delayUntil is when shrinking is allowed: ReleaseDelay (in prefix mode
+// PrefixReleaseDelay) after the last growth and Config.ReleaseInterval
+// after the last release.
 func (s *state) delayUntil() time.Time {
 	interval := s.in.Config.ReleaseInterval
 	if interval <= 0 {
@@ -616,7 +624,11 @@ func (s *state) delayUntil() time.Time {
 	}
 	var t time.Time
 	if !s.in.LastGrow.IsZero() {
-		t = s.in.LastGrow.Add(scaled(s.in, ReleaseDelay))
+		delay := ReleaseDelay
+		if s.prefixes {
+			delay = PrefixReleaseDelay
+		}
+		t = s.in.LastGrow.Add(scaled(s.in, delay))
 	}
 	if !s.in.LastRelease.IsZero() {
 		t = latest(t, s.in.LastRelease.Add(interval))

@@ -56,8 +56,9 @@ import (
 // holding its addresses.
 //
 // Release: surplus goes only if it is at least the release band (MinBand,
-// and half an ENI's slots in secondary-IP mode), ReleaseDelay (in prefix
-// mode PrefixReleaseDelay) after the last growth, one release per
+// and half an ENI's slots in secondary-IP mode), ReleaseDelay after the
+// last growth (EarlyReleaseDelay in prefix mode, or once no more addresses
+// are assigned than in the minute before it), one release per
 // Config.ReleaseInterval, while pods are not leaving
 // (cooldowns first end, DepartureQuiet), and only if it saves ReleaseWorth
 // per call: the surplus times how long it has been idle (since demand last
@@ -70,7 +71,7 @@ import (
 // The memory fades with time alone: the caller plans again every
 // VPCIP_POOL_INTERVAL, whatever Plan.Until says. The windows, delays and
 // memories below (RateWindow, ChunkSpan, BurstMemory, ChunkMemory,
-// ReachMemory, ReleaseDelay, PrefixReleaseDelay, ENIDeleteDelay, DepartureQuiet, ReleaseWorth,
+// ReachMemory, ReleaseDelay, EarlyReleaseDelay, ENIDeleteDelay, DepartureQuiet, ReleaseWorth,
 // and History's minutes) are for the default release interval (30 s); a
 // shorter Config.ReleaseInterval shrinks them all in proportion (tests and
 // demos see the same behaviour compressed: 2 s makes a minute 4 s). The
@@ -117,12 +118,15 @@ const (
 	ReachMemory = BurstMemory
 	// ReleaseDelay is how long after the last growth surplus is kept.
 	ReleaseDelay = 3 * time.Minute
-	// PrefixReleaseDelay is ReleaseDelay in prefix mode: a /28 goes only
-	// whole and with half a /28 kept beyond keep, so what a burst still
-	// holds stays anyway, and cron-like churn (jobs every few minutes)
-	// gives back its /28s half a minute sooner, which also spares
-	// release-and-assign pairs when the next job is near.
-	PrefixReleaseDelay = 150 * time.Second
+	// EarlyReleaseDelay replaces ReleaseDelay where the addresses a growth
+	// served are likely given back already: in prefix mode (a /28 goes
+	// only whole and with half a /28 kept beyond keep, so what a burst
+	// still holds stays anyway), and in secondary-IP mode once no more
+	// addresses are assigned than in the minute 90 s before the growth
+	// (History.before: the pods it served are gone, a cron job's, not a
+	// batch job's still running). Jobs every few minutes then give back their addresses half
+	// a minute sooner, with fewer release-then-assign pairs.
+	EarlyReleaseDelay = 150 * time.Second
 	// ENIDeleteDelay is how long after the last growth an ENI holding no
 	// address is kept: it costs one address (its own), deleting and
 	// creating it again five EC2 calls and seconds of a burst's wait.
@@ -371,6 +375,18 @@ func (h History) peak(now time.Time, memory time.Duration) int {
 	return n
 }
 
+// before is the most in use in the minute that held t − 90 s (before a
+// burst that t's growth served began); false if no pod arrived in it.
+func (h History) before(t time.Time) (int, bool) {
+	m := t.Add(-h.span(90 * time.Second)).Truncate(h.span(time.Minute))
+	for i := len(h.peaks) - 1; i >= 0; i-- {
+		if h.peaks[i].minute.Equal(m) {
+			return h.peaks[i].inUse, h.peaks[i].inUse > 0
+		}
+	}
+	return 0, false
+}
+
 // bursts are the largest burst within memory of now and the typical
 // one: the median of the minutes' largest bursts of BurstStart or more and
 // at least a quarter of the largest (pairs of pods starting together do
@@ -614,8 +630,8 @@ func (s *state) releaseBand() int {
 	return max(MinBand, ceilDiv(s.in.Limits.SlotsPerENI, 2))
 }
 
-// delayUntil is when shrinking is allowed: ReleaseDelay (in prefix mode
-// PrefixReleaseDelay) after the last growth and Config.ReleaseInterval
+// delayUntil is when shrinking is allowed: ReleaseDelay (or
+// EarlyReleaseDelay) after the last growth and Config.ReleaseInterval
 // after the last release.
 func (s *state) delayUntil() time.Time {
 	interval := s.in.Config.ReleaseInterval
@@ -625,8 +641,8 @@ func (s *state) delayUntil() time.Time {
 	var t time.Time
 	if !s.in.LastGrow.IsZero() {
 		delay := ReleaseDelay
-		if s.prefixes {
-			delay = PrefixReleaseDelay
+		if was, ok := s.in.Demand.History.before(s.in.LastGrow); s.prefixes || ok && s.pool.assigned <= was {
+			delay = EarlyReleaseDelay
 		}
 		t = s.in.LastGrow.Add(scaled(s.in, delay))
 	}

@@ -302,3 +302,20 @@ func TestAdaptiveTimeScale(t *testing.T) {
 		t.Errorf("with a 2 s release interval the burst's addresses went back %v after it left; want at most %v (%v/15 and the cloud's latency)", short, want, full)
 	}
 }
+
+// TestHistoryBefore: the early release compares the addresses assigned
+// with the most in use in the minute that held the growth − 90 s, not with
+// the minute a burst began in.
+func TestHistoryBefore(t *testing.T) {
+	base := t0.Truncate(time.Minute)
+	var h History
+	h = h.Record(base.Add(10*time.Second)).Observe(base.Add(10*time.Second), 20) // minute 0: 20 in use
+	h = h.Record(base.Add(70*time.Second)).Observe(base.Add(70*time.Second), 25) // minute 1: a burst begins, 25
+	grow := base.Add(100 * time.Second)                                          // growth in minute 1
+	if got, ok := h.before(grow); !ok || got != 20 {
+		t.Errorf("before(growth at 1m40s) = %d, %v; want 20 (minute 0), true", got, ok)
+	}
+	if _, ok := h.before(base.Add(5 * time.Minute)); ok {
+		t.Errorf("before(5m): a minute with no arrival counted")
+	}
+}

@@ -1,0 +1,194 @@
+package warmpool
+
+import (
+	"slices"
+	"time"
+)
+
+// History is what the adaptive policy remembers of a node's recent
+// demand: the arrivals (address requests) of the last ChunkMemory, and per
+// minute the largest burst and the most addresses in use, for BurstMemory
+// (both, and the minute, in the time scale of the Config it was made for).
+// The zero value is empty, for the default time scale; NewHistory makes
+// one for a Config. It holds ChunkMemory's arrivals plus about 80 minutes;
+// Record and Observe are amortized O(1). The caller keeps it: Record at
+// each address request, Observe with each snapshot it plans with, and
+// passes it in Input.Demand with the same Config.
+type History struct {
+	recent []time.Time // within ChunkMemory of the last Record, oldest first
+	peaks  []peak      // per minute, oldest first, within BurstMemory
+	seen   bool        // an arrival was recorded
+	fresh  bool        // an arrival was recorded since the last Observe
+	scale  float64     // timeScale of its Config; 0: 1
+}
+
+// NewHistory returns an empty History in c's time scale (see scaled).
+func NewHistory(c Config) History { return History{scale: c.timeScale()} }
+
+// span is d in the history's time scale.
+func (h History) span(d time.Duration) time.Duration {
+	if h.scale <= 0 || h.scale >= 1 {
+		return d
+	}
+	return time.Duration(float64(d) * h.scale)
+}
+
+type peak struct {
+	minute time.Time
+	burst  int // most arrivals within BurstWindow
+	inUse  int // most addresses assigned or cooling
+}
+
+// Record adds an arrival at t (not before the previous one) and returns
+// the updated history; the receiver's storage may be reused.
+func (h History) Record(t time.Time) History {
+	cut := 0
+	for cut < len(h.recent) && t.Sub(h.recent[cut]) > h.span(ChunkMemory) {
+		cut++
+	}
+	h.recent = append(h.recent[cut:], t)
+	h.seen, h.fresh = true, true
+	h = h.minute(t)
+	last := &h.peaks[len(h.peaks)-1]
+	last.burst = max(last.burst, h.within(t, BurstWindow))
+	return h
+}
+
+// Observe records that inUse addresses were assigned or cooling at t, if
+// a pod arrived since the last Observe (the level demand reached, not the
+// cooldown's tail after pods left), and returns the updated history.
+func (h History) Observe(t time.Time, inUse int) History {
+	if !h.fresh {
+		return h
+	}
+	h.fresh = false
+	h = h.minute(t)
+	last := &h.peaks[len(h.peaks)-1]
+	last.inUse = max(last.inUse, inUse)
+	return h
+}
+
+// Snapshot is a copy of h that stays unchanged while h goes on recording
+// (Record only appends beyond the copy's arrivals; the minutes are copied),
+// for handing to Next from another goroutine.
+func (h History) Snapshot() History {
+	h.peaks = slices.Clone(h.peaks)
+	h.recent = h.recent[:len(h.recent):len(h.recent)]
+	return h
+}
+
+// minute makes t's minute the last entry of peaks and drops the ones older
+// than BurstMemory.
+func (h History) minute(t time.Time) History {
+	m := t.Truncate(h.span(time.Minute))
+	if n := len(h.peaks); n == 0 || h.peaks[n-1].minute.Before(m) {
+		h.peaks = append(h.peaks, peak{minute: m})
+	}
+	cut := 0
+	for cut < len(h.peaks)-1 && t.Sub(h.peaks[cut].minute) > h.span(BurstMemory) {
+		cut++
+	}
+	h.peaks = h.peaks[cut:]
+	return h
+}
+
+// idleAhead is how long, from now, more than level addresses are expected
+// to stay unneeded. idle is how long the memory saw no minute with more in
+// use (since the last minute that did, or the oldest minute remembered;
+// BurstMemory without any), at most since when since is above 0. If demand
+// went above level and back more than once (a job every few minutes), the
+// next rise is expected after the median gap between those episodes: the
+// rest of it while idle is shorter; else as long again as idle (a pattern
+// broken, or none).
+func (h History) idleAhead(now time.Time, level int, since time.Duration) time.Duration {
+	idle := h.span(BurstMemory)
+	if len(h.peaks) > 0 {
+		idle = max(now.Sub(h.peaks[0].minute), 0)
+	}
+	var gaps []time.Duration
+	var last time.Time // end of the latest minute above level
+	for _, p := range h.peaks {
+		if p.inUse <= level {
+			continue
+		}
+		if !last.IsZero() && p.minute.After(last) {
+			gaps = append(gaps, p.minute.Sub(last))
+		}
+		last = p.minute.Add(h.span(time.Minute))
+	}
+	if !last.IsZero() {
+		idle = max(now.Sub(last), 0)
+	}
+	if since > 0 {
+		idle = min(idle, since)
+	}
+	if len(gaps) == 0 {
+		return idle
+	}
+	slices.Sort(gaps)
+	if g := gaps[len(gaps)/2]; idle < g {
+		return g - idle
+	}
+	return idle
+}
+
+// within counts the arrivals in (now − d, now].
+func (h History) within(now time.Time, d time.Duration) int {
+	n := 0
+	for i := len(h.recent) - 1; i >= 0; i-- {
+		age := now.Sub(h.recent[i])
+		if age >= d {
+			break
+		}
+		if age >= 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// peak is the most addresses in use observed within memory of now.
+func (h History) peak(now time.Time, memory time.Duration) int {
+	n := 0
+	for _, p := range h.peaks {
+		if now.Sub(p.minute) <= memory {
+			n = max(n, p.inUse)
+		}
+	}
+	return n
+}
+
+// before is the most in use in the minute that held t − 90 s (before a
+// burst that t's growth served began); false if no pod arrived in it.
+func (h History) before(t time.Time) (int, bool) {
+	m := t.Add(-h.span(90 * time.Second)).Truncate(h.span(time.Minute))
+	for i := len(h.peaks) - 1; i >= 0; i-- {
+		if h.peaks[i].minute.Equal(m) {
+			return h.peaks[i].inUse, h.peaks[i].inUse > 0
+		}
+	}
+	return 0, false
+}
+
+// bursts are the largest burst within memory of now and the typical
+// one: the median of the minutes' largest bursts of BurstStart or more and
+// at least a quarter of the largest (pairs of pods starting together do
+// not hide the bursts of a job).
+func (h History) bursts(now time.Time, memory time.Duration) (largest, typical int) {
+	for _, p := range h.peaks {
+		if now.Sub(p.minute) <= memory {
+			largest = max(largest, p.burst)
+		}
+	}
+	var sizes []int
+	for _, p := range h.peaks {
+		if now.Sub(p.minute) <= memory && p.burst >= max(BurstStart, ceilDiv(largest, 4)) {
+			sizes = append(sizes, p.burst)
+		}
+	}
+	if len(sizes) == 0 {
+		return largest, 0
+	}
+	slices.Sort(sizes)
+	return largest, sizes[len(sizes)/2]
+}

@@ -41,7 +41,7 @@ func BenchmarkSetupTeardown(b *testing.B) {
 			if err != nil {
 				return err
 			}
-			if _, err := s.CreatePair(node, a.HostVeth, a.IfName, a.MTU); err != nil {
+			if _, err := s.CreatePair(node, a.HostVeth, a.IfName, a.MTU, ""); err != nil {
 				s.Close()
 				return err
 			}

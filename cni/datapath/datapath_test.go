@@ -228,7 +228,7 @@ func setup(hostNS, podNS ns.NetNS, a Attachment) (Wired, error) {
 	if err := a.validate(); err != nil {
 		return Wired{}, err
 	}
-	replaced, err := CreatePair(hostNS, podNS, a.HostVeth, a.IfName, a.MTU)
+	replaced, err := CreatePair(hostNS, podNS, a.HostVeth, a.IfName, a.MTU, "")
 	if err != nil {
 		return Wired{}, err
 	}

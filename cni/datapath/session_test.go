@@ -15,23 +15,16 @@ import (
 	"github.com/vpcip/vpcip/test/netnsdir"
 )
 
-// addThrough wires a as ADD does through one Session: alias read, pair,
-// alias set, Configure.
+// addThrough wires a as ADD does through one Session: the pair with its
+// alias (returning the replaced veth's), then Configure.
 func addThrough(t *testing.T, s *Session, node ns.NetNS, a Attachment, alias string) (string, Replaced, error) {
 	t.Helper()
-	prev, _, err := s.HostVethAlias(a.HostVeth)
+	replaced, err := s.CreatePair(node, a.HostVeth, a.IfName, a.MTU, alias)
 	if err != nil {
-		return "", Replaced{}, err
-	}
-	replaced, err := s.CreatePair(node, a.HostVeth, a.IfName, a.MTU)
-	if err != nil {
-		return prev, replaced, err
-	}
-	if err := s.SetHostVethAlias(a.HostVeth, alias); err != nil {
-		return prev, replaced, err
+		return replaced.Alias, replaced, err
 	}
 	_, err = s.Configure(a)
-	return prev, replaced, err
+	return replaced.Alias, replaced, err
 }
 
 // assertHostClean: no host veth, host route or pod rule of a is left.
@@ -287,7 +280,7 @@ func TestSessionConcurrentADDsWithRuleChurn(t *testing.T) {
 					return err
 				}
 				defer s.Close()
-				if _, err := s.CreatePair(node, a.HostVeth, a.IfName, a.MTU); err != nil {
+				if _, err := s.CreatePair(node, a.HostVeth, a.IfName, a.MTU, ""); err != nil {
 					return err
 				}
 				if _, err := s.Configure(a); err != nil {
@@ -339,7 +332,7 @@ func openPaired(t *testing.T, node, pod ns.NetNS, a Attachment) *Session {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.Close)
-	if _, err := s.CreatePair(node, a.HostVeth, a.IfName, a.MTU); err != nil {
+	if _, err := s.CreatePair(node, a.HostVeth, a.IfName, a.MTU, ""); err != nil {
 		t.Fatal(err)
 	}
 	return s

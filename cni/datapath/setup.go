@@ -74,11 +74,14 @@ type Replaced struct {
 	Routed []netip.Addr
 	// Rules is how many pod rules of Routed were deleted.
 	Rules int
+	// Alias is the deleted veth's alias (IFLA_IFALIAS), which names the
+	// sandbox that wired it (routing.SandboxAlias); "" when it had none.
+	Alias string
 }
 
 // CreatePair creates the veth pair inside podNS with the peer placed directly
-// in hostNS (so the host end never changes namespace) and sets the host end
-// up. It needs no address, so ADD runs it while the daemon answers. A veth of
+// in hostNS (so the host end never changes namespace), records alias on the
+// host end (IFLA_IFALIAS; none when "") and sets it up. It needs no address, so ADD runs it while the daemon answers. A veth of
 // either name left by an earlier sandbox of the same pod or by a retried ADD
 // is removed first, with the host routes and pod rules of the addresses
 // routed to it (Replaced); a link of another type is refused. The pod side is
@@ -86,17 +89,17 @@ type Replaced struct {
 // never switches namespaces. It opens a Session for the one call; an ADD
 // uses Session.CreatePair. Errors: the old veth's routes or rules cannot be
 // read or deleted (the veth is then left), or any step of the new pair fails.
-func CreatePair(hostNS, podNS ns.NetNS, hostVeth, ifName string, mtu int) (Replaced, error) {
+func CreatePair(hostNS, podNS ns.NetNS, hostVeth, ifName string, mtu int, alias string) (Replaced, error) {
 	s, err := Open(podNS)
 	if err != nil {
 		return Replaced{}, err
 	}
 	defer s.Close()
-	return s.CreatePair(hostNS, hostVeth, ifName, mtu)
+	return s.CreatePair(hostNS, hostVeth, ifName, mtu, alias)
 }
 
 // CreatePair is the package's CreatePair through the Session's sockets.
-func (s *Session) CreatePair(hostNS ns.NetNS, hostVeth, ifName string, mtu int) (Replaced, error) {
+func (s *Session) CreatePair(hostNS ns.NetNS, hostVeth, ifName string, mtu int, alias string) (Replaced, error) {
 	probe := Attachment{PodIP: Gateway, MTU: mtu, HostVeth: hostVeth, IfName: ifName}
 	if err := probe.validate(); err != nil {
 		return Replaced{}, err
@@ -114,6 +117,11 @@ func (s *Session) CreatePair(hostNS ns.NetNS, hostVeth, ifName string, mtu int) 
 	link, err := s.host.LinkByName(hostVeth)
 	if err != nil {
 		return rep, fmt.Errorf("find host veth %s: %w", hostVeth, err)
+	}
+	if alias != "" {
+		if err := s.host.LinkSetAlias(link, alias); err != nil {
+			return rep, fmt.Errorf("set alias of host veth %s: %w", hostVeth, err)
+		}
 	}
 	if err := s.host.LinkSetUp(link); err != nil {
 		return rep, fmt.Errorf("set host veth %s up: %w", hostVeth, err)
@@ -141,6 +149,7 @@ func (s *Session) replaceHostVeth(name string) (Replaced, error) {
 	if _, ok := link.(*netlink.Veth); !ok {
 		return rep, fmt.Errorf("link %s is a %s, not a veth; not deleting it", name, link.Type())
 	}
+	rep.Alias = link.Attrs().Alias
 	if rep.Routed, err = routedTo(s.host, link); err != nil {
 		return rep, err
 	}
@@ -176,33 +185,6 @@ func routedTo(h netlinksafe.Handle, link netlink.Link) ([]netip.Addr, error) {
 		}
 	}
 	return out, nil
-}
-
-// HostVethAlias returns the alias (ip link's "alias", IFLA_IFALIAS) of the
-// host veth named name in the node netns, and whether that link exists.
-// Errors: a netlink failure other than "no such link".
-func (s *Session) HostVethAlias(name string) (alias string, found bool, err error) {
-	link, err := s.host.LinkByName(name)
-	if err != nil {
-		var nf netlink.LinkNotFoundError
-		if errors.As(err, &nf) {
-			return "", false, nil
-		}
-		return "", false, fmt.Errorf("find host veth %s: %w", name, err)
-	}
-	return link.Attrs().Alias, true, nil
-}
-
-// SetHostVethAlias records alias on the host veth named name (IFLA_IFALIAS).
-func (s *Session) SetHostVethAlias(name, alias string) error {
-	link, err := s.host.LinkByName(name)
-	if err != nil {
-		return fmt.Errorf("find host veth %s: %w", name, err)
-	}
-	if err := s.host.LinkSetAlias(link, alias); err != nil {
-		return fmt.Errorf("set alias of host veth %s: %w", name, err)
-	}
-	return nil
 }
 
 // Configure completes the wiring of a pair made by CreatePair: the MTU when

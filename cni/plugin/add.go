@@ -117,15 +117,10 @@ func (in *invocation) assignWhilePairing(args *skel.CmdArgs, nl *datapath.Sessio
 	done := make(chan pairing, 1)
 	go func() {
 		GrowStack()
-		previous := in.vethSandbox(nl, hostVeth)
-		replaced, err := nl.CreatePair(hostNS, hostVeth, args.IfName, in.conf.MTU)
-		if err == nil {
-			// Before any route leads to it: every wired veth names its sandbox.
-			if err = nl.SetHostVethAlias(hostVeth, Identity(in.key)); err != nil {
-				err = fmt.Errorf("record sandbox %s: %w", in.key, err)
-			}
-		}
-		done <- pairing{replaced, previous, err}
+		// The alias is set before any route leads to the veth: every wired
+		// veth names its sandbox.
+		replaced, err := nl.CreatePair(hostNS, hostVeth, args.IfName, in.conf.MTU, Identity(in.key))
+		done <- pairing{replaced, in.sandboxOf(replaced.Alias), err}
 	}()
 	ctx, cancel := in.ctx(in.conf.Timeouts.Assign)
 	defer cancel()

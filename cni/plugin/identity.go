@@ -7,7 +7,6 @@ import (
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/vishvananda/netlink"
 
-	"github.com/vpcip/vpcip/cni/datapath"
 	"github.com/vpcip/vpcip/ipamd/api"
 	"github.com/vpcip/vpcip/routing"
 )
@@ -59,13 +58,9 @@ func ownerOf(alias string, key api.Key) (ownership, string) {
 	}
 }
 
-// vethSandbox is the attachment the host veth named name records, or the
-// zero Key, read through the ADD's netlink session.
-func (in *invocation) vethSandbox(s *datapath.Session, name string) api.Key {
-	alias, found, err := s.HostVethAlias(name)
-	if err != nil || !found {
-		return api.Key{}
-	}
+// sandboxOf is the attachment of this network a host veth's alias records
+// when it is another sandbox's, or the zero Key.
+func (in *invocation) sandboxOf(alias string) api.Key {
 	if own, _ := ownerOf(alias, in.key); own != vethOther {
 		return api.Key{}
 	}

@@ -53,6 +53,10 @@ type Options struct {
 	// Kubernetes reports the Kubernetes part's state for introspection and
 	// `vpcipctl status`. nil: shown as disabled.
 	Kubernetes func() introspect.Kubernetes
+	// NetnsDirs are the directories the runtime mounts sandboxes' netns in,
+	// as this process sees them: the witness that a pod went without a DEL
+	// (see netnsWitness). nil: DefaultNetnsDirs.
+	NetnsDirs []string
 }
 
 // NoAddressRecorder is told about every ADD answered without an address,
@@ -92,7 +96,7 @@ func New(o Options) (*Daemon, error) {
 	store.SetConntrackFlush(true)
 	d := &Daemon{cfg: cfg, log: o.Logger, gatherer: o.Gatherer, store: store, life: newLifecycle(), node: &nodeInfo{}}
 	d.ckpt = &checkpointer{path: cfg.Checkpoint, store: store, log: o.Logger, metrics: o.Metrics, now: o.Clock}
-	d.hosts = newHostSync(o.Host, cfg, store, o.Logger, o.Metrics, o.Clock)
+	d.hosts = newHostSync(o.Host, cfg, store, o.Logger, o.Metrics, o.Clock, o.NetnsDirs)
 	d.rec = &reconciler{cfg: cfg, prov: o.Provider, store: store, node: d.node, hosts: d.hosts, ckpt: d.ckpt,
 		life: d.life, log: o.Logger, metrics: o.Metrics, now: o.Clock, missing: map[string]int{}}
 	d.flush = &conntrackFlusher{host: o.Host, store: store, log: o.Logger, now: o.Clock}

@@ -208,7 +208,8 @@ func (n *node) startNoWait() {
 	}
 	n.prov = p
 	d, err := New(Options{Config: testConfig(n.t, n.dir, n.env), Provider: p, Host: n.host,
-		Metrics: m, Gatherer: n.reg, Clock: n.clock.Now, Demand: n.demand, Status: n.sink})
+		Metrics: m, Gatherer: n.reg, Clock: n.clock.Now, Demand: n.demand, Status: n.sink,
+		NetnsDirs: []string{n.netnsDir()}})
 	if err != nil {
 		n.t.Fatal(err)
 	}
@@ -262,9 +263,32 @@ func (n *node) reconcile() { n.cycle(func(ctx context.Context) { n.d.rec.reconci
 
 func key(c string) api.Key { return api.Key{Network: "vpcip", ContainerID: c, IfName: "eth0"} }
 
-// add is ADD(c): an assign through the socket for pod p-<c>.
+// netnsDir is where the node's runtime keeps its sandboxes' netns files
+// (the daemon's witness that a pod is gone, see netnsWitness).
+func (n *node) netnsDir() string {
+	d := filepath.Join(n.dir, "netns")
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		n.t.Fatal(err)
+	}
+	return d
+}
+
+// add is ADD(c): an assign through the socket for pod p-<c>, whose sandbox
+// netns is a file in netnsDir (made if missing).
 func (n *node) add(c string) (api.Assignment, error) {
-	return n.client.Assign(context.Background(), api.AssignRequest{Key: key(c), Pod: api.Pod{Namespace: "default", Name: "p-" + c}})
+	netns := filepath.Join(n.netnsDir(), c)
+	if err := os.WriteFile(netns, nil, 0o600); err != nil {
+		n.t.Fatal(err)
+	}
+	return n.client.Assign(context.Background(), api.AssignRequest{Key: key(c), Pod: api.Pod{Namespace: "default", Name: "p-" + c}, Netns: netns})
+}
+
+// dropSandbox removes c's sandbox netns, as a runtime that lost the
+// sandbox without a DEL (or a node reboot) does.
+func (n *node) dropSandbox(c string) {
+	if err := os.Remove(filepath.Join(n.netnsDir(), c)); err != nil && !os.IsNotExist(err) {
+		n.t.Fatal(err)
+	}
 }
 
 func (n *node) mustAdd(c string) api.Assignment {

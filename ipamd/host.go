@@ -34,6 +34,10 @@ type Host interface {
 	FlushConntrack(addrs []netip.Addr) (uint, error)
 	// PodRuleAddresses lists the addresses with per-pod policy rules.
 	PodRuleAddresses() ([]netip.Addr, error)
+	// LinkExists reports whether the node netns has a link of this name (a
+	// pod's host veth: it goes with its sandbox's netns). An error means
+	// the answer is unknown.
+	LinkExists(name string) (bool, error)
 }
 
 // ErrNoHostView: the daemon runs without host networking and cannot see pods.
@@ -55,6 +59,7 @@ func (NodeHost) FlushConntrack(addrs []netip.Addr) (uint, error) {
 	return hostnet.FlushConntrack(addrs)
 }
 func (NodeHost) PodRuleAddresses() ([]netip.Addr, error) { return routing.PodRuleAddresses() }
+func (NodeHost) LinkExists(name string) (bool, error)    { return hostnet.LinkExists(name) }
 
 // NoHost is Host for VPCIP_HOSTNET=false (tests and development without root):
 // it changes nothing and sees no pods.
@@ -70,6 +75,7 @@ func (NoHost) PodRoutes() ([]hostnet.PodRoute, error)    { return nil, ErrNoHost
 func (NoHost) RemovePodRules(netip.Addr) (int, error)    { return 0, nil }
 func (NoHost) FlushConntrack([]netip.Addr) (uint, error) { return 0, nil }
 func (NoHost) PodRuleAddresses() ([]netip.Addr, error)   { return nil, nil }
+func (NoHost) LinkExists(string) (bool, error)           { return false, ErrNoHostView }
 
 func linkByMAC(mac string) (string, error) {
 	ifs, err := net.Interfaces()

@@ -33,14 +33,50 @@ type hostSync struct {
 	links map[string]string // ENI id → host link name
 	errs  map[string]string // ENI id → last EnsureENI failure
 
-	noRoute map[api.Key]int // worker goroutine only: consecutive checks an assignment had no host route
+	noRoute         map[api.Key]int // worker goroutine only: consecutive checks an assignment had no host route
+	keptUnconfirmed int             // worker goroutine only: route-less assignments the witness could not confirm gone, last check
+
+	witness netnsWitness
+	wmu     sync.Mutex   // guards wstate and wknown
+	wstate  WitnessState // the witness's view at the last check
+	wknown  bool         // a check with a host view has run
 }
 
 var _ pool.ENIHost = (*hostSync)(nil)
 
-func newHostSync(host Host, cfg config.Config, store *datastore.Store, log *slog.Logger, m *Metrics, now func() time.Time) *hostSync {
+// newHostSync wires a hostSync; netnsDirs are where the witness looks for
+// sandboxes' netns (DefaultNetnsDirs when nil).
+func newHostSync(host Host, cfg config.Config, store *datastore.Store, log *slog.Logger, m *Metrics, now func() time.Time, netnsDirs []string) *hostSync {
+	if netnsDirs == nil {
+		netnsDirs = DefaultNetnsDirs
+	}
 	return &hostSync{host: host, cfg: cfg, store: store, log: log, metrics: m, now: now,
-		links: map[string]string{}, errs: map[string]string{}, noRoute: map[api.Key]int{}}
+		links: map[string]string{}, errs: map[string]string{}, noRoute: map[api.Key]int{},
+		witness: netnsWitness{dirs: netnsDirs}}
+}
+
+// setWitness records the witness's view and exports it as a metric; a
+// change is logged (the first view at start too).
+func (h *hostSync) setWitness(s WitnessState) {
+	h.wmu.Lock()
+	changed := !h.wknown || h.wstate.Available != s.Available
+	h.wstate, h.wknown = s, true
+	h.wmu.Unlock()
+	h.metrics.witness(s.Available)
+	switch {
+	case changed && s.Available:
+		h.log.Info("sandbox netns visible: an address whose pod went without a DEL is released after VPCIP_GC_GRACE", "dirs", s.Dirs)
+	case changed:
+		h.log.Error("sandbox netns not visible", "reason", s.Reason)
+	}
+}
+
+// witnessState is the netns witness's view at the last check; ok is false
+// before the first check, and always without a host view (NoHost).
+func (h *hostSync) witnessState() (s WitnessState, ok bool) {
+	h.wmu.Lock()
+	defer h.wmu.Unlock()
+	return h.wstate, h.wknown
 }
 
 // hostENI is the one conversion of an ENI into what the host needs.
@@ -170,6 +206,8 @@ func (h *hostSync) checkPods(first bool) {
 	}
 	h.report(h.store.FromHost(host, now))
 	if first {
+		assigned := h.store.Assignments()
+		h.setWitness(h.witness.state(h.witness.seen(assigned, byAddr)))
 		return
 	}
 	h.releaseRouteless(byAddr, now)

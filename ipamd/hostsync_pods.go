@@ -1,10 +1,7 @@
 package ipamd
 
 import (
-	"errors"
-	"io/fs"
 	"net/netip"
-	"os"
 	"time"
 
 	"github.com/vpcip/vpcip/ipamd/api"
@@ -85,46 +82,32 @@ func (h *hostSync) releaseRouteless(byAddr map[netip.Addr]string, now time.Time)
 	}
 }
 
-// confirmGone decides which route-less assignments to release. Pods leave
-// through DEL; many routes vanishing at once may mean a broken host view
-// rather than dead pods, and freeing live pods' addresses is the worst
-// outcome. So a second witness is asked: the sandbox's netns path recorded
-// at ADD. Gone (while netns paths are visible to the daemon at all: a routed,
-// live sandbox's netns is seen) confirms the pod is dead, however many went
-// at once (a crash-looping pod, a runtime restart); present means the
-// sandbox lives and its address is kept. Without that witness the old rule
-// holds: no more than half the assignments (at least 2) are released on the
-// routes' word alone.
+// confirmGone decides which route-less assignments to release: those the
+// netns witness confirms gone (see netnsWitness), however many went at once
+// (a crash-looping pod, a runtime restart, a node reboot). A pod whose
+// route vanished while its sandbox lives keeps its address, and so does
+// one the witness cannot judge (no netns path recorded, or its directory
+// not visible to the daemon, and no veth to judge by): freeing a live pod's address is the worst
+// outcome, and DEL or the Kubernetes part's leak check (the API server's
+// word that the pod is gone) still release those.
 func (h *hostSync) confirmGone(gone, assigned []datastore.Assignment, byAddr map[netip.Addr]string) []datastore.Assignment {
-	visible := false
-	for _, a := range assigned {
-		if _, routed := byAddr[a.Address]; routed && a.Netns != "" && exists(a.Netns) {
-			visible = true
-			break
-		}
-	}
-	var confirmed, unconfirmed []datastore.Assignment
+	seen := h.witness.seen(assigned, byAddr)
+	h.setWitness(h.witness.state(seen))
+	var confirmed []datastore.Assignment
 	for _, a := range gone {
-		switch {
-		case !visible || a.Netns == "":
-			unconfirmed = append(unconfirmed, a)
-		case !exists(a.Netns):
+		if h.witness.gone(a, seen, h.host.LinkExists) {
 			confirmed = append(confirmed, a)
 		}
 	}
-	if limit := max(2, len(assigned)/2); len(unconfirmed) > limit {
-		h.log.Error("host shows no route for too many pods at once and their netns cannot confirm it: not releasing on the routes' word",
-			"podsWithoutRoute", len(unconfirmed), "assigned", len(assigned))
-		return confirmed
+	// Logged when the number kept changes, not at every check.
+	if kept := len(gone) - len(confirmed); kept != h.keptUnconfirmed {
+		h.keptUnconfirmed = kept
+		if kept > 0 {
+			h.log.Warn("pods without a host route kept: their netns cannot confirm they are gone (DEL or the Kubernetes leak check releases them)",
+				"pods", kept, "netnsDirsSeen", len(seen))
+		}
 	}
-	return append(confirmed, unconfirmed...)
-}
-
-// exists reports whether path exists (a netns file); an error other than
-// "does not exist" counts as existing.
-func exists(path string) bool {
-	_, err := os.Stat(path)
-	return err == nil || !errors.Is(err, fs.ErrNotExist)
+	return confirmed
 }
 
 // report logs and counts what FromHost changed. A conflict means the

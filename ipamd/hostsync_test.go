@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -78,13 +79,14 @@ func TestReleaseRoutelessHoldsNoLock(t *testing.T) {
 	now := time.Now()
 	store.Sync([]provider.ENI{testENI}, now)
 	k := api.Key{Network: "vpcip", ContainerID: "c1", IfName: "eth0"}
-	a, _, err := store.Assign(k, api.Pod{Namespace: "default", Name: "p"}, now.Add(-time.Hour))
+	netnsDir := t.TempDir() // the pod's netns file is gone from it
+	a, _, err := store.AssignIn(k, api.Pod{Namespace: "default", Name: "p"}, filepath.Join(netnsDir, "cni-c1"), now.Add(-time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
 	host := &lockProbeHost{memHost: newMemHost()}
 	hs := newHostSync(host, config.Config{GCGrace: time.Minute}, store, slog.New(slog.DiscardHandler),
-		NewMetrics(prometheus.NewRegistry()), time.Now)
+		NewMetrics(prometheus.NewRegistry()), time.Now, []string{netnsDir})
 	host.hs = hs
 	hs.checkPods(false)
 	if _, held := store.Get(k); !held {
@@ -129,12 +131,13 @@ func TestReleaseRoutelessRemovesRulesFirst(t *testing.T) {
 	now := time.Now()
 	store.Sync([]provider.ENI{testENI}, now)
 	k := api.Key{Network: "vpcip", ContainerID: "c1", IfName: "eth0"}
-	if _, _, err := store.Assign(k, api.Pod{Namespace: "default", Name: "p"}, now.Add(-time.Hour)); err != nil {
+	netnsDir := t.TempDir()
+	if _, _, err := store.AssignIn(k, api.Pod{Namespace: "default", Name: "p"}, filepath.Join(netnsDir, "cni-c1"), now.Add(-time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	host := &orderProbeHost{memHost: newMemHost(), store: store, fail: true}
 	hs := newHostSync(host, config.Config{GCGrace: time.Minute}, store, slog.New(slog.DiscardHandler),
-		NewMetrics(prometheus.NewRegistry()), time.Now)
+		NewMetrics(prometheus.NewRegistry()), time.Now, []string{netnsDir})
 	hs.checkPods(false)
 	hs.checkPods(false)
 	if _, held := store.Get(k); !held {
@@ -174,7 +177,7 @@ func TestStaleRulesAddressNotHandedOutMeanwhile(t *testing.T) {
 	host := &assignProbeHost{memHost: newMemHost(), store: store}
 	host.leaveRules(stale)
 	hs := newHostSync(host, config.Config{GCGrace: time.Hour}, store, slog.New(slog.DiscardHandler),
-		NewMetrics(prometheus.NewRegistry()), time.Now)
+		NewMetrics(prometheus.NewRegistry()), time.Now, nil)
 	hs.checkPods(false)
 	if !slices.Contains(host.rulesRemoved, stale) {
 		t.Fatalf("stale rules of %v not removed: %v", stale, host.rulesRemoved)
@@ -224,7 +227,7 @@ func TestStaleRulesThatStayKeepTheAddress(t *testing.T) {
 	mem := newMemHost()
 	mem.leaveRules(stale)
 	hs := newHostSync(failingRulesHost{mem}, config.Config{GCGrace: time.Hour}, store, slog.New(slog.DiscardHandler),
-		NewMetrics(prometheus.NewRegistry()), time.Now)
+		NewMetrics(prometheus.NewRegistry()), time.Now, nil)
 	hs.checkPods(false)
 	k := api.Key{Network: "vpcip", ContainerID: "next", IfName: "eth0"}
 	if a, _, err := store.Assign(k, api.Pod{}, time.Now()); err == nil {

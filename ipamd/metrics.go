@@ -24,6 +24,7 @@ type Metrics struct {
 	repairs     *prometheus.CounterVec
 	checkpoints *prometheus.CounterVec
 	actions     *prometheus.CounterVec
+	netnsSeen   prometheus.Gauge
 }
 
 // NewMetrics registers the daemon's counters and histograms on reg.
@@ -60,8 +61,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "vpcip_pool_actions_total",
 			Help: "Warm-pool actions executed, by action (assign, create_eni, release, delete_eni) and outcome (ok, error).",
 		}, []string{"action", "outcome"}),
+		netnsSeen: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "vpcip_sandbox_netns_visible",
+			Help: "1 when vpcipd sees the pod sandboxes' netns directory, so an address whose pod went without a DEL is released after VPCIP_GC_GRACE; 0: such addresses stay held until the Kubernetes leak check releases them.",
+		}),
 	}
-	reg.MustRegister(m.addWait, m.noAddress, m.calls, m.callLatency, m.repairs, m.checkpoints, m.actions)
+	reg.MustRegister(m.addWait, m.noAddress, m.calls, m.callLatency, m.repairs, m.checkpoints, m.actions, m.netnsSeen)
 	// Every cause and kind starts at 0: a counter series born at its first
 	// increment shows no rate() or increase() for it, so the first refusal or
 	// repair would never reach a dashboard or alert.
@@ -98,6 +103,15 @@ func (m *Metrics) ObserveCall(operation, outcome string, latency time.Duration) 
 }
 
 var _ provider.CallObserver = (*Metrics)(nil).ObserveCall
+
+// witness records whether the netns witness sees the sandboxes.
+func (m *Metrics) witness(available bool) {
+	v := 0.0
+	if available {
+		v = 1
+	}
+	m.netnsSeen.Set(v)
+}
 
 func (m *Metrics) repaired(kind string, n int) {
 	if n > 0 {

@@ -298,7 +298,8 @@ func TestB29FailedCheckpointWriteHoldsNothing(t *testing.T) {
 }
 
 // TestHostViewLosingAllRoutesFreesNothing: when the host suddenly shows no
-// route for most pods (a broken view, not dead pods), nothing is released.
+// route for most pods (a broken view, not dead pods: their sandboxes' netns
+// live), nothing is released; a pod whose sandbox is gone is.
 func TestHostViewLosingAllRoutesFreesNothing(t *testing.T) {
 	c := startCloud(t)
 	host := newMemHost()
@@ -323,6 +324,7 @@ func TestHostViewLosingAllRoutesFreesNothing(t *testing.T) {
 	for _, a := range addrs[1:] { // the view heals; only c0's route stays gone
 		host.wire(a, "eni"+a.String())
 	}
+	n.dropSandbox("c0") // c0's pod left without a DEL
 	n.reconcile()
 	n.reconcile()
 	if _, ok := n.d.store.Get(key("c0")); ok {

@@ -16,6 +16,7 @@ import (
 type memHost struct {
 	mu     sync.Mutex
 	routes map[netip.Addr]string // pod address → host veth
+	links  map[string]bool       // host veths present
 	enis   map[string]hostnet.ENI
 
 	rulesRemoved []netip.Addr        // addresses whose pod rules the daemon asked to remove
@@ -25,7 +26,7 @@ type memHost struct {
 var _ Host = (*memHost)(nil)
 
 func newMemHost() *memHost {
-	return &memHost{routes: map[netip.Addr]string{}, enis: map[string]hostnet.ENI{}}
+	return &memHost{routes: map[netip.Addr]string{}, links: map[string]bool{}, enis: map[string]hostnet.ENI{}}
 }
 
 func (h *memHost) EnsureENI(e hostnet.ENI) (string, error) {
@@ -92,18 +93,35 @@ func (h *memHost) PodRoutes() ([]hostnet.PodRoute, error) {
 	return out, nil
 }
 
-// wire records a pod route, as the plugin's ADD would.
+// wire records a pod's host veth and route, as the plugin's ADD would.
 func (h *memHost) wire(a netip.Addr, veth string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.routes[a] = veth
+	h.links[veth] = true
 }
 
-// unwire removes a pod route, as the plugin's DEL (or a vanished netns) would.
+// unwire removes a pod's route and host veth, as the plugin's DEL (or a
+// vanished netns) would.
 func (h *memHost) unwire(a netip.Addr) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	delete(h.links, h.routes[a])
 	delete(h.routes, a)
+}
+
+// dropRoute removes only a pod's host route (an admin, a network manager):
+// its veth and sandbox live on.
+func (h *memHost) dropRoute(a netip.Addr) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.routes, a)
+}
+
+func (h *memHost) LinkExists(name string) (bool, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.links[name], nil
 }
 
 // stagedMetadata is the real provider with instance metadata replaced by

@@ -116,6 +116,9 @@ func (v *statusView) reason(now time.Time, subnet string) string {
 	for _, id := range ids {
 		parts = append(parts, fmt.Sprintf("degraded: host setup of %s failed: %s", id, errs[id]))
 	}
+	if w, ok := v.hosts.witnessState(); ok && !w.Available {
+		parts = append(parts, "degraded: "+w.Reason)
+	}
 	return strings.Join(parts, "; ")
 }
 
@@ -144,6 +147,9 @@ func (v *statusView) state() introspect.State {
 		Reason:      st.Reason,
 		Kubernetes:  introspect.Kubernetes{Reason: "disabled"},
 		Time:        now,
+	}
+	if w, ok := v.hosts.witnessState(); ok {
+		out.SandboxNetns = &introspect.SandboxNetns{Visible: w.Available, Dirs: w.Dirs, Reason: w.Reason}
 	}
 	if pl := snap.Placement; pl.Mode != "" {
 		out.Placement = &introspect.Placement{At: pl.At, Mode: pl.Mode, ENIConfig: pl.ENIConfig, Reason: pl.Reason, Problem: pl.Problem, Cause: pl.Cause}

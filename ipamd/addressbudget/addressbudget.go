@@ -103,6 +103,7 @@ const (
 	ConditionSubnetLow               = "SubnetLow"               // the node's subnets are nearly full
 	ConditionMaxPodsExceedsAddresses = "MaxPodsExceedsAddresses" // kubelet admits more pods than addresses can serve
 	ConditionPodSubnetReady          = "PodSubnetReady"          // new ENIs can be placed (False: a missing or invalid ENIConfig, no eligible subnet)
+	ConditionSandboxNetnsVisible     = "SandboxNetnsVisible"     // vpcipd sees the pods' netns, so a pod gone without a DEL has its address released (False: kept until the leak check)
 )
 
 // Check reports a broken invariant of the published numbers (field failure

@@ -50,6 +50,7 @@ func (a *Adapter) Snapshot() Snapshot {
 		PrefixMode: st.Node.Mode == introspect.ModePrefix,
 		Assigned:   st.Pool.Assigned, Warm: st.Pool.Warm, Cooling: st.Pool.Cooling, Capacity: st.Pool.Capacity, Budget: st.Pool.Budget,
 		ENIs: st.Pool.ENIs, MaxENIs: st.Pool.MaxENIs, Version: st.Node.Version, CheckpointSchema: checkpoint.Version,
+		SandboxNetns: st.SandboxNetns,
 	}
 	for _, as := range st.Assignments {
 		s.Assignments = append(s.Assignments, Assignment{Key: as.Key, Pod: as.Pod, AssignedAt: as.AssignedAt})

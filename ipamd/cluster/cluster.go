@@ -66,6 +66,9 @@ type Snapshot struct {
 	CheckpointSchema               int
 	Assignments                    []Assignment
 	PodSubnet                      *addressbudget.PodSubnet // the latest ENI placement; nil before the first
+	// SandboxNetns is whether the daemon sees the sandboxes' netns (its
+	// witness that a pod went without a DEL); nil when unknown.
+	SandboxNetns *introspect.SandboxNetns
 }
 
 // Assignment is one held address as leak detection sees it.

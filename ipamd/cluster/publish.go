@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -125,6 +126,14 @@ func (c *Cluster) conditions(s Snapshot, st addressbudget.Status) []metav1.Condi
 			c.Message = p.Problem
 		}
 		out = append(out, c)
+	}
+	// Sandbox netns: once the daemon looked (never without a host view).
+	if w := s.SandboxNetns; w != nil {
+		msg := "sandbox netns seen in " + strings.Join(w.Dirs, ", ")
+		if !w.Visible {
+			msg = w.Reason
+		}
+		out = append(out, cond(addressbudget.ConditionSandboxNetnsVisible, w.Visible, "NetnsDirectoryMounted", "NetnsNotVisible", msg))
 	}
 	return out
 }

@@ -1,6 +1,7 @@
 package hostnet
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -69,4 +70,21 @@ func PodRoutes() ([]PodRoute, error) {
 	}
 	slices.SortFunc(out, func(a, b PodRoute) int { return a.Address.Compare(b.Address) })
 	return out, nil
+}
+
+// LinkExists reports whether the current netns has a link named name. A
+// pod's host veth is destroyed with its sandbox's netns, so its absence
+// confirms a sandbox is gone. An error other than "not found" is returned:
+// the answer is then unknown.
+func LinkExists(name string) (bool, error) {
+	_, err := netlinksafe.LinkByName(name)
+	var nf netlink.LinkNotFoundError
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.As(err, &nf):
+		return false, nil
+	default:
+		return false, fmt.Errorf("look up link %s: %w", name, err)
+	}
 }

@@ -49,6 +49,20 @@ type State struct {
 	// Placement is where the latest new ENI went (or why none can be
 	// placed); nil before the daemon placed one.
 	Placement *Placement `json:"placement,omitempty"`
+	// SandboxNetns says whether vpcipd sees the pod sandboxes' netns, its
+	// witness that a pod went without a DEL; nil without a host view
+	// (VPCIP_HOSTNET=false) or before the first check.
+	SandboxNetns *SandboxNetns `json:"sandboxNetns,omitempty"`
+}
+
+// SandboxNetns is the netns witness's view: Visible when at least one
+// directory holding sandboxes' netns is seen (Dirs); Reason says why not.
+// Without it, an address whose host route vanished stays held until DEL or
+// the Kubernetes leak check (the API server's word) releases it.
+type SandboxNetns struct {
+	Visible bool     `json:"visible"`
+	Dirs    []string `json:"dirs,omitempty"`
+	Reason  string   `json:"reason,omitempty"`
 }
 
 // Placement is the latest decision of where a new ENI goes: the mode

@@ -17,7 +17,8 @@ const Release = "vpcip"
 // clusterValues are the values every install here adds to the user's: the
 // image imported into each node (no registry to pull from), the AWS SDK
 // pointed at vpcsim's EC2 endpoint inside the fabric (IMDS is at its real
-// address there), and the API server at the nodes' loopback relay.
+// address there), the API server at the nodes' loopback relay, and a GC
+// grace of WitnessGrace (the witness step waits it out).
 func (c *Cluster) clusterValues() string {
 	return fmt.Sprintf(`image:
   pullPolicy: Never
@@ -28,7 +29,8 @@ extraEnv:
   - {name: AWS_SECRET_ACCESS_KEY, value: vpcsim}
   - {name: KUBERNETES_SERVICE_HOST, value: localhost}
   - {name: KUBERNETES_SERVICE_PORT, value: "%d"}
-`, c.Cloud.Region(), fabric.EC2URL, apiPort)
+  - {name: VPCIP_GC_GRACE, value: %q}
+`, c.Cloud.Region(), fabric.EC2URL, apiPort, WitnessGrace.String())
 }
 
 // Helm runs h against the cluster with the admin kubeconfig.

@@ -45,6 +45,7 @@ func (s *Scenario) Run(ctx context.Context) error {
 		{"deploy the workload", s.deploy},
 		{"EC2 agrees", s.ec2Agrees},
 		{"traffic across nodes", s.crossNode},
+		{"netns witness", s.witness},
 		{"address budgets", s.budgets},
 		{"a full node", s.fullNode},
 		{"scale to 0", s.scaleToZero},

@@ -77,10 +77,23 @@ readme-picture: test-deps
 dashboards:
 	cd tools/dashboards && $(GO) run . -out $(CURDIR)/charts/vpcip/files/dashboards
 
-## test: lint, then every package's tests (netns, iptables and e2e tests need root).
-test: test-deps containerd-setup k8s-tools image lint
-	VPCIP_K8S_BIN=$$(bash scripts/k8s-tools.sh | tail -n 1) VPCIP_REQUIRE_CONTAINERD=1 VPCIP_REQUIRE_CONTAINERD2=1 VPCIP_REQUIRE_KUBE=1 \
-	VPCIP_IMAGE=$(BIN)/vpcip-image.tar VPCIP_VPCIPCTL=$(BIN)/image/vpcipctl $(GO) test -count=1 -timeout 18m ./...
+## test: lint, then every package's tests (netns, iptables and e2e tests need root). Checks the machine
+## first (scripts/preflight.sh), times each phase and prints the times at the end (results/make-test-*).
+PHASES := $(CURDIR)/results/make-test-phases.tsv
+TESTLOG := $(CURDIR)/results/make-test.log
+PHASE = VPCIP_PHASES=$(PHASES) bash scripts/phase.sh
+test:
+	@mkdir -p results && : >$(PHASES)
+	@$(PHASE) "tools (Debian packages)" $(MAKE) --no-print-directory test-deps
+	@$(PHASE) preflight bash scripts/preflight.sh
+	@$(PHASE) "containerd, plugins, pause" $(MAKE) --no-print-directory containerd-setup
+	@$(PHASE) "kubernetes, helm, etcd" $(MAKE) --no-print-directory k8s-tools
+	@$(PHASE) image $(MAKE) --no-print-directory image
+	@$(PHASE) "lint (vet builds every package)" $(MAKE) --no-print-directory lint
+	@$(PHASE) "build test binaries" $(GO) test -count=1 -exec /bin/true ./... >/dev/null
+	@set -o pipefail; VPCIP_K8S_BIN=$$(bash scripts/k8s-tools.sh | tail -n 1) VPCIP_REQUIRE_CONTAINERD=1 VPCIP_REQUIRE_CONTAINERD2=1 VPCIP_REQUIRE_KUBE=1 VPCIP_REQUIRE_VALGRIND=1 \
+	VPCIP_IMAGE=$(BIN)/vpcip-image.tar VPCIP_VPCIPCTL=$(BIN)/image/vpcipctl $(PHASE) tests $(GO) test -count=1 -timeout 25m ./... 2>&1 | tee $(TESTLOG); \
+	rc=$$?; bash scripts/test-report.sh $(PHASES) $(TESTLOG); exit $$rc
 
 ## soak: the kill campaign with 100 kill -9 of vpcipd during churn on two vpcsim nodes (make test runs 6).
 soak: deps

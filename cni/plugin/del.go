@@ -52,12 +52,12 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 		in.log.Info("released", "address", r.resp.Assignment.Address.String())
 		asg := r.resp.Assignment
 		recorded := datapath.HostVethName(in.conf.VethPrefix, asg.Pod.Namespace, asg.Pod.Name, asg.Key.ContainerID)
-		errs = append(errs, removeHostSide(in, asg.Address, in.key, in.hostVeth(), recorded))
+		errs = append(errs, delHostSide(in, asg.Address, in.key, in.hostVeth(), recorded))
 		// The pod's own address, when the daemon's record names another
 		// (a damaged checkpoint): its rules go too.
 		for _, a := range localAddrs(in, args.IfName, podAddrs) {
 			if a != asg.Address {
-				errs = append(errs, removeHostSide(in, a, in.key, in.hostVeth()))
+				errs = append(errs, delHostSide(in, a, in.key, in.hostVeth()))
 			}
 		}
 	case r.err == nil:
@@ -66,7 +66,7 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 		local := localAddrs(in, args.IfName, podAddrs)
 		in.log.Info("nothing to release; key unknown or already released", "localAddresses", fmt.Sprint(local))
 		for _, a := range local {
-			errs = append(errs, removeHostSide(in, a, in.key, in.hostVeth()))
+			errs = append(errs, delHostSide(in, a, in.key, in.hostVeth()))
 		}
 	default:
 		return in.delWithoutDaemon(args, podAddrs, r.err, errs)
@@ -97,7 +97,7 @@ func (in *invocation) release() releaseAnswer {
 func (in *invocation) delWithoutDaemon(args *skel.CmdArgs, podAddrs []netip.Addr, relErr error, errs []error) error {
 	local := localAddrs(in, args.IfName, podAddrs)
 	for _, a := range local {
-		errs = append(errs, removeHostSide(in, a, in.key, in.hostVeth()))
+		errs = append(errs, delHostSide(in, a, in.key, in.hostVeth()))
 	}
 	cerr := daemonError("release", in.key, relErr)
 	in.log.Error("release failed; host side removed from local knowledge", "addresses", fmt.Sprint(local), "error", cerr.Msg)
@@ -126,6 +126,10 @@ func localAddrs(in *invocation, ifName string, podAddrs []netip.Addr) []netip.Ad
 // alone, whatever the daemon answered: its record may be wrong (a damaged
 // checkpoint), the call may be a stale DEL of an older sandbox of the same
 // pod, and tearing down a live sandbox's wiring is worse than a leftover rule.
+//
+// An address the host routes to another sandbox's veth is that sandbox's:
+// nothing is removed and errRoutedElsewhere comes back. DEL takes that as
+// done (delHostSide); GC keeps the attachment held and reports it.
 func removeHostSide(in *invocation, addr netip.Addr, key api.Key, owners ...string) error {
 	if !addr.Is4() {
 		return nil
@@ -143,7 +147,7 @@ func removeHostSide(in *invocation, addr netip.Addr, key api.Key, owners ...stri
 		if own == vethOther || (own == vethUnmarked && !slices.Contains(owners, link)) {
 			log.Warn("address routed to another sandbox's veth; leaving its host state alone", "address", addr.String(),
 				"link", link, "sandbox", alias, "owners", owners)
-			return nil
+			return fmt.Errorf("%w: %v via %s (%q)", errRoutedElsewhere, addr, link, alias)
 		}
 	}
 	var errs []error
@@ -161,4 +165,17 @@ func removeHostSide(in *invocation, addr netip.Addr, key api.Key, owners ...stri
 	}
 	log.Debug("host side removed", "address", addr.String(), "rules", n, "routeLink", link)
 	return errors.Join(errs...)
+}
+
+// errRoutedElsewhere: the address is routed to another sandbox's veth; its
+// host state belongs to that sandbox and was left alone.
+var errRoutedElsewhere = errors.New("routed to another sandbox's veth")
+
+// delHostSide is removeHostSide for DEL: an address routed to another
+// sandbox is not this attachment's to clean, and DEL succeeds.
+func delHostSide(in *invocation, addr netip.Addr, key api.Key, owners ...string) error {
+	if err := removeHostSide(in, addr, key, owners...); !errors.Is(err, errRoutedElsewhere) {
+		return err
+	}
+	return nil
 }

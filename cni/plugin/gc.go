@@ -20,7 +20,9 @@ import (
 // (/v1/gc/release). Released first, an address could go to the next pod
 // before its old rules went, and their removal by address would take the
 // new pod's (B13). An attachment whose host state could not be removed
-// stays held for the next GC, and the GC fails (code 999) naming it.
+// stays held for the next GC, and the GC fails (code 999) naming it; so does
+// one whose address the host routes to another sandbox's veth (that
+// sandbox sends from it: released, it would go to a third pod).
 //
 // A vpcipd that predates the plan gets the one-step GC (/v1/gc: release,
 // then removal), as before. A config without the list is an error
@@ -82,7 +84,7 @@ func (in *invocation) gcOneStep(ctx context.Context, req api.GCRequest) error {
 	}
 	var errs []error
 	for _, asg := range resp.Released {
-		if err := removeHostSide(in, asg.Address, asg.Key, in.gcVeth(asg)); err != nil {
+		if err := delHostSide(in, asg.Address, asg.Key, in.gcVeth(asg)); err != nil {
 			errs = append(errs, fmt.Errorf("%s (%v): %w", asg.Key, asg.Address, err))
 		}
 	}

@@ -210,3 +210,43 @@ func TestGCWithADaemonWithoutPlan(t *testing.T) {
 	mustDel(t, e, keep)
 	AssertNodeClean(t, e)
 }
+
+// TestGCKeepsAddressRoutedToAnotherSandbox: a stale attachment whose
+// address the host routes to another sandbox's veth (a conflict: that
+// sandbox sends from it) is not released by GC, which would hand the
+// address to a third pod; the GC fails (code 999) naming it, and the other
+// sandbox's wiring is untouched. Once the route is gone, the next GC
+// releases it. Before, GC logged "leaving its host state alone" and
+// released the address anyway.
+func TestGCKeepsAddressRoutedToAnotherSandbox(t *testing.T) {
+	RequireRoot(t)
+	e, d := fakeEnv(t, secondaryENIPool())
+	e.Chain = false
+	stale := lostPod(t, e, "stale")
+	keep := e.NewPod(t, "keep")
+	e.MustAdd(t, keep)
+	ipCmd(t, "-n", e.Node.Name, "route", "replace", stale.Address.String()+"/32", "dev", e.HostVeth(keep), "scope", "link")
+	err := e.GC(t, keep)
+	if CNICode(err) != types.ErrInternal || !strings.Contains(err.Error(), e.key(stale).String()) || !strings.Contains(err.Error(), "another sandbox") {
+		t.Errorf("GC of an address routed to another sandbox: %v (code %d), want code 999 naming %s", err, CNICode(err), e.key(stale))
+	}
+	if _, held := d.Held()[e.key(stale)]; !held {
+		t.Errorf("GC released %v though the host routes it to %s", stale.Address, e.HostVeth(keep))
+	}
+	if _, route := HostRoute(t, e.Node.Name, stale.Address); !route {
+		t.Errorf("GC removed the route of %v to the other sandbox", stale.Address)
+	}
+	a := mustHeld(t, e, keep)
+	AssertPodWired(t, e, keep, a.RouteTable, mtuOf(e, a))
+	ipCmd(t, "-n", e.Node.Name, "route", "del", stale.Address.String()+"/32")
+	DeleteNetns(stale.NetnsName) // its sandbox goes too, with its own veth
+	_ = exec.Command("ip", "-n", e.Node.Name, "link", "del", e.HostVeth(stale)).Run()
+	if err := e.GC(t, keep); err != nil {
+		t.Fatalf("GC once the conflicting route is gone: %v", err)
+	}
+	if _, held := d.Held()[e.key(stale)]; held {
+		t.Errorf("GC left %v held once its route was gone", stale.Address)
+	}
+	mustDel(t, e, keep)
+	AssertNodeClean(t, e)
+}

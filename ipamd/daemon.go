@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/net/netutil"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/vpcip/vpcip/ipamd/api"
@@ -244,6 +245,19 @@ func (d *Daemon) Run(ctx context.Context) error {
 	return err
 }
 
+// sideLimits bound what a client of the metrics and introspection
+// listeners can hold. Metrics listen on every node address by default and
+// any pod reaches them: without a read and an idle timeout, one pod could
+// keep tens of thousands of connections open against a node-critical
+// daemon that has no memory limit. A scrape takes milliseconds; Prometheus
+// keeps one connection per target and reconnects at will.
+var sideLimits = struct {
+	ReadHeader, Read, Write, Idle time.Duration
+	MaxHeaderBytes                int // bytes
+	MaxConns                      int // connections open at once per listener; more wait in the kernel's backlog
+}{ReadHeader: 5 * time.Second, Read: 10 * time.Second, Write: 30 * time.Second, Idle: 60 * time.Second,
+	MaxHeaderBytes: 16 << 10, MaxConns: 64}
+
 // listen opens the plugin API socket and the metrics and introspection
 // listeners, with a server for each.
 func (d *Daemon) listen() ([]*http.Server, []net.Listener, error) {
@@ -260,8 +274,10 @@ func (d *Daemon) listen() ([]*http.Server, []net.Listener, error) {
 			return nil, nil, fmt.Errorf("listen %s on %s: %w", s.name, s.addr, err)
 		}
 		d.log.Info("serving", "what", s.name, "addr", ln.Addr().String())
-		servers = append(servers, &http.Server{Handler: s.handler, ReadHeaderTimeout: 5 * time.Second})
-		listeners = append(listeners, ln)
+		lim := sideLimits
+		servers = append(servers, &http.Server{Handler: s.handler, ReadHeaderTimeout: lim.ReadHeader, ReadTimeout: lim.Read,
+			WriteTimeout: lim.Write, IdleTimeout: lim.Idle, MaxHeaderBytes: lim.MaxHeaderBytes})
+		listeners = append(listeners, netutil.LimitListener(ln, lim.MaxConns))
 	}
 	return servers, listeners, nil
 }

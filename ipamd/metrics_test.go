@@ -1,7 +1,9 @@
 package ipamd
 
 import (
+	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -12,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -238,5 +241,55 @@ func TestMetricLabelsStartAtZero(t *testing.T) {
 	}
 	if got["vpcip_add_no_address_total"] != len(noAddressCauses) || got["vpcip_reconcile_repairs_total"] != len(repairKinds) {
 		t.Errorf("series at start: %v", got)
+	}
+}
+
+// TestSideListenersBoundConnections: a client of the metrics listener
+// cannot hold connections forever: an idle keep-alive connection is closed
+// after the idle timeout, and no more than MaxConns are served at once
+// (#25 kind 7; before, any number were accepted: the second half fails
+// on the old listener; the idle one was closed by the header timeout).
+func TestSideListenersBoundConnections(t *testing.T) {
+	saved := sideLimits
+	t.Cleanup(func() { sideLimits = saved })
+	sideLimits.Idle, sideLimits.MaxConns = 300*time.Millisecond, 2
+	c := startCloud(t)
+	metricsAddr := freeAddr(t)
+	n := newNode(t, c, itypeSmall, map[string]string{"VPCIP_METRICS_ADDR": metricsAddr})
+	n.start()
+
+	// Idle: one request, then the connection waits with keep-alive.
+	conn, err := net.Dial("tcp", metricsAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+	r := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(r, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := r.ReadByte(); err != io.EOF {
+		t.Errorf("idle keep-alive connection after the idle timeout: read %v, want EOF (closed by the daemon)", err)
+	}
+
+	// At most MaxConns at once: two silent connections, then a third
+	// client's request waits until one of them times out.
+	for range 2 {
+		c, err := net.Dial("tcp", metricsAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+	}
+	time.Sleep(100 * time.Millisecond)
+	client := &http.Client{Timeout: 2 * time.Second}
+	if resp, err := client.Get("http://" + metricsAddr + "/metrics"); err == nil {
+		resp.Body.Close()
+		t.Errorf("a third connection was served while two were open; want it held back (MaxConns 2)")
 	}
 }

@@ -116,6 +116,42 @@ func TestLeakedAssignmentReleasedAfterGrace(t *testing.T) {
 	}
 }
 
+// TestRefusedLeakReleaseBacksOff: an assignment whose pod is gone from the
+// API server but whose host state stays (a static pod's mirror UID, a
+// force-deleted pod whose sandbox lingers) is asked about once per grace,
+// not at every tick with a live LIST of the node's pods each time (#25
+// kind 4: before, about one ask per 100 ms tick here).
+func TestRefusedLeakReleaseBacksOff(t *testing.T) {
+	k := kubetest.Shared(t)
+	grace := time.Second
+	e := newEnv(t, k, uniq(t), 110, cluster.Options{LeakGrace: grace, Tick: 100 * time.Millisecond})
+	ns := e.node
+	k.EnsureNamespace(context.Background(), ns)
+	stuck := createPod(t, e.admin, ns, podSpec{name: "stuck", node: e.node, podIP: "100.64.1.13", phase: corev1.PodRunning})
+	e.daemon.set(func(s *cluster.Snapshot) {
+		s.Assignments = []cluster.Assignment{{Key: api.Key{Network: "vpcip", ContainerID: "cstuck", IfName: "eth0"},
+			Pod: api.Pod{Namespace: ns, Name: "stuck", UID: string(stuck.UID)}, AssignedAt: time.Now().Add(-time.Hour)}}
+		s.Assigned = 1
+	})
+	e.daemon.mu.Lock()
+	e.daemon.hostHas["stuck"] = true
+	e.daemon.mu.Unlock()
+	eventually(t, 20*time.Second, "cluster part connected", func() bool { return e.c.Health().Connected })
+	deletePod(t, e.admin, ns, "stuck")
+	eventually(t, grace+5*time.Second, "first ask", func() bool {
+		e.daemon.mu.Lock()
+		defer e.daemon.mu.Unlock()
+		return e.daemon.refused > 0
+	})
+	time.Sleep(4 * grace)
+	e.daemon.mu.Lock()
+	asked := e.daemon.refused
+	e.daemon.mu.Unlock()
+	if asked > 6 {
+		t.Errorf("asked %d times in about %v for a release the host keeps refusing; want about one per %v grace", asked, 5*grace, grace)
+	}
+}
+
 func TestRecreatedPodWithSameNameIsAnotherPod(t *testing.T) {
 	k := kubetest.Shared(t)
 	e := newEnv(t, k, uniq(t), 110, cluster.Options{LeakGrace: 2 * time.Second, Tick: 200 * time.Millisecond})

@@ -37,6 +37,7 @@ type fakeDaemon struct {
 	snap     cluster.Snapshot
 	hostHas  map[string]bool // pod name → host still shows its veth
 	released []cluster.Assignment
+	refused  int // ReleaseLeaked calls answered "kept"
 }
 
 func (f *fakeDaemon) Snapshot() cluster.Snapshot {
@@ -51,6 +52,7 @@ func (f *fakeDaemon) ReleaseLeaked(a cluster.Assignment) (bool, string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.hostHas[a.Pod.Name] {
+		f.refused++
 		return false, "host veth present"
 	}
 	for i, x := range f.snap.Assignments {

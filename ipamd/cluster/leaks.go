@@ -15,7 +15,9 @@ import (
 //     gone: a recreated StatefulSet pod has its own sandbox) must have been
 //     missing from the cache for LeakGrace without a break;
 //   - a live list from the API server must confirm it (an error: no release);
-//   - the daemon's host checks must find no veth and no route (ReleaseLeaked).
+//   - the daemon's host checks must find no veth and no route (ReleaseLeaked);
+//     a refusal restarts the grace, so a lasting one costs one live list per
+//     grace, not one per tick.
 //
 // Assignments without a pod name (runtimes that pass no K8S_POD_NAME) are
 // never judged here; CNI GC and the host checks cover them. The gauge
@@ -69,7 +71,17 @@ func (c *Cluster) checkLeaks(ctx context.Context, snap Snapshot) {
 		}
 		released, why := c.o.Daemon.ReleaseLeaked(a)
 		if !released {
-			c.log.Info("assignment of a gone pod kept: host still shows it, or its rules could not be removed", "pod", a.Pod.Namespace+"/"+a.Pod.Name, "key", a.Key.String(), "why", why)
+			// Asked again after another grace, not at every tick: a refusal
+			// that lasts (a static pod's mirror UID, a force-deleted pod
+			// whose sandbox lingers) would otherwise cost a live LIST of the
+			// node's pods and a log line every second, forever.
+			c.mu.Lock()
+			if _, ok := c.goneAt[a.Key]; ok {
+				c.goneAt[a.Key] = now
+			}
+			c.mu.Unlock()
+			c.log.Info("assignment of a gone pod kept: host still shows it, or its rules could not be removed; asked again after the grace",
+				"pod", a.Pod.Namespace+"/"+a.Pod.Name, "key", a.Key.String(), "why", why, "grace", c.o.LeakGrace.String())
 			continue
 		}
 		c.forget(a.Key)

@@ -55,7 +55,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"kind"}),
 		checkpoints: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "vpcip_checkpoint_writes_total",
-			Help: "Checkpoint writes by outcome (ok, error).",
+			Help: "Checkpoint writes by outcome (ok, error, not_durable: in place but the directory fsync failed).",
 		}, []string{"outcome"}),
 		actions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "vpcip_pool_actions_total",

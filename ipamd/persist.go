@@ -26,6 +26,7 @@ const (
 // datastore calls persist; writes are serialized and fold.
 type checkpointer struct {
 	path    string
+	save    func(string, checkpoint.State) error // checkpoint.Save; tests replace it
 	store   *datastore.Store
 	log     *slog.Logger
 	metrics *Metrics
@@ -112,7 +113,16 @@ func (c *checkpointer) persist() error {
 		return nil
 	}
 	st.InstanceID = c.instance
-	if err := checkpoint.Save(c.path, st); err != nil {
+	save := c.save
+	if save == nil {
+		save = checkpoint.Save
+	}
+	if err := save(c.path, st); errors.Is(err, checkpoint.ErrNotDurable) {
+		// The file holds this state: failing the caller would undo a
+		// change the file keeps (see ErrNotDurable).
+		c.metrics.checkpoints.WithLabelValues("not_durable").Inc()
+		c.log.Warn("checkpoint written but its directory could not be synced; kept as written", "path", c.path, "err", err)
+	} else if err != nil {
 		c.metrics.checkpoints.WithLabelValues("error").Inc()
 		return err
 	}

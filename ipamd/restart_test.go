@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -294,6 +295,36 @@ func TestB29FailedCheckpointWriteHoldsNothing(t *testing.T) {
 	st, _, err := checkpoint.Load(n.d.cfg.Checkpoint)
 	if err != nil || len(st.Assignments) != 1 || st.Assignments[0].Address != a.Address {
 		t.Errorf("checkpoint after writes recovered: %+v, %v", st.Assignments, err)
+	}
+}
+
+// TestNotDurableCheckpointKeepsTheADD: an ADD whose checkpoint reached the
+// file but whose directory fsync failed (checkpoint.ErrNotDurable) keeps its
+// address: the file records it, and undoing the ADD would free an address
+// the file still gives the pod (#25 kind 8; before, the ADD failed and its
+// address was freed while the file held it).
+func TestNotDurableCheckpointKeepsTheADD(t *testing.T) {
+	c := startCloud(t)
+	n := newNode(t, c, itypeSmall, nil)
+	n.start()
+	n.d.ckpt.mu.Lock()
+	n.d.ckpt.save = func(path string, st checkpoint.State) error {
+		if err := checkpoint.Save(path, st); err != nil {
+			return err
+		}
+		return fmt.Errorf("%w: fsync checkpoint directory: input/output error", checkpoint.ErrNotDurable)
+	}
+	n.d.ckpt.mu.Unlock()
+	a, err := n.add("c1")
+	if err != nil {
+		t.Fatalf("ADD with a not-durable checkpoint write: %v", err)
+	}
+	st, _, err := checkpoint.Load(n.d.cfg.Checkpoint)
+	if err != nil || len(st.Assignments) != 1 || st.Assignments[0].Address != a.Address {
+		t.Errorf("checkpoint: %+v, %v; want c1's %v", st.Assignments, err, a.Address)
+	}
+	if h, ok := n.d.store.Holder(a.Address); !ok || h.Key != key("c1") {
+		t.Errorf("daemon holds %v for %v (%v), want c1", a.Address, h.Key, ok)
 	}
 }
 

@@ -13,6 +13,7 @@ package checkpoint
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/netip"
@@ -235,8 +236,20 @@ func validDeparted(ds []netip.Addr, dropped []string) ([]netip.Addr, []string) {
 	return ok, dropped
 }
 
+// ErrNotDurable: Save renamed the new file into place, so readers see it,
+// but the directory's fsync failed, so a power loss could bring back the
+// old one. The state written is the file's state: a caller must not undo
+// the change it recorded (an ADD rolled back would free an address the file
+// still gives its pod).
+var ErrNotDurable = errors.New("checkpoint written but not durable")
+
+// syncDirHook is syncDir, replaced in tests to fail.
+var syncDirHook = syncDir
+
 // Save writes st to path atomically: temp file in the same directory, fsync,
 // rename, fsync of the directory. The directory is created (0700) if missing.
+// A failure before the rename leaves the old file; one after it is
+// ErrNotDurable.
 func Save(path string, st State) error {
 	st.Version = Version
 	if st.Writer == (Writer{}) {
@@ -266,7 +279,10 @@ func Save(path string, st State) error {
 		os.Remove(name)
 		return fmt.Errorf("replace checkpoint %s: %w", path, err)
 	}
-	return syncDir(dir)
+	if err := syncDirHook(dir); err != nil {
+		return fmt.Errorf("%w: %w", ErrNotDurable, err)
+	}
+	return nil
 }
 
 func writeSync(f *os.File, data []byte) error {

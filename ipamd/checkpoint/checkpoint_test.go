@@ -307,3 +307,22 @@ func TestSaveRecordsItsWriter(t *testing.T) {
 		t.Errorf("writer %+v generation %d, want %+v and 17", got.Writer, got.Generation, Self())
 	}
 }
+
+// TestSaveNotDurableAfterRename: a directory fsync that fails after the
+// rename is ErrNotDurable, and the file already holds the new state (so a
+// caller must not undo it); a failure before the rename is not.
+func TestSaveNotDurableAfterRename(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ipam.json")
+	saved := syncDirHook
+	t.Cleanup(func() { syncDirHook = saved })
+	syncDirHook = func(string) error { return errors.New("input/output error") }
+	st := sample()
+	err := Save(path, st)
+	if !errors.Is(err, ErrNotDurable) {
+		t.Fatalf("Save with the directory fsync failing: %v, want ErrNotDurable", err)
+	}
+	got, _, lerr := Load(path)
+	if lerr != nil || len(got.Assignments) != len(st.Assignments) {
+		t.Errorf("file after a not-durable save: %d assignments, %v; want the new state's %d", len(got.Assignments), lerr, len(st.Assignments))
+	}
+}

@@ -66,7 +66,11 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 		local := localAddrs(in, args.IfName, podAddrs)
 		in.log.Info("nothing to release; key unknown or already released", "localAddresses", fmt.Sprint(local))
 		for _, a := range local {
-			errs = append(errs, delHostSide(in, a, in.key, in.hostVeth()))
+			if slices.Contains(podAddrs, a) { // on the sandbox's own interface: its rules are this sandbox's
+				errs = append(errs, delHostSide(in, a, in.key, in.hostVeth()))
+				continue
+			}
+			errs = append(errs, delUnknownHostSide(in, a, in.key, in.hostVeth()))
 		}
 	default:
 		return in.delWithoutDaemon(args, podAddrs, r.err, errs)
@@ -178,4 +182,23 @@ func delHostSide(in *invocation, addr netip.Addr, key api.Key, owners ...string)
 		return err
 	}
 	return nil
+}
+
+// delUnknownHostSide is delHostSide for a DEL whose key the daemon does not
+// hold (a stale or repeated DEL) and an address known only from its
+// prevResult (the sandbox's netns is gone): the address may be another pod's,
+// whose ADD has made its rules but not yet its route (or whose route an
+// admin deleted). So without a host route to this attachment's veth nothing
+// is removed: the policy rules of an address nobody holds are removed by
+// vpcipd's stale-rule check, which fences the address meanwhile.
+func delUnknownHostSide(in *invocation, addr netip.Addr, key api.Key, owners ...string) error {
+	link, err := datapath.HostRouteLink(addr)
+	if err != nil {
+		return err
+	}
+	if link == "" {
+		in.log.Info("no host route to the address of an unknown key; its rules are left to vpcipd", "address", addr.String())
+		return nil
+	}
+	return delHostSide(in, addr, key, owners...)
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 )
 
@@ -125,4 +126,40 @@ func TestGCAcceptsAttachmentsKey(t *testing.T) {
 			DeleteNetns(drop.NetnsName) // its sandbox is gone, as GC assumed
 		})
 	}
+}
+
+// A stale DEL of c1 (key unknown to the daemon, netns gone, prevResult
+// naming address A) arrives while A is another pod's, c2, whose host route
+// is missing (its ADD made the rules but not yet the route, or an admin
+// deleted it). The DEL exits 0 and leaves c2's policy rules: they are not
+// c1's to remove (#25 kind 1; before, it deleted every rule of A).
+func TestStaleDELLeavesRulesOfAnAddressWithoutRoute(t *testing.T) {
+	RequireRoot(t)
+	e, d := fakeEnv(t, FakePool(1)) // one address: c2 gets c1's
+	e.Chain = false
+	c1 := e.NewPod(t, "first")
+	e.MustAdd(t, c1)
+	stale := e.pluginStdin(t, c1)
+	mustDel(t, e, c1)
+	DeleteNetns(c1.NetnsName)
+	c2 := e.NewPod(t, "second")
+	e.MustAdd(t, c2)
+	if c2.Address != c1.Address {
+		t.Fatalf("setup: c2 got %v, want c1's %v", c2.Address, c1.Address)
+	}
+	a := mustHeld(t, e, c2)
+	want := WantRules(c2.Address, a.RouteTable)
+	ipCmd(t, "-n", e.Node.Name, "route", "del", c2.Address.String()+"/32")
+	if _, stderr, err := e.Exec(t, e.delEnv(c1), stale); err != nil {
+		t.Fatalf("stale DEL of c1: %v: %s", err, stderr)
+	}
+	if got := PodRules(t, e.Node.Name, c2.Address); !slices.Equal(got, want) {
+		t.Errorf("c2's rules after the stale DEL of c1: %v, want %v", got, want)
+	}
+	if _, ok := d.Held()[e.key(c2)]; !ok {
+		t.Errorf("daemon no longer holds c2's %v", c2.Address)
+	}
+	ipCmd(t, "-n", e.Node.Name, "route", "replace", c2.Address.String()+"/32", "dev", e.HostVeth(c2), "scope", "link")
+	mustDel(t, e, c2)
+	AssertNodeClean(t, e)
 }

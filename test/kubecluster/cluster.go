@@ -229,6 +229,7 @@ func (c *Cluster) startNode(ctx context.Context, i int) error {
 	n.CRI, err = crinode.Start(ctx, crinode.Config{
 		Dir: n.path("ctd"), Netns: n.Netns, Mountns: n.Mountns, Tools: c.Tools,
 		CNIBinDir: n.path("cni-bin"), CNIConfDir: n.path("cni-conf"),
+		HostNetnsDir: true, // where the DaemonSet's netns witness looks, as on a real node
 	})
 	if err != nil {
 		return fmt.Errorf("containerd of %s: %w", n.Name, err)

@@ -19,6 +19,9 @@ type configParams struct {
 	CNIConfDir string
 	Runc       string
 	Pause      string
+	// HostNetnsDir: pod netns go to /var/run/netns, as a containerd of a
+	// real node puts them, not under State (see Config.HostNetnsDir).
+	HostNetnsDir bool
 }
 
 // configTemplate is a containerd config with the CRI plugin and runc only.
@@ -27,7 +30,8 @@ type configParams struct {
 // lower oom_score_adj and every sandbox fails ("can't get final child's PID
 // from pipe: EOF") unless the CRI plugin clamps it to containerd's own value.
 // netns_mounts_under_state_dir keeps each node's pod network namespaces under
-// its own state directory instead of the shared /var/run/netns.
+// its own state directory instead of the shared /var/run/netns, unless
+// HostNetnsDir asks for the real nodes' place.
 // Each instance gets its own root, state, socket, runc state and opt dir, so
 // one can run per node on a single machine.
 var configTemplate = template.Must(template.New("config").Funcs(template.FuncMap{"q": strconv.Quote}).Parse(`
@@ -50,7 +54,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   sandbox_image = {{q .Pause}}
   restrict_oom_score_adj = true
   enable_selinux = false
-  netns_mounts_under_state_dir = true
+  netns_mounts_under_state_dir = {{not .HostNetnsDir}}
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = {{q .CNIBinDir}}
     conf_dir = {{q .CNIConfDir}}
@@ -87,7 +91,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 [plugins."io.containerd.cri.v1.runtime"]
   restrict_oom_score_adj = true
   enable_selinux = false
-  netns_mounts_under_state_dir = true
+  netns_mounts_under_state_dir = {{not .HostNetnsDir}}
   [plugins."io.containerd.cri.v1.runtime".cni]
     bin_dirs = [{{q .CNIBinDir}}]
     conf_dir = {{q .CNIConfDir}}

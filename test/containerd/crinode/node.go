@@ -48,6 +48,13 @@ type Config struct {
 	// `vpcipd install-cni` writes); by default they are made under Dir.
 	CNIBinDir  string
 	CNIConfDir string
+
+	// HostNetnsDir puts pod netns in /var/run/netns, where containerd puts
+	// them on a real node and where vpcip's DaemonSet looks for them (its
+	// witness that a sandbox is gone); the default keeps them under Dir, so
+	// nodes sharing the host's mount namespace keep their own. Set it with
+	// Mountns, whose private mounts keep the nodes' netns apart.
+	HostNetnsDir bool
 }
 
 // Node is one running containerd.
@@ -129,7 +136,7 @@ func (n *Node) prepare() error {
 	err = writeConfig(&buf, configParams{
 		Version: version, Root: n.path("root"), State: n.path("state"), Socket: n.Socket,
 		RuncRoot: n.path("runc"), OptDir: n.path("opt"), CNIBinDir: n.CNIBinDir, CNIConfDir: n.CNIConfDir,
-		Runc: n.Tools.Runc, Pause: pause,
+		Runc: n.Tools.Runc, Pause: pause, HostNetnsDir: n.HostNetnsDir,
 	})
 	if err != nil {
 		return err

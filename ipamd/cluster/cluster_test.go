@@ -128,11 +128,7 @@ func TestRefusedLeakReleaseBacksOff(t *testing.T) {
 	ns := e.node
 	k.EnsureNamespace(context.Background(), ns)
 	stuck := createPod(t, e.admin, ns, podSpec{name: "stuck", node: e.node, podIP: "100.64.1.13", phase: corev1.PodRunning})
-	e.daemon.set(func(s *cluster.Snapshot) {
-		s.Assignments = []cluster.Assignment{{Key: api.Key{Network: "vpcip", ContainerID: "cstuck", IfName: "eth0"},
-			Pod: api.Pod{Namespace: ns, Name: "stuck", UID: string(stuck.UID)}, AssignedAt: time.Now().Add(-time.Hour)}}
-		s.Assigned = 1
-	})
+	e.holdFor(stuck, "cstuck")
 	e.daemon.mu.Lock()
 	e.daemon.hostHas["stuck"] = true
 	e.daemon.mu.Unlock()
@@ -158,11 +154,7 @@ func TestRecreatedPodWithSameNameIsAnotherPod(t *testing.T) {
 	ns := e.node
 	k.EnsureNamespace(context.Background(), ns)
 	old := createPod(t, e.admin, ns, podSpec{name: "web-0", node: e.node, podIP: "100.64.1.20", phase: corev1.PodRunning})
-	e.daemon.set(func(s *cluster.Snapshot) {
-		s.Assignments = []cluster.Assignment{{Key: api.Key{Network: "vpcip", ContainerID: "old", IfName: "eth0"},
-			Pod: api.Pod{Namespace: ns, Name: "web-0", UID: string(old.UID)}, AssignedAt: time.Now().Add(-time.Hour)}}
-		s.Assigned = 1
-	})
+	e.holdFor(old, "old")
 	deletePod(t, e.admin, ns, "web-0")
 	createPod(t, e.admin, ns, podSpec{name: "web-0", node: e.node}) // the StatefulSet's new pod, new UID
 	eventually(t, 15*time.Second, "the old pod's assignment released", func() bool { return e.daemon.releasedCount() == 1 })
@@ -180,11 +172,7 @@ func TestNothingReleasedWithoutATrustworthyView(t *testing.T) {
 	ns := e.node
 	k.EnsureNamespace(context.Background(), ns)
 	p := createPod(t, e.admin, ns, podSpec{name: "app", node: e.node, podIP: "100.64.1.30", phase: corev1.PodRunning})
-	e.daemon.set(func(s *cluster.Snapshot) {
-		s.Assignments = []cluster.Assignment{{Key: api.Key{Network: "vpcip", ContainerID: "app", IfName: "eth0"},
-			Pod: api.Pod{Namespace: ns, Name: "app", UID: string(p.UID)}, AssignedAt: time.Now().Add(-time.Hour)}}
-		s.Assigned = 1
-	})
+	e.holdFor(p, "app")
 	eventually(t, 20*time.Second, "cluster part connected", func() bool { return e.c.Health().Connected })
 
 	// The API server dies with the pod deleted just before: the cache may

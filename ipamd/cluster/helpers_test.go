@@ -76,6 +76,16 @@ func (f *fakeDaemon) PodsHolding() map[string]bool {
 	return held
 }
 
+// holdFor makes the daemon hold one address for pod p, under attachment
+// containerID, assigned an hour ago (past every grace).
+func (e *env) holdFor(p *corev1.Pod, containerID string) {
+	e.daemon.set(func(s *cluster.Snapshot) {
+		s.Assignments = []cluster.Assignment{{Key: api.Key{Network: "vpcip", ContainerID: containerID, IfName: "eth0"},
+			Pod: api.Pod{Namespace: p.Namespace, Name: p.Name, UID: string(p.UID)}, AssignedAt: time.Now().Add(-time.Hour)}}
+		s.Assigned = 1
+	})
+}
+
 func (f *fakeDaemon) set(fn func(s *cluster.Snapshot)) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -250,13 +250,15 @@ func (d *Daemon) Run(ctx context.Context) error {
 // any pod reaches them: without a read and an idle timeout, one pod could
 // keep tens of thousands of connections open against a node-critical
 // daemon that has no memory limit. A scrape takes milliseconds; Prometheus
-// keeps one connection per target and reconnects at will.
+// keeps one connection per target and reconnects at will. 256 connections
+// hold about 2.5 MB (a goroutine and a 4 KiB read buffer each); a client
+// that leaves keep-alive connections behind loses them after 10 s idle.
 var sideLimits = struct {
 	ReadHeader, Read, Write, Idle time.Duration
 	MaxHeaderBytes                int // bytes
 	MaxConns                      int // connections open at once per listener; more wait in the kernel's backlog
-}{ReadHeader: 5 * time.Second, Read: 10 * time.Second, Write: 30 * time.Second, Idle: 60 * time.Second,
-	MaxHeaderBytes: 16 << 10, MaxConns: 64}
+}{ReadHeader: 5 * time.Second, Read: 10 * time.Second, Write: 30 * time.Second, Idle: 10 * time.Second,
+	MaxHeaderBytes: 16 << 10, MaxConns: 256}
 
 // listen opens the plugin API socket and the metrics and introspection
 // listeners, with a server for each.

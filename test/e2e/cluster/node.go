@@ -224,5 +224,8 @@ func (n *Node) LogTail(lines int) string { return tail(n.LogFile(), lines) }
 // HTTPClient makes its connections from inside the node's netns, where the
 // daemon's metrics and introspection endpoints listen.
 func (n *Node) HTTPClient() *http.Client {
-	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: fabric.DialContext(n.Netns)}}
+	// No keep-alive: callers make a client per request, and each would
+	// otherwise leave an idle connection open on the daemon's listener
+	// (which serves a bounded number at once).
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: fabric.DialContext(n.Netns), DisableKeepAlives: true}}
 }

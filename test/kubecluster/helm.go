@@ -18,7 +18,8 @@ const Release = "vpcip"
 // image imported into each node (no registry to pull from), the AWS SDK
 // pointed at vpcsim's EC2 endpoint inside the fabric (IMDS is at its real
 // address there), the API server at the nodes' loopback relay, and a GC
-// grace of WitnessGrace (the witness step waits it out).
+// grace of WitnessGrace and reconciliation every WitnessCheck (the host
+// checks that see a route gone run then; the witness step waits both out).
 func (c *Cluster) clusterValues() string {
 	return fmt.Sprintf(`image:
   pullPolicy: Never
@@ -30,7 +31,8 @@ extraEnv:
   - {name: KUBERNETES_SERVICE_HOST, value: localhost}
   - {name: KUBERNETES_SERVICE_PORT, value: "%d"}
   - {name: VPCIP_GC_GRACE, value: %q}
-`, c.Cloud.Region(), fabric.EC2URL, apiPort, WitnessGrace.String())
+  - {name: VPCIP_RECONCILE_INTERVAL, value: %q}
+`, c.Cloud.Region(), fabric.EC2URL, apiPort, WitnessGrace.String(), WitnessCheck.String())
 }
 
 // Helm runs h against the cluster with the admin kubeconfig.

@@ -73,6 +73,12 @@ func (n *Node) makeMountns(ctx context.Context, mntDir string) error {
 		}
 		script = append(script, fmt.Sprintf("mount --bind %s %s", src, p.at))
 	}
+	// /run/netns, where the node's containerd mounts pod netns, is a shared
+	// mount as on a systemd host (and as `ip netns` leaves it): the
+	// DaemonSet mounts it with host-to-container propagation, which the
+	// runtime refuses on a private mount.
+	script = append(script, "mkdir -p /run/netns",
+		"mountpoint -q /run/netns || mount --bind /run/netns /run/netns", "mount --make-shared /run/netns")
 	out, err := exec.CommandContext(ctx, "nsenter", "--mount="+n.Mountns, "--", "sh", "-ec", strings.Join(script, "\n")).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("bind host paths of %s: %v: %s", n.Name, err, out)

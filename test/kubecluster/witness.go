@@ -19,6 +19,11 @@ import (
 // before the daemon asks whether its pod lives.
 const WitnessGrace = 10 * time.Second
 
+// WitnessCheck is the VPCIP_RECONCILE_INTERVAL the cluster's daemons run
+// with: the host checks run at each reconciliation, and an address is
+// released once its route was missing on two in a row past the grace.
+const WitnessCheck = 5 * time.Second
+
 // witness checks, in the chart's shape, the daemon's second witness that a
 // pod went without a DEL (its sandbox's netns):
 //   - every node's daemon sees the sandboxes' netns directory;
@@ -27,7 +32,7 @@ const WitnessGrace = 10 * time.Second
 //     lost it after VPCIP_GC_GRACE and the next pod could get it);
 //   - a sandbox whose netns vanished without a DEL (made here by hand
 //     through the plugin, as the runtime does, then deleted) has its
-//     address released within the grace and two checks.
+//     address released within the grace and two host checks.
 func (s *Scenario) witness(ctx context.Context) error {
 	for _, n := range s.C.Nodes {
 		st, err := s.daemonState(ctx, n)
@@ -70,7 +75,7 @@ func (s *Scenario) witness(ctx context.Context) error {
 	}
 	start := time.Now()
 	released := time.Duration(0)
-	deadline := start.Add(WitnessGrace + 40*time.Second)
+	deadline := start.Add(WitnessGrace + 3*WitnessCheck + 30*time.Second)
 	for time.Now().Before(deadline) {
 		st, err := s.daemonState(ctx, n)
 		if err != nil {

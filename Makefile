@@ -82,17 +82,26 @@ dashboards:
 PHASES := $(CURDIR)/results/make-test-phases.tsv
 TESTLOG := $(CURDIR)/results/make-test.log
 PHASE = VPCIP_PHASES=$(PHASES) bash scripts/phase.sh
+# One build configuration for the probe, the image, vet, the test binaries
+# and the binaries tests build: the image's (static, -trimpath). Each
+# configuration compiles the whole dependency tree again (the AWS SDK's ec2
+# package alone takes minutes cold), so mixing them cost a cold run minutes.
+ONEBUILD = CGO_ENABLED=0 GOFLAGS="$(GOFLAGS) -trimpath"
+# The packages whose tests take minutes, started first; -p 3: they mostly
+# wait on real daemons, kubelets and timers, so a third runs beside them on
+# two cores (results/make-test.log has each package's time).
+SLOWFIRST := ./test/e2e ./test/kubecluster ./test/containerd ./ipamd/cluster ./test/cnitest ./test/monitoring
 test:
 	@mkdir -p results && : >$(PHASES)
 	@$(PHASE) "tools (Debian packages)" $(MAKE) --no-print-directory test-deps
-	@$(PHASE) preflight bash scripts/preflight.sh
+	@$(ONEBUILD) $(PHASE) preflight bash scripts/preflight.sh
 	@$(PHASE) "containerd, plugins, pause" $(MAKE) --no-print-directory containerd-setup
 	@$(PHASE) "kubernetes, helm, etcd" $(MAKE) --no-print-directory k8s-tools
-	@$(PHASE) image $(MAKE) --no-print-directory image
-	@$(PHASE) "lint (vet builds every package)" $(MAKE) --no-print-directory lint
-	@$(PHASE) "build test binaries" $(GO) test -count=1 -exec /bin/true ./... >/dev/null
+	@$(ONEBUILD) $(PHASE) image $(MAKE) --no-print-directory image
+	@$(ONEBUILD) $(PHASE) "lint (vet builds every package)" $(MAKE) --no-print-directory lint
+	@$(ONEBUILD) $(PHASE) "build test binaries" $(GO) test -count=1 -exec /bin/true ./... >/dev/null
 	@set -o pipefail; VPCIP_K8S_BIN=$$(bash scripts/k8s-tools.sh | tail -n 1) VPCIP_REQUIRE_CONTAINERD=1 VPCIP_REQUIRE_CONTAINERD2=1 VPCIP_REQUIRE_KUBE=1 VPCIP_REQUIRE_VALGRIND=1 \
-	VPCIP_IMAGE=$(BIN)/vpcip-image.tar VPCIP_VPCIPCTL=$(BIN)/image/vpcipctl $(PHASE) tests $(GO) test -count=1 -timeout 25m ./... 2>&1 | tee $(TESTLOG); \
+	VPCIP_IMAGE=$(BIN)/vpcip-image.tar VPCIP_VPCIPCTL=$(BIN)/image/vpcipctl $(ONEBUILD) $(PHASE) tests $(GO) test -p 3 -count=1 -timeout 25m $(SLOWFIRST) ./... 2>&1 | tee $(TESTLOG); \
 	rc=$$?; bash scripts/test-report.sh $(PHASES) $(TESTLOG); exit $$rc
 
 ## soak: the kill campaign with 100 kill -9 of vpcipd during churn on two vpcsim nodes (make test runs 6).

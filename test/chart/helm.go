@@ -15,17 +15,33 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strings"
 
 	"gopkg.in/yaml.v3"
 )
 
-// ChartDir is the chart's directory, from this package's source.
+// ChartDir is the chart's directory: charts/vpcip in the nearest directory
+// at or above the working directory that holds it (a test runs in its
+// package's directory, a command from the repository or below). Found from
+// the working directory, not this file's compiled path, which -trimpath
+// (make test builds with it) makes module-relative.
 func ChartDir() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "charts", "vpcip")
+	dir, err := os.Getwd()
+	if err != nil {
+		return filepath.Join("charts", "vpcip")
+	}
+	for {
+		c := filepath.Join(dir, "charts", "vpcip")
+		if _, err := os.Stat(filepath.Join(c, "Chart.yaml")); err == nil {
+			return c
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return filepath.Join("charts", "vpcip")
+		}
+		dir = parent
+	}
 }
 
 // Helm is one Helm binary: its name ("helm" for v3, "helm4") and path.

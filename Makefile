@@ -87,9 +87,9 @@ PHASE = VPCIP_PHASES=$(PHASES) bash scripts/phase.sh
 # configuration compiles the whole dependency tree again (the AWS SDK's ec2
 # package alone takes minutes cold), so mixing them cost a cold run minutes.
 ONEBUILD = CGO_ENABLED=0 GOFLAGS="$(GOFLAGS) -trimpath"
-# The packages whose tests take minutes, started first; -p 3: they mostly
-# wait on real daemons, kubelets and timers, so a third runs beside them on
-# two cores (results/make-test.log has each package's time).
+# The packages whose tests take minutes, started first (two run at once; a
+# third beside them on two cores made the end-to-end package 160 s slower
+# and a 30 s wait in it time out). results/make-test.log has each time.
 SLOWFIRST := ./test/e2e ./test/kubecluster ./test/containerd ./ipamd/cluster ./test/cnitest ./test/monitoring
 test:
 	@mkdir -p results && : >$(PHASES)
@@ -101,7 +101,7 @@ test:
 	@$(ONEBUILD) $(PHASE) "lint (vet builds every package)" $(MAKE) --no-print-directory lint
 	@$(ONEBUILD) $(PHASE) "build test binaries" $(GO) test -count=1 -exec /bin/true ./... >/dev/null
 	@set -o pipefail; VPCIP_K8S_BIN=$$(bash scripts/k8s-tools.sh | tail -n 1) VPCIP_REQUIRE_CONTAINERD=1 VPCIP_REQUIRE_CONTAINERD2=1 VPCIP_REQUIRE_KUBE=1 VPCIP_REQUIRE_VALGRIND=1 \
-	VPCIP_IMAGE=$(BIN)/vpcip-image.tar VPCIP_VPCIPCTL=$(BIN)/image/vpcipctl $(ONEBUILD) $(PHASE) tests $(GO) test -p 3 -count=1 -timeout 25m $(SLOWFIRST) ./... 2>&1 | tee $(TESTLOG); \
+	VPCIP_IMAGE=$(BIN)/vpcip-image.tar VPCIP_VPCIPCTL=$(BIN)/image/vpcipctl $(ONEBUILD) $(PHASE) tests $(GO) test -count=1 -timeout 25m $(SLOWFIRST) ./... 2>&1 | tee $(TESTLOG); \
 	rc=$$?; bash scripts/test-report.sh $(PHASES) $(TESTLOG); exit $$rc
 
 ## soak: the kill campaign with 100 kill -9 of vpcipd during churn on two vpcsim nodes (make test runs 6).

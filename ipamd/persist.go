@@ -1,6 +1,7 @@
 package ipamd
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -36,6 +37,9 @@ type checkpointer struct {
 	savedGen     uint64     // datastore generation of the last write
 	instance     string     // instance id written into the checkpoint
 	restoredFrom string     // instance id recorded in the loaded checkpoint, until start-up checks it
+	// unknown are the loaded file's fields this build does not know
+	// (checkpoint.State.Unknown), written back with every write.
+	unknown map[string]json.RawMessage
 }
 
 // load loads the checkpoint into the (empty) datastore. A damaged file is
@@ -70,7 +74,7 @@ func (c *checkpointer) load() (restoreOutcome, error) {
 		return 0, err
 	}
 	c.mu.Lock()
-	c.restoredFrom = st.InstanceID
+	c.restoredFrom, c.unknown = st.InstanceID, st.Unknown
 	c.mu.Unlock()
 	c.log.Info("checkpoint loaded", "path", c.path, "assignments", len(st.Assignments), "cooling", len(st.Cooling), "written", st.Written,
 		"writer", st.Writer.Program+" "+st.Writer.Build, "writerPID", st.Writer.PID, "generation", st.Generation)
@@ -87,6 +91,9 @@ func (c *checkpointer) adoptInstance(self string) bool {
 	c.mu.Lock()
 	from := c.restoredFrom
 	c.restoredFrom, c.instance = "", self
+	if from != "" && from != self {
+		c.unknown = nil // another instance's: nothing in it is this node's
+	}
 	c.mu.Unlock()
 	if from == "" || from == self {
 		return false
@@ -112,7 +119,7 @@ func (c *checkpointer) persist() error {
 	if gen == c.savedGen && gen != 0 {
 		return nil
 	}
-	st.InstanceID = c.instance
+	st.InstanceID, st.Unknown = c.instance, c.unknown
 	save := c.save
 	if save == nil {
 		save = checkpoint.Save

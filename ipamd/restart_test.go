@@ -438,3 +438,34 @@ func TestStaleRulesRemoved_B13(t *testing.T) {
 		t.Errorf("pod rules left for %v, want only the live pod's %s", left, a2.Address)
 	}
 }
+
+// TestCheckpointKeepsFieldsItDoesNotKnow: a checkpoint carrying a field a
+// later build of the same schema version added (as "departed" was added to
+// version 1) keeps it through this daemon's restore and its next writes, so
+// a rollback to this build and forward again loses nothing.
+func TestCheckpointKeepsFieldsItDoesNotKnow(t *testing.T) {
+	c := startCloud(t)
+	n := newNode(t, c, itypeSmall, map[string]string{"IP_COOLDOWN_PERIOD": "30"})
+	n.start()
+	n.mustAdd("c1")
+	n.shutdown()
+	path := n.d.cfg.Checkpoint
+	st, _, err := checkpoint.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const future = `["100.64.0.99"]`
+	st.Unknown = map[string]json.RawMessage{"departedLater": json.RawMessage(future)}
+	if err := checkpoint.Save(path, st); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(mustRead(t, path), `"departedLater":`+future) {
+		t.Fatalf("test setup: the file lacks the added field: %s", mustRead(t, path))
+	}
+	n.start()
+	n.mustAdd("c2") // a change: the daemon rewrites the file
+	n.shutdown()
+	if got := mustRead(t, path); !strings.Contains(got, `"departedLater":`+future) || !strings.Contains(got, `"c2"`) {
+		t.Errorf("checkpoint rewritten by this daemon dropped a field it does not know (or lacks c2): %s", got)
+	}
+}

@@ -51,6 +51,14 @@ type State struct {
 	// one that wrote the file was about to. Files of daemons before it
 	// have none (and such daemons ignore it).
 	Departed []netip.Addr `json:"departed,omitempty"`
+	// Unknown holds the top-level fields of the loaded file this reader
+	// does not know, by name, as they were: Save writes them back
+	// unchanged. Fields are added to version 1 without a version bump (as
+	// "departed" was), so a reader of the same version, an older build
+	// after a rollback, must not drop what a newer one wrote. A field added
+	// that way must therefore stay safe to carry unchanged by a build that
+	// does not understand it; one that would not needs a new Version.
+	Unknown map[string]json.RawMessage `json:"-"`
 }
 
 // Assignment is one address held by one attachment key.
@@ -121,6 +129,7 @@ func Load(path string) (st State, dropped []string, err error) {
 		return State{}, nil, &CorruptError{Path: path, Reason: `no "assignments" list`}
 	}
 	st = State{Version: raw.Version, InstanceID: raw.InstanceID, Written: raw.Written, Writer: raw.Writer, Generation: raw.Generation}
+	st.Unknown = unknownFields(data)
 	st.Assignments, dropped = decodeEntries[Assignment](raw.Assignments, "assignment", dropped)
 	st.Cooling, dropped = decodeEntries[Cooling](raw.Cooling, "cooldown record", dropped)
 	st.Departed, dropped = decodeEntries[netip.Addr](raw.Departed, "departed address", dropped)
@@ -141,6 +150,47 @@ type rawState struct {
 	Assignments []json.RawMessage `json:"assignments"`
 	Cooling     []json.RawMessage `json:"cooling"`
 	Departed    []json.RawMessage `json:"departed"`
+}
+
+// knownFields are the top-level names State reads and writes.
+var knownFields = map[string]bool{"version": true, "instanceID": true, "written": true, "writer": true,
+	"generation": true, "assignments": true, "cooling": true, "departed": true}
+
+// unknownFields returns the top-level fields of a decoded-valid file that
+// State does not know (State.Unknown), or nil.
+func unknownFields(data []byte) map[string]json.RawMessage {
+	var all map[string]json.RawMessage
+	if json.Unmarshal(data, &all) != nil {
+		return nil
+	}
+	var out map[string]json.RawMessage
+	for k, v := range all {
+		if !knownFields[k] {
+			if out == nil {
+				out = map[string]json.RawMessage{}
+			}
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// withUnknown adds st.Unknown's fields to data, the encoding of st; a
+// field State knows is always written from State.
+func withUnknown(data []byte, unknown map[string]json.RawMessage) ([]byte, error) {
+	if len(unknown) == 0 {
+		return data, nil
+	}
+	var all map[string]json.RawMessage
+	if err := json.Unmarshal(data, &all); err != nil {
+		return nil, err
+	}
+	for k, v := range unknown {
+		if _, set := all[k]; !set && !knownFields[k] && json.Valid(v) {
+			all[k] = v
+		}
+	}
+	return json.Marshal(all)
 }
 
 func decodeEntries[T any](raws []json.RawMessage, what string, dropped []string) ([]T, []string) {
@@ -248,6 +298,7 @@ var syncDirHook = syncDir
 
 // Save writes st to path atomically: temp file in the same directory, fsync,
 // rename, fsync of the directory. The directory is created (0700) if missing.
+// st.Unknown's fields are written back beside State's own.
 // A failure before the rename leaves the old file; one after it is
 // ErrNotDurable.
 func Save(path string, st State) error {
@@ -259,6 +310,9 @@ func Save(path string, st State) error {
 		st.Assignments = []Assignment{}
 	}
 	data, err := json.Marshal(st)
+	if err == nil {
+		data, err = withUnknown(data, st.Unknown)
+	}
 	if err != nil {
 		return fmt.Errorf("encode checkpoint: %w", err)
 	}

@@ -326,3 +326,49 @@ func TestSaveNotDurableAfterRename(t *testing.T) {
 		t.Errorf("file after a not-durable save: %d assignments, %v; want the new state's %d", len(got.Assignments), lerr, len(st.Assignments))
 	}
 }
+
+// TestRoundTripKeepsWhatTheReaderDoesNotKnow: a file carrying departed
+// addresses and a list a later build of the same schema version added
+// (version stays 1, as it did for "departed") is read and written again
+// with nothing lost: a reader of the schema never drops what it does not
+// understand (a rollback to this build and forward again keeps both).
+func TestRoundTripKeepsWhatTheReaderDoesNotKnow(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ipam.json")
+	data := `{"version":1,"written":"2026-11-29T12:00:00Z","assignments":[],` +
+		`"departed":["100.64.0.40","100.64.0.41"],"quarantined":[{"address":"100.64.0.42","until":"2026-11-29T13:00:00Z"}]}`
+	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	st, dropped, err := Load(path)
+	if err != nil || len(dropped) != 0 {
+		t.Fatalf("Load: %v, dropped %v", err, dropped)
+	}
+	if err := Save(path, st); err != nil {
+		t.Fatal(err)
+	}
+	again, _, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []netip.Addr{netip.MustParseAddr("100.64.0.40"), netip.MustParseAddr("100.64.0.41")}
+	if d := cmp.Diff(want, again.Departed, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); d != "" {
+		t.Errorf("departed after a round trip (-want +got):\n%s", d)
+	}
+	var raw map[string]json.RawMessage
+	out, _ := os.ReadFile(path)
+	if err := json.Unmarshal(out, &raw); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := string(raw["quarantined"]), `[{"address":"100.64.0.42","until":"2026-11-29T13:00:00Z"}]`; got != want {
+		t.Errorf("a field this reader does not know, after a round trip: %s, want %s (file: %s)", got, want, out)
+	}
+	// What this reader knows is written from State, never from the old
+	// file: a known field is not duplicated or resurrected.
+	st.Departed = nil
+	if err := Save(path, st); err != nil {
+		t.Fatal(err)
+	}
+	if again, _, _ := Load(path); len(again.Departed) != 0 {
+		t.Errorf("departed cleared in State but written back from the file: %v", again.Departed)
+	}
+}

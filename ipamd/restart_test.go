@@ -334,7 +334,7 @@ func TestNotDurableCheckpointKeepsTheADD(t *testing.T) {
 func TestHostViewLosingAllRoutesFreesNothing(t *testing.T) {
 	c := startCloud(t)
 	host := newMemHost()
-	n := newNode(t, c, itypeSmall, map[string]string{"VPCIP_GC_GRACE": "0s"})
+	n := newNode(t, c, itypeSmall, map[string]string{"VPCIP_GC_GRACE": "10s"})
 	n.host = host
 	n.start()
 	var addrs []netip.Addr
@@ -343,6 +343,7 @@ func TestHostViewLosingAllRoutesFreesNothing(t *testing.T) {
 		host.wire(a.Address, "eni"+id)
 		addrs = append(addrs, a.Address)
 	}
+	n.clock.Advance(10 * time.Second) // past VPCIP_GC_GRACE
 	for _, a := range addrs {
 		host.unwire(a)
 	}

@@ -95,7 +95,7 @@ func TestDaemonInFabricNode(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "ipam.json"), make([]byte, 4096), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd, client = startInNode(t, bin, ns, append(env, "VPCIP_RECONCILE_INTERVAL=100ms", "VPCIP_GC_GRACE=0s"), dir)
+	cmd, client = startInNode(t, bin, ns, append(env, "VPCIP_RECONCILE_INTERVAL=100ms", "VPCIP_GC_GRACE=10s"), dir)
 	if st, _ := client.Status(context.Background()); st.Assigned != 1 {
 		t.Errorf("after the corrupt checkpoint %d addresses held, want the wired pod's", st.Assigned)
 	}
@@ -107,7 +107,7 @@ func TestDaemonInFabricNode(t *testing.T) {
 	inNode("ip", "link", "set", "enipod0000002", "up")
 	inNode("ip", "route", "add", b.Address.String()+"/32", "dev", "enipod0000002", "scope", "link")
 	inNode("ip", "link", "del", "enipod0000001")
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(30 * time.Second) // released past VPCIP_GC_GRACE (10 s) from its recovery
 	for {
 		st, err := client.Status(context.Background())
 		if err == nil && st.Assigned == 1 {

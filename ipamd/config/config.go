@@ -104,6 +104,18 @@ const (
 	DefaultENIConfigKey      = "k8s.amazonaws.com/eniConfig" // the AWS VPC CNI's default of ENI_CONFIG_ANNOTATION_DEF and ENI_CONFIG_LABEL_DEF
 )
 
+// MinGCGrace is the least VPCIP_GC_GRACE accepted. A CNI GC's list of
+// valid attachments (cni.dev/valid-attachments) is made by the runtime
+// before it runs the plugin, so it can miss an ADD in flight: one the daemon
+// answered while the runtime listed, or between the list and the plugin's
+// call. GC spares assignments younger than the grace; shorter than the time
+// from the runtime's list to the daemon's plan plus an ADD's time from its
+// assignment to the runtime recording the sandbox (the rest of the plugin
+// chain), it would let such a GC remove the new pod's veth and release its
+// address. Both take well under a second on a healthy node; 10 s leaves
+// room for a loaded one and for the plugin's own call timeout.
+const MinGCGrace = 10 * time.Second
+
 // SupportedCNIVersions are the cniVersion values install-cni may write:
 // exactly those vpcip-cni's VERSION advertises (cni/plugin.Versions), so a
 // node is never configured with a conflist its plugin refuses.

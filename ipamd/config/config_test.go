@@ -174,3 +174,22 @@ func TestUnsetWarmTargetsSelectAdaptive(t *testing.T) {
 		}
 	}
 }
+
+// TestGCGraceBelowMinimumRefused: a CNI GC's list of valid attachments is
+// made by the runtime before the plugin runs, so it can predate an ADD in
+// flight; a VPCIP_GC_GRACE shorter than MinGCGrace would let that GC remove
+// the new pod's veth and release its address. Such a value stops the daemon
+// with an error naming the variable and the reason.
+func TestGCGraceBelowMinimumRefused(t *testing.T) {
+	for _, v := range []string{"0s", "0", "1ms", "3s", (MinGCGrace - time.Millisecond).String()} {
+		_, err := Parse(env(map[string]string{"VPCIP_GC_GRACE": v}))
+		if err == nil || !strings.Contains(err.Error(), "VPCIP_GC_GRACE=") || !strings.Contains(err.Error(), "at least "+MinGCGrace.String()) ||
+			!strings.Contains(err.Error(), "valid attachments") {
+			t.Errorf("VPCIP_GC_GRACE=%s: error %v, want a refusal naming the variable, the minimum and why", v, err)
+		}
+	}
+	c, err := Parse(env(map[string]string{"VPCIP_GC_GRACE": MinGCGrace.String()}))
+	if err != nil || c.GCGrace != MinGCGrace {
+		t.Errorf("VPCIP_GC_GRACE=%s: %v, %v; want accepted", MinGCGrace, c.GCGrace, err)
+	}
+}

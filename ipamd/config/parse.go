@@ -126,6 +126,20 @@ func (p *parser) duration(name string, def, min time.Duration) time.Duration {
 	return d
 }
 
+// durationWhy is duration whose minimum has a reason, given in the error.
+func (p *parser) durationWhy(name string, def, min time.Duration, why string) time.Duration {
+	v, ok := p.get(name)
+	if !ok {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < min {
+		p.fail(name, v, fmt.Sprintf("a duration like 30s or 2m, at least %s: %s", min, why))
+		return def
+	}
+	return d
+}
+
 func (p *parser) cidrs(name string) []netip.Prefix {
 	v, ok := p.get(name)
 	if !ok {

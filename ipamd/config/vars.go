@@ -94,7 +94,7 @@ var Vars = []Var{
 	setting("VPCIP_RESYNC_INTERVAL", "6m0s", func(c *Config) *time.Duration { return &c.ResyncInterval }, duration(5*time.Minute, 10*time.Millisecond), time.Duration.String),
 	setting("VPCIP_LEAK_SWEEP_INTERVAL", "7m0s", func(c *Config) *time.Duration { return &c.LeakSweepInterval }, duration(5*time.Minute, 10*time.Millisecond), time.Duration.String),
 	setting("VPCIP_LEAKED_ENI_GRACE", "8m0s", func(c *Config) *time.Duration { return &c.LeakedENIGrace }, duration(5*time.Minute, 0), time.Duration.String),
-	setting("VPCIP_GC_GRACE", "1m2s", func(c *Config) *time.Duration { return &c.GCGrace }, duration(time.Minute, 0), time.Duration.String),
+	setting("VPCIP_GC_GRACE", "1m2s", func(c *Config) *time.Duration { return &c.GCGrace }, gcGrace, time.Duration.String),
 
 	// install-cni.
 	setting("VPCIP_CNI_BIN_DIR", "/opt/x/bin", func(c *Config) *string { return &c.CNIBinDir }, path(DefaultCNIBinDir), plain),
@@ -130,6 +130,12 @@ func seconds(def time.Duration) func(*parser, string, *Config) time.Duration {
 
 func duration(def, min time.Duration) func(*parser, string, *Config) time.Duration {
 	return func(p *parser, n string, _ *Config) time.Duration { return p.duration(n, def, min) }
+}
+
+// gcGrace reads VPCIP_GC_GRACE: at least MinGCGrace (see there).
+func gcGrace(p *parser, n string, _ *Config) time.Duration {
+	return p.durationWhy(n, time.Minute, MinGCGrace,
+		"a CNI GC's list of valid attachments can predate an ADD in flight, and a shorter grace lets that GC remove the new pod's veth and release its address")
 }
 
 func vethPrefix(def string) func(*parser, string, *Config) string {

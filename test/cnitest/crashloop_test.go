@@ -81,7 +81,7 @@ func TestSandboxesDroppedWithoutDELAreReclaimed(t *testing.T) {
 	d.Stop(t)
 	d.env = append(d.env, "VPCIP_RECONCILE_INTERVAL=1s", "IP_COOLDOWN_PERIOD=1")
 	d.Start(t)
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(20*time.Second + realGCGrace) // released past VPCIP_GC_GRACE
 	for {
 		held := 0
 		for _, s := range dropped {
@@ -93,7 +93,7 @@ func TestSandboxesDroppedWithoutDELAreReclaimed(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d dropped sandboxes still hold an address after 20 s; log:\n%s", held, len(dropped), d.log())
+			t.Fatalf("%d of %d dropped sandboxes still hold an address after %v; log:\n%s", held, len(dropped), 20*time.Second+realGCGrace, d.log())
 		}
 		time.Sleep(500 * time.Millisecond)
 	}

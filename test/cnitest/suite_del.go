@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/google/go-cmp/cmp"
@@ -131,6 +132,7 @@ func snapshot(t testing.TB, e *Env, p *Pod) []string {
 func testDelDaemonStopped(t *testing.T, e *Env) {
 	p := e.NewPod(t, "daemondown")
 	e.MustAdd(t, p)
+	added := time.Now()
 	a := mustHeld(t, e, p)
 	e.Daemon.Stop(t)
 	restarted := false
@@ -152,6 +154,7 @@ func testDelDaemonStopped(t *testing.T, e *Env) {
 	if _, ok := e.Held(t, p); !ok {
 		t.Fatalf("daemon lost %s's assignment while it was down", p.Name)
 	}
+	waitGCGrace(e, added)
 	if err := e.GC(t); err != nil {
 		t.Errorf("GC after the daemon returned: %v", err)
 	}
@@ -193,6 +196,14 @@ func testDelDaemonStoppedNoPrevResult(t *testing.T, e *Env) {
 	}
 }
 
+// waitGCGrace waits until an assignment made at added is old enough for
+// the daemon's GC to release it (a daemon without GCGrace releases at once).
+func waitGCGrace(e *Env, added time.Time) {
+	if g, ok := e.Daemon.(interface{ GCGrace() time.Duration }); ok {
+		time.Sleep(time.Until(added.Add(g.GCGrace() + 100*time.Millisecond)))
+	}
+}
+
 // testGC: the runtime lost track of one attachment (its cache is gone, as
 // after a kill -9 between the daemon's answer and the result); GC with the
 // other two as valid releases it and removes its host side, and leaves the
@@ -204,8 +215,10 @@ func testGC(t *testing.T, e *Env) {
 	lostEnv.CacheDir = t.TempDir()
 	lost := lostEnv.NewPod(t, "gc2")
 	lostEnv.MustAdd(t, lost)
+	added := time.Now()
 	e.MustAdd(t, p3)
 	la := mustHeld(t, e, lost)
+	waitGCGrace(e, added)
 	if err := e.GC(t, p1, p3); err != nil {
 		t.Fatalf("GC: %v", err)
 	}

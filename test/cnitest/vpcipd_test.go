@@ -141,6 +141,13 @@ func startVPC(t testing.TB, itype string, n int) *vpc {
 	return v
 }
 
+// realGCGrace is the daemons' VPCIP_GC_GRACE: its least accepted value
+// (config.MinGCGrace), so GC tests wait as little as they can.
+const realGCGrace = 10 * time.Second
+
+// GCGrace is how old an assignment must be before GC releases it.
+func (d *realDaemon) GCGrace() time.Duration { return realGCGrace }
+
 func newRealDaemon(t testing.TB, bin string, node *Node, region, instanceID string) *realDaemon {
 	dir := t.TempDir()
 	d := &realDaemon{bin: bin, dir: dir, node: node}
@@ -150,7 +157,7 @@ func newRealDaemon(t testing.TB, bin string, node *Node, region, instanceID stri
 		"VPCIP_CHECKPOINT="+filepath.Join(dir, "ipam.json"),
 		"VPCIP_METRICS_ADDR=off",
 		"VPCIP_INTROSPECTION_ADDR=off",
-		"VPCIP_GC_GRACE=0s",
+		"VPCIP_GC_GRACE="+realGCGrace.String(),
 		"VPCIP_ADD_WAIT=30s",
 		"VPCIP_POOL_INTERVAL=200ms",
 		"VPCIP_CLUSTER_NAME=vct",

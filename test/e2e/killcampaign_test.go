@@ -45,7 +45,7 @@ func TestKillCampaign(t *testing.T) {
 		t.Skip("kill campaign")
 	}
 	c := start(t, cluster.Options{Nodes: 2, InstanceType: "m5.large", Prefix: fmt.Sprintf("vk%d", os.Getpid()%10000),
-		DaemonEnv: []string{"IP_COOLDOWN_PERIOD=0", "VPCIP_GC_GRACE=3s", "VPCIP_RECONCILE_INTERVAL=2s",
+		DaemonEnv: []string{"IP_COOLDOWN_PERIOD=0", "VPCIP_GC_GRACE=10s", "VPCIP_RECONCILE_INTERVAL=2s",
 			"VPCIP_METRICS_ADDR=off"}})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(kills)*20*time.Second+2*time.Minute)
 	defer cancel()
@@ -295,7 +295,7 @@ func (ch *churner) drain(ctx context.Context) {
 		ch.del(ctx, ch.takeLive())
 	}
 	ch.retryDels(ctx)
-	time.Sleep(3500 * time.Millisecond) // VPCIP_GC_GRACE
+	time.Sleep(10500 * time.Millisecond) // VPCIP_GC_GRACE (its least, config.MinGCGrace)
 	if err := ch.node.Runtime.GC(ctx, nil); err != nil {
 		ch.t.Errorf("%s: final GC: %v", ch.node.Name, err)
 	}

@@ -57,7 +57,8 @@ func requireRoot(t *testing.T) {
 
 // startCluster runs two nodes, node-1 in a /20 and node-2 alone in a /28,
 // with the daemons refreshing subnet metrics every 2 s, the awscni_* names
-// on, CNI GC without grace and a cooldown longer than the test.
+// on, CNI GC with its least grace (config.MinGCGrace) and a cooldown longer
+// than the test.
 func startCluster(t *testing.T, ctx context.Context) *cluster.Cluster {
 	t.Helper()
 	bin := t.TempDir()
@@ -77,7 +78,7 @@ func startCluster(t *testing.T, ctx context.Context) *cluster.Cluster {
 		}},
 		NodeSubnets: []string{bigSubnet, smallSubnet},
 		DaemonEnv: []string{
-			"WARM_IP_TARGET=2", "IP_COOLDOWN_PERIOD=600", "VPCIP_GC_GRACE=0s", "VPCIP_ADD_WAIT=2s",
+			"WARM_IP_TARGET=2", "IP_COOLDOWN_PERIOD=600", "VPCIP_GC_GRACE=10s", "VPCIP_ADD_WAIT=2s",
 			"VPCIP_SUBNET_METRICS_INTERVAL=2s", "VPCIP_METRICS_AWSCNI_NAMES=true",
 		},
 	})
@@ -144,7 +145,10 @@ func scenario(t *testing.T) *run {
 	c.Cloud.Faults().SetThrottle(true, 2, 1)
 	fill(t, ctx, n1, fullPods, 0)
 	c.Cloud.Faults().Reset()
+	filled := time.Now()
 	pods := fill(t, ctx, n2, smallPods, 1500*time.Millisecond)
+	// pods[0] is older than VPCIP_GC_GRACE by the fill's pace; make sure.
+	time.Sleep(time.Until(filled.Add(10*time.Second + 100*time.Millisecond)))
 	// The daemon exports every repair kind at 0 from the start, so the
 	// first GC release shows in increase().
 	for i := range leaked {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -185,6 +186,20 @@ func (d *Daemon) Assign(ctx context.Context, req api.AssignRequest) (api.Assignm
 // Release gives a key's address back (CNI DEL); see apiServer.Release.
 func (d *Daemon) Release(req api.ReleaseRequest) (api.ReleaseResponse, error) {
 	return d.api.Release(req)
+}
+
+// fenceLeak is the Kubernetes leak release's fence (FenceHeld).
+const fenceLeak datastore.Fencer = "leak"
+
+// FenceHeld keeps addr, which key holds, from being handed to another pod
+// until unfence, even once released (datastore.Store.FenceHeld): the
+// Kubernetes part's leak release removes the address's pod rules under it.
+// ok is false, fencing nothing, when key does not hold addr.
+func (d *Daemon) FenceHeld(key api.Key, addr netip.Addr) (unfence func(), ok bool) {
+	if !d.store.FenceHeld(key, addr, fenceLeak) {
+		return nil, false
+	}
+	return func() { d.store.Unfence(addr, fenceLeak) }, true
 }
 
 // Check returns a key's assignment (CNI CHECK); see apiServer.Check.

@@ -8,6 +8,12 @@ import (
 	"github.com/vpcip/vpcip/ipamd/datastore"
 )
 
+// The host checks' fences (datastore.Fencer).
+const (
+	fenceStaleRules datastore.Fencer = "stale-rules"
+	fenceRouteless  datastore.Fencer = "route-less"
+)
+
 // removeStaleRules deletes the per-pod policy rules of addresses that no pod
 // holds and no host route leads to: left by a pod that vanished without a
 // DEL, or by a DEL that could not finish. A rule is never left pointing at
@@ -27,7 +33,7 @@ func (h *hostSync) removeStaleRules(byAddr map[netip.Addr]string) {
 		if _, routed := byAddr[a]; routed {
 			continue
 		}
-		fenced := h.store.Fence(a)
+		fenced := h.store.Fence(a, fenceStaleRules)
 		if _, held := h.store.Holder(a); !fenced && held {
 			continue // a pod's: its rules are its own
 		}
@@ -41,7 +47,7 @@ func (h *hostSync) removeStaleRules(byAddr map[netip.Addr]string) {
 			continue
 		}
 		if fenced {
-			h.store.Unfence(a)
+			h.store.Unfence(a, fenceStaleRules)
 		}
 		if n > 0 {
 			h.metrics.repaired("stale_pod_rules", n)
@@ -64,18 +70,24 @@ func (h *hostSync) releaseRouteless(byAddr map[netip.Addr]string, now time.Time)
 	assigned := h.store.Assignments()
 	gone := h.confirmGone(h.routeless(assigned, byAddr, now), assigned, byAddr)
 	for _, a := range gone {
-		if cur, ok := h.store.Get(a.Key); !ok || cur.Address != a.Address {
+		// Fenced while its rules go: a late DEL of the key may release the
+		// address meanwhile, and with IP_COOLDOWN_PERIOD=0 the next ADD
+		// would be given it, its new rules then removed here.
+		if !h.store.FenceHeld(a.Key, a.Address, fenceRouteless) {
 			delete(h.noRoute, a.Key) // released meanwhile (a late DEL)
 			continue
 		}
 		rules, err := h.host.RemovePodRules(a.Address)
 		if err != nil {
+			h.store.Unfence(a.Address, fenceRouteless)
 			h.log.Error("removing the pod rules of an address whose pod route is gone failed; kept held, tried again at the next check",
 				"key", a.Key.String(), "address", a.Address, "err", err)
 			continue
 		}
 		delete(h.noRoute, a.Key)
-		if _, ok := h.store.ReleaseHeld(a.Key, a.Address, now); ok {
+		_, ok := h.store.ReleaseHeld(a.Key, a.Address, now)
+		h.store.Unfence(a.Address, fenceRouteless)
+		if ok {
 			h.metrics.repaired("released_no_route", 1)
 			h.log.Warn("released an address whose pod route is gone", "key", a.Key.String(), "address", a.Address, "rulesRemoved", rules)
 		}

@@ -239,3 +239,63 @@ func TestStaleRulesThatStayKeepTheAddress(t *testing.T) {
 		t.Errorf("after its rules went: %v, %v; want %v", a.Address, err, stale)
 	}
 }
+
+// lateDELHost is memHost whose RemovePodRules first lets a late DEL of the
+// dead key release the address and a new ADD ask for one, as the socket
+// server may serve them while the route-less release removes the rules.
+type lateDELHost struct {
+	*memHost
+	store *datastore.Store
+	dead  api.Key
+	got   []netip.Addr // what the racing ADDs were given
+}
+
+func (h *lateDELHost) RemovePodRules(a netip.Addr) (int, error) {
+	h.store.Release(h.dead, time.Now())
+	k := api.Key{Network: "vpcip", ContainerID: "during-" + a.String(), IfName: "eth0"}
+	if asg, _, err := h.store.Assign(k, api.Pod{}, time.Now()); err == nil {
+		h.got = append(h.got, asg.Address)
+	}
+	return h.memHost.RemovePodRules(a)
+}
+
+// TestRoutelessReleaseFencedAgainstLateDEL: with IP_COOLDOWN_PERIOD=0 a late
+// DEL of a vanished pod's key may release its address while the route-less
+// release removes its rules; an ADD served then must not be given the
+// address (its new rules would be the ones removed, B13). The address is
+// fenced from the check to the removal, and the release does not lift the
+// fence; once the rules are gone it is handed out again.
+func TestRoutelessReleaseFencedAgainstLateDEL(t *testing.T) {
+	store := datastore.New(0)
+	now := time.Now()
+	store.Sync([]provider.ENI{testENI}, now)
+	k := api.Key{Network: "vpcip", ContainerID: "c1", IfName: "eth0"}
+	netnsDir := t.TempDir() // the pod's netns file is gone from it
+	a, _, err := store.AssignIn(k, api.Pod{Namespace: "default", Name: "p"}, filepath.Join(netnsDir, "cni-c1"), now.Add(-time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := &lateDELHost{memHost: newMemHost(), store: store, dead: k}
+	hs := newHostSync(host, config.Config{GCGrace: time.Minute}, store, slog.New(slog.DiscardHandler),
+		NewMetrics(prometheus.NewRegistry()), time.Now, []string{netnsDir})
+	hs.checkPods(false)
+	hs.checkPods(false)
+	if !slices.Contains(host.rulesRemoved, a.Address) {
+		t.Fatalf("setup: the rules of %v were not removed: %v", a.Address, host.rulesRemoved)
+	}
+	if slices.Contains(host.got, a.Address) {
+		t.Errorf("an ADD was given %v while its rules were being removed (late DEL, no cooldown)", a.Address)
+	}
+	given := false // once the rules are gone the fence is lifted: some ADD gets it
+	for i := 0; i < 20 && !given; i++ {
+		k2 := api.Key{Network: "vpcip", ContainerID: fmt.Sprintf("after%d", i), IfName: "eth0"}
+		b, _, err := store.Assign(k2, api.Pod{}, time.Now())
+		if err != nil {
+			break
+		}
+		given = b.Address == a.Address
+	}
+	if !given {
+		t.Errorf("%v never handed out again after its rules were removed: still fenced", a.Address)
+	}
+}

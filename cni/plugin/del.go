@@ -22,6 +22,13 @@ import (
 // ready) so the runtime retries; the daemon's GC and startup reconcile
 // recover the address (B13).
 //
+// The host side of the address the key holds is removed before the release,
+// while no other pod can have been given the address: released first, with
+// IP_COOLDOWN_PERIOD=0 the next ADD gets it at once, and the removal (which
+// looks for the host route, then deletes the route and the rules of the
+// address) could delete that pod's route and rules. A removal that fails
+// keeps the address held and fails the DEL, which the runtime retries.
+//
 // A config whose network name cannot be read is an error (code 7): without
 // it the attachment key cannot be formed.
 func (p *Plugin) Del(args *skel.CmdArgs) error {
@@ -31,10 +38,10 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 	}
 	defer in.close()
 
-	// The release and the pod interface's removal are independent: the
-	// daemon answers while the kernel deletes the veth.
-	rel := make(chan releaseAnswer, 1)
-	go func() { rel <- in.release() }()
+	// The daemon's record and the pod interface's removal are independent:
+	// the daemon answers while the kernel deletes the veth.
+	held := make(chan heldAnswer, 1)
+	go func() { held <- in.held() }()
 	var errs []error
 	var podAddrs []netip.Addr
 	if args.Netns != "" {
@@ -46,15 +53,25 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 			errs = append(errs, err)
 		}
 	}
-	r := <-rel
+	h := <-held
+	var ae *api.Error
+	switch {
+	case h.err == nil:
+		return in.delHeld(args, h.asg, podAddrs, errs)
+	case !errors.As(h.err, &ae) || (ae.Code != api.CodeNotFound && ae.Code != api.CodeNotReady):
+		return in.delWithoutDaemon(args, podAddrs, h.err, errs)
+	}
+	// Not held, as far as the daemon knows yet (unknown key, released
+	// earlier, or a daemon still restoring): the release settles it.
+	r := in.release()
 	switch {
 	case r.err == nil && r.resp.Assignment != nil:
+		// Held after all (the daemon finished restoring, or matched a
+		// recovered assignment to the key meanwhile): released already.
 		in.log.Info("released", "address", r.resp.Assignment.Address.String())
 		asg := r.resp.Assignment
 		recorded := datapath.HostVethName(in.conf.VethPrefix, asg.Pod.Namespace, asg.Pod.Name, asg.Key.ContainerID)
 		errs = append(errs, delHostSide(in, asg.Address, in.key, in.hostVeth(), recorded))
-		// The pod's own address, when the daemon's record names another
-		// (a damaged checkpoint): its rules go too.
 		for _, a := range localAddrs(in, args.IfName, podAddrs) {
 			if a != asg.Address {
 				errs = append(errs, delHostSide(in, a, in.key, in.hostVeth()))
@@ -79,6 +96,59 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 		return types.NewError(types.ErrInternal, fmt.Sprintf("DEL %s: %v", in.key, err), "")
 	}
 	return nil
+}
+
+// delHeld is DEL of a key the daemon holds asg for: its host side goes
+// while the key still holds the address, then the release (see Del).
+// podErrs are the pod interface's removal failures, reported after the
+// release (the host side decides whether the address may go).
+func (in *invocation) delHeld(args *skel.CmdArgs, asg api.Assignment, podAddrs []netip.Addr, podErrs []error) error {
+	recorded := datapath.HostVethName(in.conf.VethPrefix, asg.Pod.Namespace, asg.Pod.Name, asg.Key.ContainerID)
+	var errs []error
+	errs = append(errs, delHostSide(in, asg.Address, in.key, in.hostVeth(), recorded))
+	// The pod's own address, when the daemon's record names another
+	// (a damaged checkpoint): its rules go too.
+	for _, a := range localAddrs(in, args.IfName, podAddrs) {
+		if a != asg.Address {
+			errs = append(errs, delHostSide(in, a, in.key, in.hostVeth()))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		in.log.Error("host side not removed; the address stays held for a retried DEL", "address", asg.Address.String(), "error", err)
+		return types.NewError(types.ErrInternal, fmt.Sprintf("DEL %s: %v; %v stays held until its host state is removed", in.key, err, asg.Address), "")
+	}
+	r := in.release()
+	if r.err != nil {
+		cerr := daemonError("release", in.key, r.err)
+		in.log.Error("release failed after the host side was removed", "address", asg.Address.String(), "error", cerr.Msg)
+		cerr.Msg += "; host routes and rules removed, the address is released when vpcipd answers a retried DEL or its GC"
+		return cerr
+	}
+	if r.resp.Assignment != nil {
+		in.log.Info("released", "address", r.resp.Assignment.Address.String())
+	} else {
+		in.log.Info("released meanwhile by vpcipd", "address", asg.Address.String())
+	}
+	if err := errors.Join(podErrs...); err != nil {
+		return types.NewError(types.ErrInternal, fmt.Sprintf("DEL %s: %v", in.key, err), "")
+	}
+	return nil
+}
+
+// heldAnswer is the daemon's record of the key (CHECK).
+type heldAnswer struct {
+	asg api.Assignment
+	err error
+}
+
+// held asks the daemon what the key holds, without releasing it; like the
+// release it matches a recovered assignment by the attachment's host veth.
+func (in *invocation) held() heldAnswer {
+	ctx, cancel := in.ctx(in.conf.Timeouts.Check)
+	defer cancel()
+	asg, err := in.client.Check(ctx, api.CheckRequest{Key: in.key, HostVeth: in.ownVeth(),
+		Pod: api.Pod{Namespace: in.pod.Namespace, Name: in.pod.Name, UID: in.pod.UID}})
+	return heldAnswer{asg, err}
 }
 
 type releaseAnswer struct {

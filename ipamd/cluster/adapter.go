@@ -20,6 +20,10 @@ type Source interface {
 	State() introspect.State
 	Release(req api.ReleaseRequest) (api.ReleaseResponse, error)
 	PodsHolding() map[string]bool // "namespace/name" of pods holding an address
+	// FenceHeld keeps addr from being handed out, even once released,
+	// until unfence is called; ok is false, fencing nothing, when key does
+	// not hold addr.
+	FenceHeld(key api.Key, addr netip.Addr) (unfence func(), ok bool)
 }
 
 // HostView is the node's pod networking as leak detection checks it
@@ -88,9 +92,15 @@ func (a *Adapter) ReleaseLeaked(as Assignment) (bool, string) {
 		}
 	}
 	// No DEL ran: the plugin's policy rules for the address are still
-	// there. They go while the address is held, so no ADD can have been
-	// given it and they cannot be a new pod's (B13); if they stay, so
-	// does the assignment.
+	// there. They go while the address is held and fenced, so no ADD can
+	// have been given it and they cannot be a new pod's (B13), also when a
+	// late DEL releases it meanwhile with IP_COOLDOWN_PERIOD=0; if they
+	// stay, so does the assignment.
+	unfence, ok := a.Source.FenceHeld(as.Key, addr)
+	if !ok {
+		return false, "no longer held"
+	}
+	defer unfence()
 	if _, err := a.Host.RemovePodRules(addr); err != nil {
 		return false, "pod rules not removed, not released: " + err.Error()
 	}

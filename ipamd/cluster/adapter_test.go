@@ -34,6 +34,10 @@ func (s *heldSource) Release(req api.ReleaseRequest) (api.ReleaseResponse, error
 
 func (s *heldSource) PodsHolding() map[string]bool { return nil }
 
+func (s *heldSource) FenceHeld(k api.Key, addr netip.Addr) (func(), bool) {
+	return func() {}, s.held && k == s.asg.Key && addr == s.asg.Address
+}
+
 // rulesHost has no pod routes; RemovePodRules records whether the source
 // still held the address, and fails while fail is set.
 type rulesHost struct {

@@ -21,6 +21,7 @@ package datastore
 import (
 	"errors"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -86,7 +87,7 @@ type address struct {
 	owner        *Owner
 	unassignedAt time.Time // last release; zero: never released
 	releasing    bool      // its slot is being unassigned: never hand it out
-	fenced       bool      // its host state is being removed (Fence): never hand it out
+	fences       []Fencer  // who is removing its host state (Fence, FenceHeld): never hand it out while any is
 	unflushed    uint64    // conntrack not flushed since it was marked (the mark); 0: clean
 }
 
@@ -226,7 +227,7 @@ func (s *Store) pickLocked(now time.Time) (netip.Addr, bool) {
 	var best netip.Addr
 	var bestRank [4]int
 	for addr, a := range s.addrs {
-		if a.owner != nil || a.releasing || a.fenced || a.eni == "" || s.coolingLocked(a, now) {
+		if a.owner != nil || a.releasing || len(a.fences) > 0 || a.eni == "" || s.coolingLocked(a, now) {
 			continue
 		}
 		e := s.enis[a.eni]
@@ -263,28 +264,63 @@ func (s *Store) Release(key api.Key, now time.Time) (Assignment, bool) {
 	return s.releaseLocked(key, now)
 }
 
-// Fence keeps free addr from being handed out until Unfence, while the
-// caller removes host state left for it (a vanished pod's policy rules):
-// an ADD given it meanwhile would have its new rules removed (B13). It
-// reports false, fencing nothing, when addr is unknown or held.
-func (s *Store) Fence(addr netip.Addr) bool {
+// Fencer names who fenced an address (Fence, FenceHeld): each removes its
+// own fence, so one caller's Unfence never lifts another's.
+type Fencer string
+
+// Fence keeps free addr from being handed out until by Unfences it, while
+// by removes host state left for it (a vanished pod's policy rules): an ADD
+// given it meanwhile would have its new rules removed (B13). It reports
+// false, fencing nothing, when addr is unknown or held. Fencing twice by
+// the same Fencer is one fence.
+func (s *Store) Fence(addr netip.Addr, by Fencer) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	a := s.addrs[addr]
 	if a == nil || a.owner != nil {
 		return false
 	}
-	a.fenced = true
+	a.fence(by)
 	return true
 }
 
-// Unfence lets Assign hand out addr again.
-func (s *Store) Unfence(addr netip.Addr) {
+// FenceHeld is Fence for an address key holds, while by removes its host
+// state before releasing it: a release meanwhile (a late DEL of the key, a
+// GC) frees the address but does not lift the fence, so with
+// IP_COOLDOWN_PERIOD=0 no ADD is given it until by's removal is done and
+// it Unfences. It reports false, fencing nothing, when key does not hold
+// addr.
+func (s *Store) FenceHeld(key api.Key, addr netip.Addr, by Fencer) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if a := s.addrs[addr]; a != nil && a.fenced {
-		a.fenced = false
-		s.notifyLocked()
+	if held, ok := s.byKey[key]; !ok || held != addr {
+		return false
+	}
+	s.addrs[addr].fence(by)
+	return true
+}
+
+func (a *address) fence(by Fencer) {
+	if !slices.Contains(a.fences, by) {
+		a.fences = append(a.fences, by)
+	}
+}
+
+// Unfence lifts by's fence of addr; Assign hands it out again once no
+// fence is left.
+func (s *Store) Unfence(addr netip.Addr, by Fencer) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a := s.addrs[addr]
+	if a == nil {
+		return
+	}
+	if i := slices.Index(a.fences, by); i >= 0 {
+		a.fences = slices.Delete(a.fences, i, i+1)
+		if len(a.fences) == 0 {
+			a.fences = nil
+			s.notifyLocked()
+		}
 	}
 }
 

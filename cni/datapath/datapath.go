@@ -26,11 +26,15 @@ import (
 // address on the host.
 var Gateway = netip.MustParseAddr("169.254.1.1")
 
-// HostVethName returns the host-side veth name: prefix + the first 11 hex
-// characters of sha1("<namespace>.<pod>"), or of sha1(containerID) when there
-// is no pod name (a runtime without Kubernetes CNI_ARGS). With a prefix of at
-// most 4 characters it fits the kernel's 15-byte limit; the name is stable
-// across sandbox restarts of one pod, as Calico-style tooling expects.
+// HostVethName returns the host-side veth name of a pod's default
+// attachment (DefaultIfName): prefix + the first 11 hex characters of
+// sha1("<namespace>.<pod>"), or of sha1(containerID) when there is no pod
+// name (a runtime without Kubernetes CNI_ARGS). With a prefix of at most 4
+// characters it fits the kernel's 15-byte limit; the name is stable across
+// sandbox restarts of one pod and is the one Calico-style tooling computes
+// from the pod's name (AWS VPC CNI's scheme). Before attachments other than
+// the default had names of their own (AttachmentVethName), every attachment
+// of a pod was given this name.
 func HostVethName(prefix, namespace, pod, containerID string) string {
 	key := containerID
 	if pod != "" {
@@ -40,12 +44,37 @@ func HostVethName(prefix, namespace, pod, containerID string) string {
 	return prefix + hex.EncodeToString(sum[:])[:11]
 }
 
+// DefaultIfName is the pod interface kubelet asks for on the cluster
+// network (CNI_IFNAME); Multus names further attachments net1, net2, ...
+const DefaultIfName = "eth0"
+
+// AttachmentVethName returns the host-side veth name of the attachment
+// (network, ifName) of a pod: HostVethName for DefaultIfName, and for any
+// other interface (a second attachment: Multus net1, a second network)
+// prefix + the first 11 hex characters of sha1("<namespace>.<pod>/<network>/<ifName>")
+// (containerID for "<namespace>.<pod>" when there is no pod name), so no
+// two attachments of one sandbox share a veth. A pod holds one interface
+// per name, so (pod, ifName) alone tells its attachments apart; the
+// network is in the hash too, so a pod that moves an interface name to
+// another network gets a new veth.
+func AttachmentVethName(prefix, namespace, pod, containerID, network, ifName string) string {
+	if ifName == DefaultIfName || ifName == "" {
+		return HostVethName(prefix, namespace, pod, containerID)
+	}
+	key := containerID
+	if pod != "" {
+		key = namespace + "." + pod
+	}
+	sum := sha1.Sum([]byte(key + "/" + network + "/" + ifName))
+	return prefix + hex.EncodeToString(sum[:])[:11]
+}
+
 // Attachment is what one pod's wiring needs.
 type Attachment struct {
 	PodIP      netip.Addr // IPv4, used as /32
 	RouteTable int        // ENI route table of the "from" rule (routing.TableForDevice); 0 = primary ENI (main table, no rule)
 	MTU        int        // bytes, both veth ends
-	HostVeth   string     // host-side veth name (HostVethName)
+	HostVeth   string     // host-side veth name (AttachmentVethName)
 	IfName     string     // pod-side name (CNI_IFNAME)
 }
 

@@ -70,11 +70,10 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 		// recovered assignment to the key meanwhile): released already.
 		in.log.Info("released", "address", r.resp.Assignment.Address.String())
 		asg := r.resp.Assignment
-		recorded := datapath.HostVethName(in.conf.VethPrefix, asg.Pod.Namespace, asg.Pod.Name, asg.Key.ContainerID)
-		errs = append(errs, delHostSide(in, asg.Address, in.key, in.hostVeth(), recorded))
+		errs = append(errs, delHostSide(in, asg.Address, in.key, in.owners(asg)...))
 		for _, a := range localAddrs(in, args.IfName, podAddrs) {
 			if a != asg.Address {
-				errs = append(errs, delHostSide(in, a, in.key, in.hostVeth()))
+				errs = append(errs, delHostSide(in, a, in.key, in.owners(nil)...))
 			}
 		}
 	case r.err == nil:
@@ -84,10 +83,10 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 		in.log.Info("nothing to release; key unknown or already released", "localAddresses", fmt.Sprint(local))
 		for _, a := range local {
 			if slices.Contains(podAddrs, a) { // on the sandbox's own interface: its rules are this sandbox's
-				errs = append(errs, delHostSide(in, a, in.key, in.hostVeth()))
+				errs = append(errs, delHostSide(in, a, in.key, in.owners(nil)...))
 				continue
 			}
-			errs = append(errs, delUnknownHostSide(in, a, in.key, in.hostVeth()))
+			errs = append(errs, delUnknownHostSide(in, a, in.key, in.owners(nil)...))
 		}
 	default:
 		return in.delWithoutDaemon(args, podAddrs, r.err, errs)
@@ -103,14 +102,13 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 // podErrs are the pod interface's removal failures, reported after the
 // release (the host side decides whether the address may go).
 func (in *invocation) delHeld(args *skel.CmdArgs, asg api.Assignment, podAddrs []netip.Addr, podErrs []error) error {
-	recorded := datapath.HostVethName(in.conf.VethPrefix, asg.Pod.Namespace, asg.Pod.Name, asg.Key.ContainerID)
 	var errs []error
-	errs = append(errs, delHostSide(in, asg.Address, in.key, in.hostVeth(), recorded))
+	errs = append(errs, delHostSide(in, asg.Address, in.key, in.owners(&asg)...))
 	// The pod's own address, when the daemon's record names another
 	// (a damaged checkpoint): its rules go too.
 	for _, a := range localAddrs(in, args.IfName, podAddrs) {
 		if a != asg.Address {
-			errs = append(errs, delHostSide(in, a, in.key, in.hostVeth()))
+			errs = append(errs, delHostSide(in, a, in.key, in.owners(nil)...))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -171,7 +169,7 @@ func (in *invocation) release() releaseAnswer {
 func (in *invocation) delWithoutDaemon(args *skel.CmdArgs, podAddrs []netip.Addr, relErr error, errs []error) error {
 	local := localAddrs(in, args.IfName, podAddrs)
 	for _, a := range local {
-		errs = append(errs, delHostSide(in, a, in.key, in.hostVeth()))
+		errs = append(errs, delHostSide(in, a, in.key, in.owners(nil)...))
 	}
 	cerr := daemonError("release", in.key, relErr)
 	in.log.Error("release failed; host side removed from local knowledge", "addresses", fmt.Sprint(local), "error", cerr.Msg)

@@ -8,7 +8,6 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 
-	"github.com/vpcip/vpcip/cni/datapath"
 	"github.com/vpcip/vpcip/ipamd/api"
 )
 
@@ -52,7 +51,7 @@ func (p *Plugin) GC(args *skel.CmdArgs) error {
 	}
 	var errs []error
 	for _, asg := range plan.Released {
-		if err := removeHostSide(in, asg.Address, asg.Key, in.gcVeth(asg)); err != nil {
+		if err := removeHostSide(in, asg.Address, asg.Key, in.recordedVeths(asg)...); err != nil {
 			errs = append(errs, fmt.Errorf("%s (%v) kept for the next GC: %w", asg.Key, asg.Address, err))
 			continue
 		}
@@ -84,7 +83,7 @@ func (in *invocation) gcOneStep(ctx context.Context, req api.GCRequest) error {
 	}
 	var errs []error
 	for _, asg := range resp.Released {
-		if err := delHostSide(in, asg.Address, asg.Key, in.gcVeth(asg)); err != nil {
+		if err := delHostSide(in, asg.Address, asg.Key, in.recordedVeths(asg)...); err != nil {
 			errs = append(errs, fmt.Errorf("%s (%v): %w", asg.Key, asg.Address, err))
 		}
 	}
@@ -93,9 +92,4 @@ func (in *invocation) gcOneStep(ctx context.Context, req api.GCRequest) error {
 		return types.NewError(types.ErrInternal, fmt.Sprintf("GC released %d attachments but could not remove all host state: %v", len(resp.Released), err), "")
 	}
 	return nil
-}
-
-// gcVeth is the host veth name the plugin gave asg's attachment at ADD.
-func (in *invocation) gcVeth(asg api.Assignment) string {
-	return datapath.HostVethName(in.conf.VethPrefix, asg.Pod.Namespace, asg.Pod.Name, asg.Key.ContainerID)
 }

@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
@@ -49,6 +50,7 @@ type invocation struct {
 	log    *slog.Logger
 	client *api.Client
 	close  func()
+	veth   string // hostVeth, once looked up
 }
 
 // start parses the config and CNI_ARGS and opens the log. Bad CNI_ARGS are
@@ -82,8 +84,59 @@ func (in *invocation) ctx(d Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), time.Duration(d))
 }
 
+// hostVeth is the attachment's host veth name
+// (datapath.AttachmentVethName). An attachment beside the pod's default one
+// that a plugin made before such attachments had names of their own has
+// the pod's default name (datapath.HostVethName) and keeps it after an
+// upgrade: that veth is used when it is there and records this attachment
+// (Identity), and the new name is not. Looked up once per invocation.
 func (in *invocation) hostVeth() string {
-	return datapath.HostVethName(in.conf.VethPrefix, in.pod.Namespace, in.pod.Name, in.key.ContainerID)
+	if in.veth != "" {
+		return in.veth
+	}
+	name, legacy := in.vethNames()
+	in.veth = name
+	if legacy != name {
+		if own, _, err := vethOwner(name, in.key); err == nil && own == vethMissing {
+			if own, _, err := vethOwner(legacy, in.key); err == nil && own == vethOurs {
+				in.veth = legacy
+			}
+		}
+	}
+	return in.veth
+}
+
+// vethNames are the attachment's host veth name and the name plugins gave
+// it before attachments beside the default had names of their own (equal
+// for the default attachment).
+func (in *invocation) vethNames() (name, legacy string) {
+	return datapath.AttachmentVethName(in.conf.VethPrefix, in.pod.Namespace, in.pod.Name, in.key.ContainerID, in.key.Network, in.key.IfName),
+		datapath.HostVethName(in.conf.VethPrefix, in.pod.Namespace, in.pod.Name, in.key.ContainerID)
+}
+
+// recordedVeths are the host veth names the plugin may have given asg's
+// attachment at ADD, from the pod the daemon recorded: its own name and the
+// one before attachments beside the default had names of their own (they
+// match a veth made before veths recorded their sandbox).
+func (in *invocation) recordedVeths(asg api.Assignment) []string {
+	name := datapath.AttachmentVethName(in.conf.VethPrefix, asg.Pod.Namespace, asg.Pod.Name, asg.Key.ContainerID, asg.Key.Network, asg.Key.IfName)
+	legacy := datapath.HostVethName(in.conf.VethPrefix, asg.Pod.Namespace, asg.Pod.Name, asg.Key.ContainerID)
+	if legacy == name {
+		return []string{name}
+	}
+	return []string{name, legacy}
+}
+
+// owners are the names an unmarked host veth of this invocation's
+// attachment may have (see removeHostSide), plus those recorded for asg.
+func (in *invocation) owners(asg *api.Assignment) []string {
+	name, legacy := in.vethNames()
+	out := []string{in.hostVeth(), name, legacy}
+	if asg != nil {
+		out = append(out, in.recordedVeths(*asg)...)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // openLog opens the plugin log file for appending JSON lines; when it cannot

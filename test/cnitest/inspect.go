@@ -19,6 +19,7 @@ type ipLink struct {
 	Address  string   `json:"address"`
 	Flags    []string `json:"flags"`
 	LinkType string   `json:"link_type"`
+	IfAlias  string   `json:"ifalias"`
 }
 
 type ipAddr struct {

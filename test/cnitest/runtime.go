@@ -111,9 +111,9 @@ func (e *Env) NewPod(t testing.TB, name string) *Pod {
 		NetnsName: netns, NetnsPath: filepath.Join(NetnsDir, netns)}
 }
 
-// HostVeth is the pod's host veth name under e's prefix.
+// HostVeth is the host veth name of p's attachment under e's prefix.
 func (e *Env) HostVeth(p *Pod) string {
-	return datapath.HostVethName(e.VethPrefix, p.Namespace, p.Name, p.ContainerID)
+	return datapath.AttachmentVethName(e.VethPrefix, p.Namespace, p.Name, p.ContainerID, Network, p.IfName)
 }
 
 func (e *Env) runtimeConf(p *Pod) *libcni.RuntimeConf {

@@ -94,7 +94,9 @@ type ReleaseResponse struct {
 }
 
 // CheckRequest asks whether the daemon still holds the Key's assignment
-// (CNI CHECK). Unknown keys answer CodeNotFound.
+// (CNI CHECK; DEL asks it too, to remove the address's host state while the
+// key still holds it, before its ReleaseRequest). Unknown keys answer
+// CodeNotFound.
 type CheckRequest struct {
 	Version  string `json:"version"`
 	Key      Key    `json:"key"`

@@ -17,9 +17,12 @@ const faultUsage = `usage: vpcsim fault [flags] <fault> [args]
   error-rate <op|*> <rate 0..1> <code>     e.g. error-rate AssignPrivateIpAddresses 0.2 InsufficientFreeAddressesInSubnet
   fail-next  <op|*> <code>                 e.g. fail-next AttachNetworkInterface AttachmentLimitExceeded
   throttle   <mutating|describe> <per-second> <burst>   (0 0 turns it off)
+  request-limits aws|off                   the account's per-action request buckets: EC2's documented defaults, or none
+  request-limits <action> <capacity> <refill-per-second>   one bucket, e.g. request-limits AssignPrivateIpAddresses 100 5
   imds-lag   <duration>
   reset
   calls                                    EC2 API calls by action ("imds" for IMDS reads)
+  requests                                 requests the account's buckets accepted and throttled, by action and by caller
 `
 
 // faultSpec is one fault subcommand: its argument counts and how its
@@ -59,12 +62,29 @@ var faults = map[string]faultSpec{
 		}
 		return map[string]any{"mutating": a[0] == "mutating", "perSecond": rate, "burst": burst}, nil
 	}},
+	"request-limits": {1, 3, func(a []string) (any, error) {
+		switch {
+		case len(a) == 1 && a[0] == "aws":
+			return map[string]any{"aws": true}, nil
+		case len(a) == 1 && a[0] == "off":
+			return map[string]any{"off": true}, nil
+		case len(a) == 3:
+			capacity, err1 := strconv.ParseFloat(a[1], 64)
+			refill, err2 := strconv.ParseFloat(a[2], 64)
+			if err1 != nil || err2 != nil || capacity < 1 || refill <= 0 {
+				return nil, fmt.Errorf("%s %s: want a capacity of at least 1 and a positive refill rate per second", a[1], a[2])
+			}
+			return map[string]any{"limits": map[string]any{a[0]: map[string]float64{"capacity": capacity, "refillPerSecond": refill}}}, nil
+		}
+		return nil, fmt.Errorf("%q: want aws, off, or <action> <capacity> <refill-per-second>", a)
+	}},
 	"imds-lag": {1, 1, func(a []string) (any, error) {
 		d, err := parseDuration(a[0])
 		return map[string]any{"lag": d.String()}, err
 	}},
-	"reset": {0, 0, nil},
-	"calls": {0, 0, nil},
+	"reset":    {0, 0, nil},
+	"calls":    {0, 0, nil},
+	"requests": {0, 0, nil},
 }
 
 func runFault(args []string) error {
@@ -88,9 +108,9 @@ func runFault(args []string) error {
 	if err != nil {
 		return err
 	}
-	if name == "calls" {
-		var calls map[string]int
-		if err := adminDo(s, http.MethodGet, "/calls", nil, &calls); err != nil {
+	if name == "calls" || name == "requests" {
+		var calls any
+		if err := adminDo(s, http.MethodGet, "/"+name, nil, &calls); err != nil {
 			return err
 		}
 		enc := json.NewEncoder(os.Stdout)

@@ -23,6 +23,12 @@ func TestFaultBodies(t *testing.T) {
 		{"throttle", []string{"writes", "5", "10"}, ""}, // neither mutating nor describe
 		{"throttle", []string{"mutating", "5", "-1"}, ""},
 		{"imds-lag", []string{"2s"}, `{"lag":"2s"}`},
+		{"request-limits", []string{"aws"}, `{"aws":true}`},
+		{"request-limits", []string{"off"}, `{"off":true}`},
+		{"request-limits", []string{"AssignPrivateIpAddresses", "100", "5"}, `{"limits":{"AssignPrivateIpAddresses":{"capacity":100,"refillPerSecond":5}}}`},
+		{"request-limits", []string{"AssignPrivateIpAddresses", "0.5", "5"}, ""}, // capacity below one token
+		{"request-limits", []string{"AssignPrivateIpAddresses", "100", "0"}, ""},
+		{"request-limits", []string{"on"}, ""},
 	}
 	for _, tt := range tests {
 		v, err := faults[tt.fault].body(tt.args)

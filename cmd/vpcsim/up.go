@@ -27,6 +27,7 @@ func runUp(args []string) error {
 	outside := fs.Bool("outside", false, "add the outside host 203.0.113.10, reachable from node primary addresses")
 	seed := fs.Int64("seed", 0, "non-zero: deterministic IDs and MACs")
 	zones := fs.Int("zones", 1, "spread the nodes over this many zones (1-3), each node in its zone's subnet")
+	limits := fs.String("request-limits", "off", "the account's EC2 request buckets: aws (EC2's documented per-action sizes and refill rates, shared by every instance) or off")
 	podSubnets := fs.Bool("pod-subnets", false, "add the secondary VPC CIDR 100.65.0.0/16 with one /20 per zone tagged kubernetes.io/role/cni=1, and a \"pods\" security group")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -40,6 +41,9 @@ func runUp(args []string) error {
 	if *zones < 1 || *zones > 3 {
 		return fmt.Errorf("--zones %d: want 1 to 3", *zones)
 	}
+	if *limits != "aws" && *limits != "off" {
+		return fmt.Errorf("--request-limits %q: want aws or off", *limits)
+	}
 	if s, err := readState(statePath(c)); err == nil {
 		if upRunning(s.PID) {
 			return fmt.Errorf("already up (pid %d); run vpcsim down --prefix %s first", s.PID, c.prefix)
@@ -50,6 +54,7 @@ func runUp(args []string) error {
 	defer stop()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	r := &upRun{flags: c, log: log}
+	r.awsLimits = *limits == "aws"
 	err := r.start(simConfig(*seed, *podSubnets), *nodes, *zones, *itype, *outside)
 	if err == nil {
 		r.print(os.Stdout)
@@ -61,12 +66,14 @@ func runUp(args []string) error {
 
 // upRun is a running vpcsim: cloud, fabric, servers and state file.
 type upRun struct {
-	flags   commonFlags
-	log     *slog.Logger
-	fab     *fabric.Fabric
-	servers *fabric.Servers
-	http    []*http.Server // on loopback: admin, EC2
-	state   state
+	flags commonFlags
+	// awsLimits turns on EC2's documented request buckets (--request-limits aws).
+	awsLimits bool
+	log       *slog.Logger
+	fab       *fabric.Fabric
+	servers   *fabric.Servers
+	http      []*http.Server // on loopback: admin, EC2
+	state     state
 }
 
 // Layout of `vpcsim up`: node subnets are the default /20 per zone of
@@ -99,6 +106,9 @@ func (r *upRun) start(cfg vpcsim.Config, nodes, zones int, itype string, outside
 	cloud, err := vpcsim.New(cfg)
 	if err != nil {
 		return err
+	}
+	if r.awsLimits {
+		cloud.Faults().SetRequestLimits(vpcsim.AWSRequestLimits())
 	}
 	if r.fab, err = fabric.New(r.flags.prefix); err != nil {
 		return fmt.Errorf("%w (vpcsim down --prefix %s removes what a crashed run left)", err, r.flags.prefix)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"time"
 )
 
@@ -18,8 +19,12 @@ import (
 //	POST /faults/imds-lag    {"lag":"2s"}
 //	POST /faults/describe-lag {"lag":"2s"}
 //	POST /faults/imds-override {"instanceId":"i-...","path":"meta-data/...","value":"..."} (or "hide":true, or "clear":true)
+//	POST /faults/request-limits {"aws":true,"limits":{"AssignPrivateIpAddresses":{"capacity":100,"refillPerSecond":5}}} (or "off":true)
 //	POST /faults/reset
 //	GET  /calls              {"DescribeNetworkInterfaces":3,"imds":7}
+//	GET  /request-limits     {"AssignPrivateIpAddresses":{"capacity":100,"refillPerSecond":5},...}
+//	GET  /requests           {"byAction":{"CreateTags":{"accepted":9,"throttled":1}},"byCaller":{"100.64.0.10":{...}}}
+//	GET  /metrics            the request counters and bucket limits in Prometheus' text format
 //	GET  /state              {"vpcId":..., "subnets":[...], "securityGroups":[...], "instances":[...], "networkInterfaces":[...]}
 //
 // Durations are Go duration strings. A malformed request gets 400 with the reason.
@@ -87,6 +92,44 @@ func (c *Cloud) AdminHandler() http.Handler {
 		}
 		return nil
 	}))
+	// request-limits: "aws" starts from AWSRequestLimits, "off" removes
+	// every bucket; "limits" sets buckets over AWS's (with "aws") or over
+	// the current set.
+	mux.HandleFunc("POST /faults/request-limits", adminPost(func(in struct {
+		AWS, Off bool
+		Limits   RequestLimits
+	}) error {
+		if in.Off && (in.AWS || len(in.Limits) > 0) {
+			return fmt.Errorf("off takes no aws or limits")
+		}
+		if err := in.Limits.Validate(); err != nil {
+			return err
+		}
+		l := f.RequestLimits()
+		switch {
+		case in.AWS:
+			l = AWSRequestLimits()
+		case in.Off:
+			l = nil
+		}
+		for k, v := range in.Limits {
+			l[k] = v
+		}
+		f.SetRequestLimits(l)
+		return nil
+	}))
+	mux.HandleFunc("GET /request-limits", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, f.RequestLimits())
+	})
+	mux.HandleFunc("GET /requests", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, map[string]any{"byAction": f.RequestCounts(), "byCaller": f.RequestCountsByCaller()})
+	})
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+		var b strings.Builder
+		f.writeMetrics(&b)
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+		io.WriteString(w, b.String())
+	})
 	mux.HandleFunc("POST /faults/reset", func(w http.ResponseWriter, r *http.Request) {
 		f.Reset()
 		writeJSON(w, map[string]bool{"ok": true})

@@ -2,6 +2,7 @@ package vpcsim
 
 import (
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 )
@@ -58,7 +59,7 @@ func (c *Cloud) serveEC2(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, requestID, err)
 		return
 	}
-	if err := c.faults.before(r.Context(), name); err != nil {
+	if err := c.faults.before(r.Context(), name, bucketKey(name, p), callerAddr(r)); err != nil {
 		writeError(w, r, requestID, err)
 		return
 	}
@@ -118,4 +119,14 @@ func (c *Cloud) newRequestID() string {
 	a, b := c.tokenRnd.Uint64(), c.tokenRnd.Uint64()
 	c.mu.Unlock()
 	return fmt.Sprintf("%08x-%04x-4%03x-8%03x-%012x", uint32(a>>32), uint16(a>>16), uint16(a)&0xfff, uint16(b>>48)&0xfff, b&0xffffffffffff)
+}
+
+// callerAddr is the IP address a request came from (in the netns fabric, the
+// calling instance's primary address), or RemoteAddr as is when it has no port.
+func callerAddr(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
 }

@@ -56,6 +56,10 @@ type Config struct {
 	AttachDelay time.Duration
 	// Seed makes ids, MACs and tokens deterministic when non-zero.
 	Seed int64
+	// Clock is the time the request-rate buckets refill by (Faults'
+	// SetRequestLimits and SetThrottle); nil: time.Now. Tests set a fake
+	// clock to measure refill exactly.
+	Clock func() time.Time
 }
 
 // SubnetSpec is one subnet of the VPC.
@@ -202,7 +206,7 @@ func New(cfg Config) (*Cloud, error) {
 	cfg = withDefaults(cfg)
 	c := &Cloud{
 		cfg:       cfg,
-		faults:    newFaults(cfg.Seed),
+		faults:    newFaults(cfg.Seed, cfg.Clock),
 		subnets:   map[string]*subnet{},
 		groups:    map[string]*securityGroup{},
 		instances: map[string]*instance{},

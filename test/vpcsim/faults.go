@@ -24,7 +24,8 @@ type Faults struct {
 	latency  map[string]latencyFault
 	errRate  map[string]errorFault
 	failNext map[string][]string
-	buckets  [2]bucket // [describe, mutating]
+	buckets  [2]bucket // [describe, mutating], SetThrottle's class buckets
+	account  accountBuckets
 	imdsLag  time.Duration
 	calls    map[string]int
 	// imdsEdits are per-instance IMDS answers set by SetIMDSOverride and
@@ -46,13 +47,18 @@ type errorFault struct {
 // bucket is a token bucket: perSecond tokens a second up to burst; 0 = off.
 type bucket struct {
 	perSecond float64
-	burst     int
+	burst     float64
 	tokens    float64
 	last      time.Time
 }
 
-func newFaults(seed int64) *Faults {
-	f := &Faults{}
+// newFaults returns the faults of a cloud; now is the clock of the
+// throttling buckets (nil: time.Now).
+func newFaults(seed int64, now func() time.Time) *Faults {
+	if now == nil {
+		now = time.Now
+	}
+	f := &Faults{account: accountBuckets{now: now, limits: RequestLimits{}, buckets: map[string]*bucket{}}}
 	if seed != 0 {
 		f.rnd = rand.New(rand.NewPCG(uint64(seed), 0x6661756c7473))
 	} else {
@@ -69,11 +75,15 @@ func (f *Faults) resetLocked() {
 	f.buckets = [2]bucket{}
 	f.imdsLag = 0
 	f.calls = map[string]int{}
+	f.account.resetCounts()
+	f.account.buckets = map[string]*bucket{}
 	f.imdsEdits = map[string]map[string]*string{}
 	f.describeLag = 0
 }
 
-// Reset removes every fault, IMDS override and lag, and zeroes the call counters.
+// Reset removes every fault, IMDS override and lag, zeroes the call and
+// request counters and refills the account's request buckets; the limits of
+// SetRequestLimits stay (they describe the account, not a fault).
 func (f *Faults) Reset() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -124,7 +134,7 @@ func (f *Faults) SetThrottle(mutating bool, perSecond float64, burst int) {
 	*b = bucket{}
 	if perSecond > 0 {
 		burst = max(burst, 1)
-		*b = bucket{perSecond: perSecond, burst: burst, tokens: float64(burst), last: time.Now()}
+		*b = bucket{perSecond: perSecond, burst: float64(burst), tokens: float64(burst), last: f.account.now()}
 	}
 }
 
@@ -167,11 +177,12 @@ func bucketIndex(mutating bool) int {
 // Describe calls and mutating calls in separate buckets.
 func isMutating(action string) bool { return !strings.HasPrefix(action, "Describe") }
 
-// before applies the faults of one call of action: it counts the call,
-// sleeps the injected latency (or until ctx ends), then takes a throttle
-// token and applies one-shot and random errors. A non-nil *Error is the
-// answer to send instead of doing the action.
-func (f *Faults) before(ctx context.Context, action string) *Error {
+// before applies the faults of one call of action from caller (an IP
+// address): it counts the call, sleeps the injected latency (or until ctx
+// ends), then takes a token of the account's bucket key (see bucketKey) and
+// of SetThrottle's class bucket, and applies one-shot and random errors. A
+// non-nil *Error is the answer to send instead of doing the action.
+func (f *Faults) before(ctx context.Context, action, key, caller string) *Error {
 	f.mu.Lock()
 	f.calls[action]++
 	lat, ok := f.latency[action]
@@ -194,9 +205,14 @@ func (f *Faults) before(ctx context.Context, action string) *Error {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if !f.buckets[bucketIndex(isMutating(action))].take(time.Now()) {
+	now := f.account.now()
+	// A request needs a token of its action's bucket and, when SetThrottle
+	// set one, of its class bucket; either empty refuses it.
+	if !f.account.takeLocked(key, now) || !f.buckets[bucketIndex(isMutating(action))].take(now) {
+		f.account.countLocked(action, caller, true)
 		return errorf("RequestLimitExceeded", "Request limit exceeded.")
 	}
+	f.account.countLocked(action, caller, false)
 	for _, op := range []string{action, AnyOp} {
 		if q := f.failNext[op]; len(q) > 0 {
 			f.failNext[op] = q[1:]
@@ -222,8 +238,10 @@ func (b *bucket) take(now time.Time) bool {
 	if b.perSecond <= 0 {
 		return true
 	}
-	b.tokens = min(float64(b.burst), b.tokens+now.Sub(b.last).Seconds()*b.perSecond)
-	b.last = now
+	if now.After(b.last) {
+		b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.perSecond)
+		b.last = now
+	}
 	if b.tokens < 1 {
 		return false
 	}

@@ -6,7 +6,7 @@ export GOFLAGS ?= -buildvcs=false
 
 BINARIES := vpcipd vpcip-cni vpcipctl vpcsim
 
-.PHONY: all build deps test-deps containerd-setup k8s-tools image demo demo-containerd demo-cluster test lint bench bench-pool soak clean dashboards readme-picture
+.PHONY: all build deps test-deps containerd-setup k8s-tools image demo demo-containerd demo-cluster test lint bench bench-pool soak fleet clean dashboards readme-picture
 
 all: build
 
@@ -107,6 +107,15 @@ test:
 ## soak: the kill campaign with 100 kill -9 of vpcipd during churn on two vpcsim nodes (make test runs 6).
 soak: deps
 	VPCIP_KILLS=100 $(GO) test -count=1 -timeout 60m -run '^TestKillCampaign$$' -v ./test/e2e/
+
+## fleet: 200 vpcipd against one vpcsim with EC2's account-level request buckets and one real kube-apiserver:
+## (a) the node group launched at once, 20 pods per node within a minute, (c) churn, (d) scale-in; prints the table.
+## `make test` runs the same test with 10 nodes. FLEET_NODES=n changes the fleet's size.
+FLEET_NODES ?= 200
+fleet: deps k8s-tools
+	VPCIP_K8S_BIN=$$(bash scripts/k8s-tools.sh | tail -n 1) VPCIP_FLEET_NODES=$(FLEET_NODES) VPCIP_FLEET_SPREAD=60s \
+	VPCIP_FLEET_CHURN=3m VPCIP_FLEET_CHURN_INTERVAL=10s VPCIP_FLEET_SETTLE=15s VPCIP_FLEET_SCALEIN_SETTLE=90s \
+	$(ONEBUILD) $(GO) test -count=1 -timeout 60m -run '^TestFleet$$' -v ./test/fleet/
 
 ## bench: plugin latency, CPU time and instructions vs the reference chain, burst latency, daemon RSS, EC2 calls per 100 pods.
 bench: deps build containerd-setup

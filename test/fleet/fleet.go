@@ -27,6 +27,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -73,6 +74,10 @@ type Fleet struct {
 	AdminRequests *RequestCounter
 	Namespace     string
 	Nodes         []*Node
+
+	// apiRetries counts the harness's pod creates the API server timed
+	// out or refused for load and the harness repeated.
+	apiRetries atomic.Int64
 
 	fab        *fabric.Fabric
 	servers    *fabric.Servers

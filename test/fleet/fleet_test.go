@@ -83,8 +83,11 @@ func TestFleet(t *testing.T) {
 			t.Errorf("left after close: %v", left)
 		}
 	})
-	var table strings.Builder
-	defer func() { t.Log("\n" + table.String()) }()
+	report := func(r fleet.Report) {
+		var b strings.Builder
+		r.Print(&b)
+		t.Log("\n" + b.String())
+	}
 
 	ra, pods, err := f.ScenarioLaunch(ctx, fleet.LaunchOptions{
 		PodsPerNode: podsPerNode, Spread: spread, ReadyTimeout: 5 * time.Minute, PodTimeout: 10 * time.Minute, Settle: settle,
@@ -92,7 +95,7 @@ func TestFleet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ra.Print(&table)
+	report(ra)
 	if ra.Failed > 0 {
 		t.Errorf("scenario a: %d of %d pods got no address: %v", ra.Failed, ra.Pods, ra.Errors)
 	}
@@ -104,7 +107,7 @@ func TestFleet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rc.Print(&table)
+	report(rc)
 	if rc.Failed > 0 {
 		t.Errorf("scenario c: %d of %d pods failed: %v", rc.Failed, rc.Pods, rc.Errors)
 	}
@@ -113,7 +116,7 @@ func TestFleet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rd.Print(&table)
+	report(rd)
 	if rd.Failed > 0 {
 		t.Errorf("scenario d: %d deletions failed: %v", rd.Failed, rd.Errors)
 	}

@@ -168,6 +168,7 @@ type snapshot struct {
 	apiAll   map[string]float64
 	apiAdmin map[string]float64
 	procs    map[*Node]procStats
+	retries  int64
 }
 
 func (f *Fleet) snapshot(ctx context.Context) (snapshot, error) {
@@ -177,6 +178,7 @@ func (f *Fleet) snapshot(ctx context.Context) (snapshot, error) {
 		return s, err
 	}
 	s.apiAdmin = f.AdminRequests.Snapshot()
+	s.retries = f.apiRetries.Load()
 	for _, n := range f.Nodes {
 		if n.PID() != 0 {
 			if p, err := readProc(n.PID()); err == nil {
@@ -194,10 +196,19 @@ type Report struct {
 	Pods     int // pods that asked for an address in the scenario
 	Failed   int // pods that got none, or deletions that failed (the first errors are in Errors)
 	Deleted  int // pods deleted (CNI DEL and API delete) in the scenario
-	Errors   []string
-	Window   time.Duration // from the scenario's start to its last snapshot
+	// HarnessAPIRetries are the harness's pod creates the API server
+	// timed out or refused for load, repeated (a sign the API server, not
+	// the daemons, was the bottleneck).
+	HarnessAPIRetries int64
+	Errors            []string
+	Window            time.Duration // from the scenario's start to its last snapshot
 
 	WaitP50, WaitP99, WaitMax time.Duration // per pod: created in the API until its address
+	// ReadyP50 and ReadyMax: from the daemons' start until each was ready
+	// (scenario a only).
+	ReadyP50, ReadyMax time.Duration
+	// Buckets is how many account request buckets vpcsim enforced.
+	Buckets int
 
 	EC2ByAction map[string]vpcsim.RequestCount
 	// EC2 requests per node (all actions, accepted + throttled): median
@@ -212,7 +223,8 @@ type Report struct {
 }
 
 func (f *Fleet) report(name string, before, after snapshot, waits []time.Duration, failed []string) Report {
-	r := Report{Scenario: name, Nodes: len(f.Nodes), Pods: len(waits) + len(failed), Failed: len(failed), Window: after.at.Sub(before.at)}
+	r := Report{Scenario: name, Nodes: len(f.Nodes), Pods: len(waits) + len(failed), Failed: len(failed), Window: after.at.Sub(before.at),
+		HarnessAPIRetries: after.retries - before.retries, Buckets: len(f.Cloud.Faults().RequestLimits())}
 	if len(failed) > 5 {
 		r.Errors = failed[:5]
 	} else {
@@ -286,6 +298,12 @@ func (r Report) Print(w *strings.Builder) {
 	for _, e := range r.Errors {
 		fmt.Fprintf(w, "  error: %s\n", e)
 	}
+	if r.HarnessAPIRetries > 0 {
+		fmt.Fprintf(w, "  the API server timed out or refused %d of the harness's pod creates (repeated)\n", r.HarnessAPIRetries)
+	}
+	if r.ReadyMax > 0 {
+		fmt.Fprintf(w, "  daemon start until ready    p50 %-8s max %s\n", r.ReadyP50.Round(time.Millisecond), r.ReadyMax.Round(time.Millisecond))
+	}
 	fmt.Fprintf(w, "  pod wait for an address     p50 %-8s p99 %-8s max %s\n", r.WaitP50.Round(time.Millisecond), r.WaitP99.Round(time.Millisecond), r.WaitMax.Round(time.Millisecond))
 	total, throttled := 0, 0
 	for _, c := range r.EC2ByAction {
@@ -296,7 +314,7 @@ func (r Report) Print(w *strings.Builder) {
 	if total > 0 {
 		pct = 100 * float64(throttled) / float64(total)
 	}
-	fmt.Fprintf(w, "  EC2 requests                %d, throttled %d (%.1f %%); per node p50 %d max %d, throttled per node max %d\n", total, throttled, pct, r.EC2PerNodeP50, r.EC2PerNodeMax, r.ThrottledPerNodeMax)
+	fmt.Fprintf(w, "  EC2 requests                %d, throttled %d (%.1f %%) by %d account buckets; per node p50 %d max %d, throttled per node max %d\n", total, throttled, pct, r.Buckets, r.EC2PerNodeP50, r.EC2PerNodeMax, r.ThrottledPerNodeMax)
 	fmt.Fprintf(w, "  %-34s %10s %10s\n", "EC2 action", "accepted", "throttled")
 	for _, a := range sortedKeys(r.EC2ByAction) {
 		if r.EC2ByAction[a] == (vpcsim.RequestCount{}) {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/vpcip/vpcip/ipamd/api"
@@ -79,7 +80,7 @@ func (f *Fleet) runPod(ctx context.Context, n *Node, t *tally) {
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.Namespace},
 		Spec: corev1.PodSpec{NodeName: n.Name, Containers: []corev1.Container{{Name: "c", Image: "pause"}}}}
 	created := time.Now()
-	pod, err := f.Admin.CoreV1().Pods(f.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+	pod, err := f.createPod(ctx, pod)
 	if err != nil {
 		t.fail(fmt.Errorf("create pod %s: %w", name, err))
 		return
@@ -102,6 +103,31 @@ func (f *Fleet) runPod(ctx context.Context, n *Node, t *tally) {
 		case <-ctx.Done():
 			t.fail(fmt.Errorf("pod %s on %s: no address after %s: %v", name, n.Name, time.Since(created).Round(time.Second), err))
 			return
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// createPod creates the pod, retrying while the API server answers that it
+// is overloaded or timed out (as the scheduler retries a bind), until ctx
+// ends. A create that timed out may have been done: AlreadyExists then
+// reads the pod back.
+func (f *Fleet) createPod(ctx context.Context, pod *corev1.Pod) (*corev1.Pod, error) {
+	for {
+		out, err := f.Admin.CoreV1().Pods(f.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+		switch {
+		case err == nil:
+			return out, nil
+		case apierrors.IsAlreadyExists(err):
+			return f.Admin.CoreV1().Pods(f.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+		case !(apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err) || apierrors.IsTooManyRequests(err) ||
+			apierrors.IsInternalError(err) || apierrors.IsServiceUnavailable(err) || errors.Is(err, context.DeadlineExceeded)):
+			return nil, err
+		}
+		f.apiRetries.Add(1)
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (API server still refusing: %v)", ctx.Err(), err)
 		case <-time.After(time.Second):
 		}
 	}
@@ -178,6 +204,7 @@ func (f *Fleet) ScenarioLaunch(ctx context.Context, o LaunchOptions) (Report, ma
 		return Report{}, nil, err
 	}
 	r := f.report("a: node group launch", before, after, t.waits, t.failed)
+	r.ReadyP50, r.ReadyMax = quantile(readyTimes, 0.5), quantile(readyTimes, 1)
 	return r, t.Pods(), nil
 }
 

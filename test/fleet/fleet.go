@@ -235,7 +235,8 @@ func (f *Fleet) createNode(ctx context.Context, name string) error {
 }
 
 // env is the daemon's environment: production names, the fabric's
-// endpoints, per-node paths, no host networking, no listeners but the socket.
+// endpoints, per-node paths, no host networking, no listeners but the socket,
+// one Go scheduler thread (GOMAXPROCS=1).
 func (n *Node) env() []string {
 	f := n.fleet
 	env := append(fabric.NodeEnv(f.Cloud.Region()),
@@ -251,6 +252,10 @@ func (n *Node) env() []string {
 		"VPCIP_CLUSTER_NAME="+f.Prefix,
 		"MY_NODE_NAME="+n.Name,
 		"VPCIP_KUBECONFIG="+f.kubeconfig,
+		// One P per daemon: hundreds of Go runtimes on two cores each
+		// spinning threads for idle Ps cost CPU the fleet lacks; on EC2 each
+		// daemon has its node's cores to itself.
+		"GOMAXPROCS=1",
 	)
 	return append(env, f.DaemonEnv...)
 }

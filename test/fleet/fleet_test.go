@@ -43,7 +43,7 @@ func envDuration(t *testing.T, name string, def time.Duration) time.Duration {
 // TestFleet runs the fleet scenarios against EC2's account-level request
 // buckets (AWS's documented defaults) and one real API server, and prints
 // the table. The default is the short variant `make test` runs (10 nodes,
-// 20 pods each within 10 s, 20 s of churn); `make fleet` sets
+// 20 pods each within 10 s, 15 s of churn); `make fleet` sets
 // VPCIP_FLEET_NODES=200, VPCIP_FLEET_SPREAD=60s and longer churn and
 // scale-in windows.
 func TestFleet(t *testing.T) {
@@ -54,7 +54,7 @@ func TestFleet(t *testing.T) {
 	nodes := envInt(t, "VPCIP_FLEET_NODES", 10)
 	podsPerNode := envInt(t, "VPCIP_FLEET_PODS", 20)
 	spread := envDuration(t, "VPCIP_FLEET_SPREAD", 10*time.Second)
-	churn := envDuration(t, "VPCIP_FLEET_CHURN", 20*time.Second)
+	churn := envDuration(t, "VPCIP_FLEET_CHURN", 15*time.Second)
 	churnInterval := envDuration(t, "VPCIP_FLEET_CHURN_INTERVAL", 5*time.Second)
 	settle := envDuration(t, "VPCIP_FLEET_SETTLE", 5*time.Second)
 	scaleInSettle := envDuration(t, "VPCIP_FLEET_SCALEIN_SETTLE", 5*time.Second)

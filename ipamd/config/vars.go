@@ -102,7 +102,7 @@ var Vars = []Var{
 	setting("VPCIP_CNI_VERSION", "1.0.0", func(c *Config) *string { return &c.CNIVersion }, oneOf(DefaultCNIVersion, SupportedCNIVersions), plain),
 	setting("VPCIP_CNI_PLUGIN_SRC", "/opt/x/vpcip-cni", func(c *Config) *string { return &c.PluginSource }, path(""), plain),
 	setting("VPCIP_PLUGIN_LOG_FILE", "/var/log/x/plugin.log", func(c *Config) *string { return &c.PluginLogFile }, path(DefaultPluginLogFile), plain),
-	setting("VPCIP_PLUGIN_LOG_LEVEL", "WARN", func(c *Config) *string { return &c.PluginLogLevel }, readPluginLogLevel, plain),
+	withAliases(setting("VPCIP_PLUGIN_LOG_LEVEL", "WARN", func(c *Config) *string { return &c.PluginLogLevel }, readPluginLogLevel, plain), "AWS_VPC_K8S_PLUGIN_LOG_LEVEL"),
 	setting("VPCIP_INSTALL_WAIT", "3m0s", func(c *Config) *time.Duration { return &c.InstallWait }, duration(10*time.Minute, 0), time.Duration.String),
 }
 
@@ -187,9 +187,11 @@ func readCIDRs(p *parser, n string, _ *Config) []netip.Prefix { return p.cidrs(n
 
 func readRandomizeSNAT(p *parser, n string, _ *Config) string { return p.randomizeSNAT(n) }
 
-// readPluginLogLevel defaults to the daemon's level.
+// readPluginLogLevel defaults to the daemon's level and reads the names the
+// daemon's level takes (any case; the AWS VPC CNI's FATAL is ERROR), shown
+// as DEBUG, INFO, WARN or ERROR.
 func readPluginLogLevel(p *parser, n string, c *Config) string {
-	return p.oneOf(n, levelName(c.LogLevel), []string{"DEBUG", "INFO", "WARN", "ERROR"})
+	return levelName(p.logLevel(n, c.LogLevel))
 }
 
 func plain(s string) string { return s }

@@ -136,3 +136,31 @@ func TestREADMEConfigTableMatchesVars(t *testing.T) {
 		}
 	}
 }
+
+// The AWS VPC CNI's plugin log level reaches the plugin with its meaning: any
+// case, FATAL as ERROR; VPCIP_PLUGIN_LOG_LEVEL wins over it.
+func TestPluginLogLevelAWSName(t *testing.T) {
+	tests := []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{"AWS_VPC_K8S_PLUGIN_LOG_LEVEL": "DEBUG"}, "DEBUG"},
+		{map[string]string{"AWS_VPC_K8S_PLUGIN_LOG_LEVEL": "warn"}, "WARN"},
+		{map[string]string{"AWS_VPC_K8S_PLUGIN_LOG_LEVEL": "Fatal"}, "ERROR"},
+		{map[string]string{"AWS_VPC_K8S_PLUGIN_LOG_LEVEL": "DEBUG", "VPCIP_PLUGIN_LOG_LEVEL": "ERROR"}, "ERROR"},
+		{map[string]string{"AWS_VPC_K8S_CNI_LOGLEVEL": "warn"}, "WARN"}, // the daemon's level is the default
+	}
+	for _, tt := range tests {
+		c, err := Parse(env(tt.env))
+		if err != nil {
+			t.Errorf("%v: %v", tt.env, err)
+			continue
+		}
+		if c.PluginLogLevel != tt.want {
+			t.Errorf("%v: PluginLogLevel %q, want %q", tt.env, c.PluginLogLevel, tt.want)
+		}
+	}
+	if _, err := Parse(env(map[string]string{"AWS_VPC_K8S_PLUGIN_LOG_LEVEL": "loud"})); err == nil || !strings.Contains(err.Error(), "AWS_VPC_K8S_PLUGIN_LOG_LEVEL") {
+		t.Errorf("a bad level: error %v, want one naming AWS_VPC_K8S_PLUGIN_LOG_LEVEL", err)
+	}
+}

@@ -19,10 +19,16 @@ type envRules struct {
 	SDK        []string          `yaml:"sdk"`
 	ChartOwned map[string]string `yaml:"chartOwned"`
 	AWSOnly    map[string]struct {
-		Accept []string `yaml:"accept"`
-		Any    bool     `yaml:"any"`
-		Why    string   `yaml:"why"`
+		Accept  []string `yaml:"accept"`
+		Any     bool     `yaml:"any"`
+		SameAs  string   `yaml:"sameAs"`
+		Default string   `yaml:"default"`
+		Why     string   `yaml:"why"`
 	} `yaml:"awsOnly"`
+	Mapped map[string]struct {
+		To  []string `yaml:"to"`
+		Why string   `yaml:"why"`
+	} `yaml:"mapped"`
 }
 
 func readRules(t *testing.T) envRules {
@@ -71,8 +77,19 @@ func TestEnvNamesAreTheDaemons(t *testing.T) {
 		if slices.Contains(want, n) || slices.Contains(config.SDKNames, n) {
 			t.Errorf("awsOnly %s is read by the daemon now: move it to supported", n)
 		}
-		if rule.Why == "" || (!rule.Any && len(rule.Accept) == 0) {
-			t.Errorf("awsOnly %s: needs why and accept (or any)", n)
+		if rule.Why == "" || (!rule.Any && len(rule.Accept) == 0 && rule.SameAs == "") {
+			t.Errorf("awsOnly %s: needs why and accept (or any, or sameAs)", n)
+		}
+		if rule.SameAs != "" && !slices.Contains(want, rule.SameAs) {
+			t.Errorf("awsOnly %s: sameAs %s is not a daemon setting", n, rule.SameAs)
+		}
+	}
+	for n, m := range r.Mapped {
+		if slices.Contains(want, n) || r.AWSOnly[n].Why != "" {
+			t.Errorf("mapped %s is also supported or awsOnly", n)
+		}
+		if m.Why == "" || len(m.To) == 0 {
+			t.Errorf("mapped %s: needs to and why", n)
 		}
 	}
 }
@@ -152,19 +169,23 @@ func envOf(c map[string]any) (values map[string]string, fieldRefs map[string]str
 }
 
 func TestLint(t *testing.T) {
-	aws, err := os.ReadFile("testdata/aws-node-values.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, h := range helms(t) {
 		t.Run(h.Name, func(t *testing.T) {
 			if out, err := h.Run("lint", "--strict", ChartDir()); err != nil {
 				t.Errorf("default values: %v\n%s", err, out)
 			}
-			p := filepath.Join(t.TempDir(), "aws.yaml")
-			os.WriteFile(p, aws, 0o644)
-			if out, err := h.Run("lint", "--strict", ChartDir(), "-f", p); err != nil {
-				t.Errorf("aws-node values: %v\n%s", err, out)
+			for _, rv := range releaseValues {
+				args := []string{"lint", "--strict", ChartDir()}
+				for _, f := range rv.files {
+					p, err := filepath.Abs(filepath.Join("testdata", f))
+					if err != nil {
+						t.Fatal(err)
+					}
+					args = append(args, "-f", p)
+				}
+				if out, err := h.Run(args...); err != nil {
+					t.Errorf("%s: %v\n%s", rv.name, err, out)
+				}
 			}
 		})
 	}
@@ -244,44 +265,6 @@ func strs(v any) []string {
 	return out
 }
 
-// An aws-node values file renders unchanged: every variable vpcip reads
-// reaches both containers with its value, and none of the aws-node-only ones
-// does.
-func TestTemplateAWSNodeValues(t *testing.T) {
-	data, err := os.ReadFile("testdata/aws-node-values.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var file struct {
-		Env map[string]string `yaml:"env"`
-	}
-	if err := yaml.Unmarshal(data, &file); err != nil {
-		t.Fatal(err)
-	}
-	r := readRules(t)
-	for _, h := range helms(t) {
-		t.Run(h.Name, func(t *testing.T) {
-			objs, err := render(t, h, string(data))
-			if err != nil {
-				t.Fatal(err)
-			}
-			ds := find(t, objs, "DaemonSet")
-			for _, c := range []string{"vpcipd", "install-cni"} {
-				env, _ := envOf(container(t, ds, c))
-				for name, value := range file.Env {
-					_, awsOnly := r.AWSOnly[name]
-					switch got, ok := env[name]; {
-					case awsOnly && ok:
-						t.Errorf("%s: aws-node-only %s passed to the daemon", c, name)
-					case !awsOnly && got != value:
-						t.Errorf("%s: %s = %q, want %q", c, name, got, value)
-					}
-				}
-			}
-		})
-	}
-}
-
 // Values the chart must refuse, each failing with the offending name.
 func TestTemplateRefuses(t *testing.T) {
 	tests := []struct {
@@ -290,6 +273,11 @@ func TestTemplateRefuses(t *testing.T) {
 		{"IPv6 asked for", "env: {ENABLE_IPv6: \"true\"}", "ENABLE_IPv6"},
 		{"pod IP annotations asked for", "env: {ANNOTATE_POD_IP: \"true\"}", "ANNOTATE_POD_IP"},
 		{"pod ENIs asked for", "env: {ENABLE_POD_ENI: true}", "ENABLE_POD_ENI"},
+		{"multi-NIC asked for", "env: {ENABLE_MULTI_NIC: \"true\"}", "ENABLE_MULTI_NIC"},
+		{"pod MTU other than the ENI's", "env: {POD_MTU: \"1500\"}", "POD_MTU"},
+		{"pod MTU other than a set ENI MTU", "env: {AWS_VPC_ENI_MTU: \"1500\", POD_MTU: \"9001\"}", "POD_MTU"},
+		{"cluster endpoint not https", "env: {CLUSTER_ENDPOINT: \"http://10.0.0.1\"}", "CLUSTER_ENDPOINT"},
+		{"mapped and target both set", "env: {AWS_EC2_ENDPOINT: https://a, AWS_ENDPOINT_URL_EC2: https://b}", "AWS_ENDPOINT_URL_EC2"},
 		{"misspelt key", "env: {WARM_IP_TARGETS: \"5\"}", "WARM_IP_TARGETS"},
 		{"chart-owned key", "env: {MY_NODE_NAME: node1}", "MY_NODE_NAME"},
 		{"socket moved", "env: {VPCIP_SOCKET: /tmp/x.sock}", "VPCIP_SOCKET"},

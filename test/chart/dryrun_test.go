@@ -14,25 +14,41 @@ import (
 func TestMain(m *testing.M) { kubetest.Main(m) }
 
 // The rendered chart, CRDs included, is valid for a real kube-apiserver:
-// `kubectl apply --dry-run=server` with the default and the aws-node values,
-// rendered by Helm 3 and Helm 4.
+// `kubectl apply --dry-run=server` with the default values and each release
+// values set (releaseValues), rendered by Helm 3 and Helm 4. The chart's
+// CRDs are applied for real first: a dry run cannot check an ENIConfig
+// against a CRD that is itself only dry-run.
 func TestApplyDryRunServer(t *testing.T) {
 	hs := helms(t)
 	k := kubetest.Shared(t)
-	aws, err := filepath.Abs("testdata/aws-node-values.yaml")
-	if err != nil {
-		t.Fatal(err)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if res, err := k.Kubectl(ctx, "apply", "-f", filepath.Join(ChartDir(), "crds")); err != nil {
+		t.Fatalf("applying the chart's CRDs: %v\n%s", err, res)
+	}
+	if res, err := k.Kubectl(ctx, "wait", "--for=condition=Established", "--timeout=50s", "crd/eniconfigs.crd.k8s.amazonaws.com"); err != nil {
+		t.Fatalf("%v\n%s", err, res)
+	}
+	sets := []struct {
+		name  string
+		files []string
+	}{{"default", nil}}
+	for _, rv := range releaseValues {
+		sets = append(sets, struct {
+			name  string
+			files []string
+		}{rv.name, rv.files})
 	}
 	for _, h := range hs {
-		for _, values := range []string{"", aws} {
-			name := h.Name + "/default"
-			if values != "" {
-				name = h.Name + "/aws-node"
-			}
-			t.Run(name, func(t *testing.T) {
+		for _, set := range sets {
+			t.Run(h.Name+"/"+set.name, func(t *testing.T) {
 				args := []string{"template", "vpcip", ChartDir(), "--namespace", "kube-system", "--include-crds"}
-				if values != "" {
-					args = append(args, "-f", values)
+				for _, f := range set.files {
+					p, err := filepath.Abs(filepath.Join("testdata", f))
+					if err != nil {
+						t.Fatal(err)
+					}
+					args = append(args, "-f", p)
 				}
 				out, err := h.Run(args...)
 				if err != nil {

@@ -3,7 +3,6 @@ package kubecluster
 import (
 	"fmt"
 	"os"
-	"slices"
 
 	"gopkg.in/yaml.v3"
 
@@ -11,7 +10,9 @@ import (
 )
 
 // WantConfigFromValues returns the settings of a values file's env block that
-// the daemon reads, as its effective configuration must show them.
+// the daemon reads, as its effective configuration must show them: under the
+// variable's own name (an alias such as AWS_VPC_K8S_PLUGIN_LOG_LEVEL shows as
+// VPCIP_PLUGIN_LOG_LEVEL), unless the block also sets that name, which wins.
 func WantConfigFromValues(path string) (map[string]string, error) {
 	if path == "" {
 		return nil, nil
@@ -27,9 +28,12 @@ func WantConfigFromValues(path string) (map[string]string, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	want := map[string]string{}
-	for k, val := range v.Env {
-		if slices.Contains(config.Names(), k) {
-			want[k] = val
+	for _, cv := range config.Vars {
+		for _, n := range append([]string{cv.Name}, cv.Aliases...) {
+			if val, ok := v.Env[n]; ok {
+				want[cv.Name] = val
+				break
+			}
 		}
 	}
 	return want, nil

@@ -13,8 +13,28 @@ unchanged (files/env.yaml explains the rules) and returns nothing.
 {{- end -}}
 {{- else if hasKey $rules.awsOnly $name -}}
 {{- $rule := get $rules.awsOnly $name -}}
-{{- if and (not $rule.any) (not (has $v $rule.accept)) -}}
+{{- if $rule.sameAs -}}
+{{- $other := get $.Values.env $rule.sameAs | default $rule.default | toString -}}
+{{- if not (has $v (list "" $other)) -}}
+{{- fail (printf "env.%s=%q is not supported by vpcip (%s); accepted: unset or %q, the value of %s" $name $v $rule.why $other $rule.sameAs) -}}
+{{- end -}}
+{{- else if and (not $rule.any) (not (has $v $rule.accept)) -}}
 {{- fail (printf "env.%s=%q is not supported by vpcip (%s); accepted: %s" $name $v $rule.why (join ", " ($rule.accept | compact | default (list "")))) -}}
+{{- end -}}
+{{- else if hasKey $rules.mapped $name -}}
+{{- $extra := list -}}
+{{- range $.Values.extraEnv -}}{{- $extra = append $extra .name -}}{{- end -}}
+{{- range (get $rules.mapped $name).to -}}
+{{- $to := . -}}
+{{- if or (hasKey $.Values.env $to) (has $to $extra) -}}
+{{- fail (printf "env.%s and %s both set: %s is passed on as %s; set one of them" $name $to $name $to) -}}
+{{- end -}}
+{{- end -}}
+{{- if and (eq $name "CLUSTER_ENDPOINT") (ne $v "") -}}
+{{- $u := urlParse $v -}}
+{{- if or (ne $u.scheme "https") (eq $u.hostname "") -}}
+{{- fail (printf "env.CLUSTER_ENDPOINT=%q: want the API server's https URL, such as https://ABCD.gr7.us-west-2.eks.amazonaws.com" $v) -}}
+{{- end -}}
 {{- end -}}
 {{- else -}}
 {{- fail (printf "env.%s is not a setting vpcip reads (a misspelling?); the names are listed in charts/vpcip/files/env.yaml; put other variables in extraEnv" $name) -}}
@@ -32,7 +52,7 @@ unchanged (files/env.yaml explains the rules) and returns nothing.
 {{- end -}}
 {{- end -}}
 
-{{/* vpcip.env is the container env: the node name, the chart's paths, env, extraEnv. */}}
+{{/* vpcip.env is the container env: the node name, the chart's paths, env (mapped names passed on as files/env.yaml says), extraEnv. */}}
 {{- define "vpcip.env" -}}
 {{- $rules := .Files.Get "files/env.yaml" | fromYaml -}}
 - name: MY_NODE_NAME
@@ -52,6 +72,17 @@ unchanged (files/env.yaml explains the rules) and returns nothing.
 - name: {{ $name }}
   value: {{ toString $value | quote }}
 {{- end }}
+{{- end }}
+{{- with get .Values.env "AWS_EC2_ENDPOINT" | default "" | toString }}
+- name: AWS_ENDPOINT_URL_EC2
+  value: {{ . | quote }}
+{{- end }}
+{{- with get .Values.env "CLUSTER_ENDPOINT" | default "" | toString }}
+{{- $u := urlParse . }}
+- name: KUBERNETES_SERVICE_HOST
+  value: {{ $u.hostname | quote }}
+- name: KUBERNETES_SERVICE_PORT
+  value: {{ regexFind ":[0-9]+$" $u.host | trimPrefix ":" | default "443" | quote }}
 {{- end }}
 {{- with .Values.extraEnv }}
 {{ toYaml . }}

@@ -36,12 +36,28 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 {{- end -}}
 
+{{/*
+vpcip.image is image.override when set (the AWS VPC CNI chart's whole
+reference), else the repository (image.overrideRepository wins) by digest or
+tag.
+*/}}
 {{- define "vpcip.image" -}}
-{{- if .Values.image.digest -}}
-{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- $repo := .Values.image.overrideRepository | default .Values.image.repository -}}
+{{- if .Values.image.override -}}
+{{- .Values.image.override -}}
+{{- else if .Values.image.digest -}}
+{{- printf "%s@%s" $repo .Values.image.digest -}}
 {{- else -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- printf "%s:%s" $repo (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
+{{- end -}}
+
+{{/* vpcip.probe is a probe's timings: values.<name>, its timeoutSeconds replaced by <name>TimeoutSeconds when set. */}}
+{{- define "vpcip.probe" -}}
+{{- $root := index . 0 -}}{{- $name := index . 1 -}}
+{{- $p := deepCopy (get $root.Values $name) -}}
+{{- with get $root.Values (printf "%sTimeoutSeconds" $name) -}}{{- $_ := set $p "timeoutSeconds" . -}}{{- end -}}
+{{- toYaml $p -}}
 {{- end -}}
 
 {{/*

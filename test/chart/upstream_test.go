@@ -95,3 +95,92 @@ func TestTemplateRefusesUpstreamKeys(t *testing.T) {
 		})
 	}
 }
+
+// An aws-node user's identity carries over: the ServiceAccount named
+// aws-node with aws-node's IRSA annotation and labels, bound to the
+// ClusterRole and used by the pods; or an existing one used as it is.
+func TestTemplateAWSNodeIdentity(t *testing.T) {
+	values := `serviceAccount:
+  name: aws-node
+  annotations: {eks.amazonaws.com/role-arn: "arn:aws:iam::111122223333:role/AmazonEKSVPCCNIRole"}
+  labels: {k8s-app: aws-node}
+podLabels: {k8s-app: aws-node}
+`
+	for _, h := range helms(t) {
+		t.Run(h.Name, func(t *testing.T) {
+			objs, err := render(t, h, values)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sa := find(t, objs, "ServiceAccount")
+			ds := find(t, objs, "DaemonSet")
+			checks := []struct {
+				what string
+				got  any
+				want string
+			}{
+				{"ServiceAccount name", sa.Name(), "aws-node"},
+				{"ServiceAccount namespace", dig(sa, "metadata", "namespace"), "kube-system"},
+				{"role annotation", dig(sa, "metadata", "annotations", "eks.amazonaws.com/role-arn"), "arn:aws:iam::111122223333:role/AmazonEKSVPCCNIRole"},
+				{"ServiceAccount label", dig(sa, "metadata", "labels", "k8s-app"), "aws-node"},
+				{"chart label kept", dig(sa, "metadata", "labels", "app.kubernetes.io/name"), "vpcip"},
+				{"pods' ServiceAccount", dig(ds, "spec", "template", "spec", "serviceAccountName"), "aws-node"},
+				{"pod label", dig(ds, "spec", "template", "metadata", "labels", "k8s-app"), "aws-node"},
+				{"binding subject", dig(find(t, objs, "ClusterRoleBinding"), "subjects", 0, "name"), "aws-node"},
+			}
+			for _, c := range checks {
+				if str(c.got) != c.want {
+					t.Errorf("%s = %v, want %s", c.what, c.got, c.want)
+				}
+			}
+			objs, err = render(t, h, "serviceAccount: {create: false, name: aws-node}")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, o := range objs {
+				if o.Kind() == "ServiceAccount" {
+					t.Errorf("create: false renders ServiceAccount %s", o.Name())
+				}
+			}
+			if got := str(dig(find(t, objs, "ClusterRoleBinding"), "subjects", 0, "name")); got != "aws-node" {
+				t.Errorf("create: false binds %s, want the existing aws-node", got)
+			}
+		})
+	}
+}
+
+// The DaemonSet's node affinity is the AWS VPC CNI's: Linux, amd64 or
+// arm64, and not Fargate, EKS hybrid or EKS Auto Mode nodes.
+func TestTemplateNodeAffinity(t *testing.T) {
+	for _, h := range helms(t) {
+		t.Run(h.Name, func(t *testing.T) {
+			objs, err := render(t, h)
+			if err != nil {
+				t.Fatal(err)
+			}
+			terms, _ := dig(find(t, objs, "DaemonSet"), "spec", "template", "spec", "affinity", "nodeAffinity",
+				"requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms").([]any)
+			if len(terms) != 1 {
+				t.Fatalf("%d node selector terms, want 1", len(terms))
+			}
+			got := map[string]string{}
+			exprs, _ := dig(terms[0], "matchExpressions").([]any)
+			for _, e := range exprs {
+				got[str(dig(e, "key"))] = str(dig(e, "operator")) + " " + strings.Join(strs(dig(e, "values")), ",")
+			}
+			want := map[string]string{
+				"kubernetes.io/os":               "In linux",
+				"kubernetes.io/arch":             "In amd64,arm64",
+				"eks.amazonaws.com/compute-type": "NotIn fargate,hybrid,auto",
+			}
+			if len(got) != len(want) {
+				t.Errorf("match expressions %v, want %v", got, want)
+			}
+			for k, v := range want {
+				if got[k] != v {
+					t.Errorf("%s: %q, want %q", k, got[k], v)
+				}
+			}
+		})
+	}
+}

@@ -38,6 +38,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -54,6 +55,7 @@ import (
 	"github.com/vpcip/vpcip/ipamd/config"
 	"github.com/vpcip/vpcip/ipamd/fleetmetrics"
 	"github.com/vpcip/vpcip/ipamd/podsubnet"
+	"github.com/vpcip/vpcip/logfile"
 	awsprovider "github.com/vpcip/vpcip/provider/aws"
 )
 
@@ -92,6 +94,12 @@ func run(args []string) int {
 	defer stop()
 	switch fs.Arg(0) {
 	case "":
+		var closeLog func()
+		if log, closeLog, err = daemonLog(cfg); err != nil {
+			fmt.Fprintf(os.Stderr, "vpcipd: AWS_VPC_K8S_CNI_LOG_FILE: %v\n", err)
+			return 2
+		}
+		defer closeLog()
 		err = daemon(ctx, cfg, log)
 	case "install-cni":
 		sub := flag.NewFlagSet("vpcipd install-cni", flag.ContinueOnError)
@@ -112,6 +120,29 @@ func run(args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// daemonLog is the daemon's logger: JSON lines at cfg.LogLevel to stderr
+// and, with AWS_VPC_K8S_CNI_LOG_FILE set to a path, also to that file,
+// rotated (package logfile); set to stdout or stderr, to that stream only.
+// install-cni logs to stderr only: its container does not mount the file's
+// directory.
+func daemonLog(cfg config.Config) (*slog.Logger, func(), error) {
+	w, err := logfile.Open(cfg.LogFile, logfile.DefaultRotation)
+	if err != nil {
+		return nil, nil, err
+	}
+	var out io.Writer = os.Stderr
+	closeLog := func() {}
+	switch cfg.LogFile {
+	case "":
+	case logfile.Stdout, logfile.Stderr:
+		out = w
+	default:
+		out = io.MultiWriter(os.Stderr, w)
+		closeLog = func() { w.Close() }
+	}
+	return slog.New(slog.NewJSONHandler(out, &slog.HandlerOptions{Level: cfg.LogLevel})), closeLog, nil
 }
 
 func daemon(ctx context.Context, cfg config.Config, log *slog.Logger) error {

@@ -54,7 +54,7 @@ type Config struct {
 	IPAMDSocket    string   `json:"ipamdSocket"`    // vpcipd's unix socket
 	MTU            int      `json:"mtu"`            // bytes; 0 in the file means "not set"
 	VethPrefix     string   `json:"vethPrefix"`     // host veth name prefix, at most 4 characters
-	PluginLogFile  string   `json:"pluginLogFile"`  // JSON log lines are appended here
+	PluginLogFile  string   `json:"pluginLogFile"`  // JSON log lines are appended here (rotated, package logfile), or "stderr"
 	PluginLogLevel string   `json:"pluginLogLevel"` // debug, info, warn or error
 	Timeouts       Timeouts `json:"timeouts"`
 

@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"slices"
 	"time"
 
@@ -20,6 +19,7 @@ import (
 
 	"github.com/vpcip/vpcip/cni/datapath"
 	"github.com/vpcip/vpcip/ipamd/api"
+	"github.com/vpcip/vpcip/logfile"
 )
 
 // Versions are the CNI spec versions the plugin accepts in a config and
@@ -139,14 +139,15 @@ func (in *invocation) owners(asg *api.Assignment) []string {
 	return slices.Compact(out)
 }
 
-// openLog opens the plugin log file for appending JSON lines; when it cannot
+// openLog opens the plugin's log (pluginLogFile): JSON lines appended to the
+// file, rotated by size (package logfile: several plugin processes may
+// append at once), or to stderr when it names "stderr"; when the file cannot
 // be opened the log goes to stderr (which runtimes record), never stdout.
 func openLog(conf *Config) (*slog.Logger, func()) {
 	opts := &slog.HandlerOptions{Level: conf.LogLevel}
-	if err := os.MkdirAll(filepath.Dir(conf.PluginLogFile), 0o755); err == nil {
-		f, err := os.OpenFile(conf.PluginLogFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-		if err == nil {
-			return slog.New(slog.NewJSONHandler(f, opts)), func() { f.Close() }
+	if conf.PluginLogFile != logfile.Stderr {
+		if w, err := logfile.Open(conf.PluginLogFile, logfile.DefaultRotation); err == nil && w != nil {
+			return slog.New(slog.NewJSONHandler(w, opts)), func() { w.Close() }
 		}
 	}
 	return slog.New(slog.NewJSONHandler(os.Stderr, opts)), func() {}

@@ -48,6 +48,12 @@ type Config struct {
 	// netns, touching no host networking (and sees no pod routes).
 
 	LogLevel slog.Level // AWS_VPC_K8S_CNI_LOGLEVEL: DEBUG, INFO, WARN, ERROR; default INFO
+	// LogFile is AWS_VPC_K8S_CNI_LOG_FILE: "" (default) logs to stderr only;
+	// "stdout" or "stderr" to that stream only; an absolute path to stderr
+	// and also to that file, rotated (package logfile). The AWS VPC CNI's
+	// chart sets /host/var/log/aws-routed-eni/ipamd.log, which charts/vpcip
+	// mounts from the host's /var/log/aws-routed-eni.
+	LogFile string
 
 	// Where new ENIs go (package ipamd/podsubnet).
 	SubnetDiscovery bool // ENABLE_SUBNET_DISCOVERY: new ENIs in the zone's subnet with most free addresses among the node's and those tagged kubernetes.io/role/cni; default true
@@ -85,7 +91,7 @@ type Config struct {
 	CNIConfDir     string        // VPCIP_CNI_CONF_DIR; default /etc/cni/net.d
 	CNIVersion     string        // VPCIP_CNI_VERSION, cniVersion of the conflist; default 1.1.0
 	PluginSource   string        // VPCIP_CNI_PLUGIN_SRC, the vpcip-cni binary to copy; default: next to vpcipd
-	PluginLogFile  string        // VPCIP_PLUGIN_LOG_FILE; default /var/log/vpcip/plugin.log
+	PluginLogFile  string        // VPCIP_PLUGIN_LOG_FILE (or AWS_VPC_K8S_PLUGIN_LOG_FILE): a host path, rotated, or "stderr"; default /var/log/vpcip/plugin.log
 	PluginLogLevel string        // VPCIP_PLUGIN_LOG_LEVEL; default the daemon's level
 	InstallWait    time.Duration // VPCIP_INSTALL_WAIT: how long install-cni waits for the daemon to be ready; default 10 m
 }

@@ -3,9 +3,12 @@ package config
 import (
 	"log/slog"
 	"net/netip"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/vpcip/vpcip/logfile"
 )
 
 // Var is one environment variable the daemon reads: a row of Vars. Parse,
@@ -69,6 +72,7 @@ var Vars = []Var{
 	setting("AWS_VPC_K8S_CNI_VETHPREFIX", "pod", func(c *Config) *string { return &c.VethPrefix }, vethPrefix("eni"), plain),
 	setting("VPCIP_HOSTNET", "false", func(c *Config) *bool { return &c.HostNetwork }, boolean(true), strconv.FormatBool),
 	setting("AWS_VPC_K8S_CNI_LOGLEVEL", "DEBUG", func(c *Config) *slog.Level { return &c.LogLevel }, logLevel(slog.LevelInfo), levelName),
+	setting("AWS_VPC_K8S_CNI_LOG_FILE", "/var/log/vpcip/ipamd.log", func(c *Config) *string { return &c.LogFile }, logFile("", false), plain),
 
 	// Where new ENIs go.
 	setting("ENABLE_SUBNET_DISCOVERY", "false", func(c *Config) *bool { return &c.SubnetDiscovery }, boolean(true), strconv.FormatBool),
@@ -101,7 +105,7 @@ var Vars = []Var{
 	setting("VPCIP_CNI_CONF_DIR", "/etc/x/net.d", func(c *Config) *string { return &c.CNIConfDir }, path(DefaultCNIConfDir), plain),
 	setting("VPCIP_CNI_VERSION", "1.0.0", func(c *Config) *string { return &c.CNIVersion }, oneOf(DefaultCNIVersion, SupportedCNIVersions), plain),
 	setting("VPCIP_CNI_PLUGIN_SRC", "/opt/x/vpcip-cni", func(c *Config) *string { return &c.PluginSource }, path(""), plain),
-	setting("VPCIP_PLUGIN_LOG_FILE", "/var/log/x/plugin.log", func(c *Config) *string { return &c.PluginLogFile }, path(DefaultPluginLogFile), plain),
+	withAliases(setting("VPCIP_PLUGIN_LOG_FILE", "/var/log/x/plugin.log", func(c *Config) *string { return &c.PluginLogFile }, logFile(DefaultPluginLogFile, true), plain), "AWS_VPC_K8S_PLUGIN_LOG_FILE"),
 	withAliases(setting("VPCIP_PLUGIN_LOG_LEVEL", "WARN", func(c *Config) *string { return &c.PluginLogLevel }, readPluginLogLevel, plain), "AWS_VPC_K8S_PLUGIN_LOG_LEVEL"),
 	setting("VPCIP_INSTALL_WAIT", "3m0s", func(c *Config) *time.Duration { return &c.InstallWait }, duration(10*time.Minute, 0), time.Duration.String),
 }
@@ -157,6 +161,30 @@ func path(def string) func(*parser, string, *Config) string {
 			return p.optionalPath(n)
 		}
 		return p.path(n, def)
+	}
+}
+
+// logFile is a log-file setting (package logfile): an absolute path, or a
+// stream name: "stdout" and "stderr" for the daemon, only "stderr" for the
+// plugin (its stdout carries the CNI result). An empty value is the default.
+func logFile(def string, plugin bool) func(*parser, string, *Config) string {
+	return func(p *parser, n string, _ *Config) string {
+		v, ok := p.get(n)
+		if !ok || v == "" {
+			return def
+		}
+		if err := logfile.Check(v); err != nil || (plugin && v == logfile.Stdout) {
+			if plugin {
+				p.fail(n, v, "an absolute path or stderr")
+			} else {
+				p.fail(n, v, "an absolute path, stdout or stderr")
+			}
+			return def
+		}
+		if v == logfile.Stdout || v == logfile.Stderr {
+			return v
+		}
+		return filepath.Clean(v)
 	}
 }
 

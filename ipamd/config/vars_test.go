@@ -164,3 +164,38 @@ func TestPluginLogLevelAWSName(t *testing.T) {
 		t.Errorf("a bad level: error %v, want one naming AWS_VPC_K8S_PLUGIN_LOG_LEVEL", err)
 	}
 }
+
+// The AWS VPC CNI's log-file settings keep their meaning: the daemon's file
+// (or stream), the plugin's file (or stderr, never stdout: the CNI result);
+// VPCIP_PLUGIN_LOG_FILE wins over AWS_VPC_K8S_PLUGIN_LOG_FILE.
+func TestLogFileSettings(t *testing.T) {
+	tests := []struct {
+		env           map[string]string
+		daemon, plugn string
+		bad           string
+	}{
+		{env: nil, daemon: "", plugn: DefaultPluginLogFile},
+		{env: map[string]string{"AWS_VPC_K8S_CNI_LOG_FILE": "/host/var/log/aws-routed-eni/ipamd.log", "AWS_VPC_K8S_PLUGIN_LOG_FILE": "/var/log/aws-routed-eni/plugin.log"},
+			daemon: "/host/var/log/aws-routed-eni/ipamd.log", plugn: "/var/log/aws-routed-eni/plugin.log"},
+		{env: map[string]string{"AWS_VPC_K8S_CNI_LOG_FILE": "stdout", "AWS_VPC_K8S_PLUGIN_LOG_FILE": "stderr"}, daemon: "stdout", plugn: "stderr"},
+		{env: map[string]string{"AWS_VPC_K8S_PLUGIN_LOG_FILE": "/a/p.log", "VPCIP_PLUGIN_LOG_FILE": "/b/p.log"}, plugn: "/b/p.log"},
+		{env: map[string]string{"AWS_VPC_K8S_PLUGIN_LOG_FILE": "stdout"}, bad: "AWS_VPC_K8S_PLUGIN_LOG_FILE"},
+		{env: map[string]string{"AWS_VPC_K8S_CNI_LOG_FILE": "ipamd.log"}, bad: "AWS_VPC_K8S_CNI_LOG_FILE"},
+	}
+	for _, tt := range tests {
+		c, err := Parse(env(tt.env))
+		if tt.bad != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.bad) {
+				t.Errorf("%v: error %v, want one naming %s", tt.env, err, tt.bad)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%v: %v", tt.env, err)
+			continue
+		}
+		if c.LogFile != tt.daemon || c.PluginLogFile != tt.plugn {
+			t.Errorf("%v: LogFile %q, PluginLogFile %q; want %q, %q", tt.env, c.LogFile, c.PluginLogFile, tt.daemon, tt.plugn)
+		}
+	}
+}

@@ -247,7 +247,7 @@ func TestTemplateDefault(t *testing.T) {
 			for _, v := range vols {
 				hostPaths[str(dig(v, "hostPath", "path"))] = true
 			}
-			for _, p := range []string{"/opt/cni/bin", "/etc/cni/net.d", "/run/vpcip", "/var/run/vpcip", "/var/log/vpcip", "/run/xtables.lock"} {
+			for _, p := range []string{"/opt/cni/bin", "/etc/cni/net.d", "/run/vpcip", "/var/run/vpcip", "/var/log/vpcip", "/var/log/aws-routed-eni", "/run/xtables.lock"} {
 				if !hostPaths[p] {
 					t.Errorf("no hostPath volume for %s (have %v)", p, hostPaths)
 				}
@@ -276,6 +276,8 @@ func TestTemplateRefuses(t *testing.T) {
 		{"multi-NIC asked for", "env: {ENABLE_MULTI_NIC: \"true\"}", "ENABLE_MULTI_NIC"},
 		{"pod MTU other than the ENI's", "env: {POD_MTU: \"1500\"}", "POD_MTU"},
 		{"pod MTU other than a set ENI MTU", "env: {AWS_VPC_ENI_MTU: \"1500\", POD_MTU: \"9001\"}", "POD_MTU"},
+		{"daemon log file outside the mounted log dirs", "env: {AWS_VPC_K8S_CNI_LOG_FILE: /tmp/ipamd.log}", "AWS_VPC_K8S_CNI_LOG_FILE"},
+		{"plugin log to stdout", "env: {AWS_VPC_K8S_PLUGIN_LOG_FILE: stdout}", "AWS_VPC_K8S_PLUGIN_LOG_FILE"},
 		{"cluster endpoint not https", "env: {CLUSTER_ENDPOINT: \"http://10.0.0.1\"}", "CLUSTER_ENDPOINT"},
 		{"mapped and target both set", "env: {AWS_EC2_ENDPOINT: https://a, AWS_ENDPOINT_URL_EC2: https://b}", "AWS_ENDPOINT_URL_EC2"},
 		{"misspelt key", "env: {WARM_IP_TARGETS: \"5\"}", "WARM_IP_TARGETS"},

@@ -74,6 +74,14 @@ func TestTemplateReleaseValues(t *testing.T) {
 						}
 					}
 				}
+				// The reference's daemon log path lands in the host's
+				// /var/log/aws-routed-eni.
+				if want["AWS_VPC_K8S_CNI_LOG_FILE"] != "/host/var/log/aws-routed-eni/ipamd.log" {
+					t.Fatalf("the release values' AWS_VPC_K8S_CNI_LOG_FILE is %q", want["AWS_VPC_K8S_CNI_LOG_FILE"])
+				}
+				if got := hostPathAt(t, ds, "vpcipd", "/host/var/log/aws-routed-eni"); got != "/var/log/aws-routed-eni" {
+					t.Errorf("vpcipd's /host/var/log/aws-routed-eni is host path %q, want /var/log/aws-routed-eni", got)
+				}
 				var eniConfigs []string
 				for _, o := range objs {
 					if o.Kind() == "ENIConfig" {
@@ -227,4 +235,22 @@ func readmeEnvTable(t *testing.T) map[string]string {
 		t.Fatal("the chart README has no \"| AWS VPC CNI variable |\" table")
 	}
 	return rows
+}
+
+// hostPathAt returns the host path mounted at mountPath in container c.
+func hostPathAt(t *testing.T, ds Object, c, mountPath string) string {
+	t.Helper()
+	mounts, _ := container(t, ds, c)["volumeMounts"].([]any)
+	vols, _ := dig(ds, "spec", "template", "spec", "volumes").([]any)
+	for _, m := range mounts {
+		if str(dig(m, "mountPath")) != mountPath {
+			continue
+		}
+		for _, v := range vols {
+			if str(dig(v, "name")) == str(dig(m, "name")) {
+				return str(dig(v, "hostPath", "path"))
+			}
+		}
+	}
+	return ""
 }

@@ -2,7 +2,7 @@
 // kube-apiserver (test/kubetest), kube-controller-manager and kube-scheduler
 // on the host's loopback, and on each vpcsim instance a node: its own mount
 // namespace (the node's /opt/cni/bin, /etc/cni/net.d, /run/vpcip,
-// /var/log/vpcip bound from its directory, as a kind node has them), its own
+// /var/log/vpcip, /var/log/aws-routed-eni bound from its directory, as a kind node has them), its own
 // containerd (test/containerd/crinode) and a kubelet, both in the instance's
 // network namespace. vpcip is then installed as users install it: the Helm
 // chart, whose DaemonSet the kubelets start from the image `make image`

@@ -27,6 +27,7 @@ var hostPaths = []struct{ dir, at string }{
 	{"cni-conf", "/etc/cni/net.d"},
 	{"run-vpcip", "/run/vpcip"},
 	{"log-vpcip", "/var/log/vpcip"},
+	{"log-aws-routed-eni", "/var/log/aws-routed-eni"}, // AWS_VPC_K8S_CNI_LOG_FILE, AWS_VPC_K8S_PLUGIN_LOG_FILE
 }
 
 // apiPort is where each node reaches the API server on its own loopback: a
@@ -71,7 +72,7 @@ func (n *Node) makeMountns(ctx context.Context, mntDir string) error {
 		if err := os.MkdirAll(src, 0o755); err != nil {
 			return err
 		}
-		script = append(script, fmt.Sprintf("mount --bind %s %s", src, p.at))
+		script = append(script, fmt.Sprintf("mkdir -p %s && mount --bind %s %s", p.at, src, p.at))
 	}
 	// /run/netns, where the node's containerd mounts pod netns, is a shared
 	// mount as on a systemd host (and as `ip netns` leaves it): the

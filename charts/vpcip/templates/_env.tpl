@@ -11,6 +11,12 @@ unchanged (files/env.yaml explains the rules) and returns nothing.
 {{- if hasKey $rules.chartOwned $name -}}
 {{- fail (printf "env.%s: %s; remove it from env" $name (get $rules.chartOwned $name)) -}}
 {{- end -}}
+{{- if and (eq $name "AWS_VPC_K8S_CNI_LOG_FILE") (not (has $v (list "" "stdout" "stderr"))) (not (hasPrefix "/host/var/log/aws-routed-eni/" $v)) (not (hasPrefix "/var/log/vpcip/" $v)) -}}
+{{- fail (printf "env.AWS_VPC_K8S_CNI_LOG_FILE=%q: vpcipd's container sees the host's log directories at /host/var/log/aws-routed-eni/ and /var/log/vpcip/ only; put the file under one of them (or use stdout or stderr)" $v) -}}
+{{- end -}}
+{{- if and (eq $name "AWS_VPC_K8S_PLUGIN_LOG_FILE") (eq $v "stdout") -}}
+{{- fail "env.AWS_VPC_K8S_PLUGIN_LOG_FILE=\"stdout\": the plugin's stdout carries its CNI result; use stderr or a host path" -}}
+{{- end -}}
 {{- else if hasKey $rules.awsOnly $name -}}
 {{- $rule := get $rules.awsOnly $name -}}
 {{- if $rule.sameAs -}}

@@ -61,7 +61,7 @@ func TestOpenRotates(t *testing.T) {
 		t.Fatal(err)
 	}
 	line := []byte(strings.Repeat("x", 1023) + "\n") // 1 KiB
-	const lines = 4 * 1024                         // 4 MiB: at least 3 rotations at 1 MB
+	const lines = 4 * 1024                           // 4 MiB: at least 3 rotations at 1 MB
 	for i := range lines {
 		if _, err := w.Write(line); err != nil {
 			t.Fatalf("write %d: %v", i, err)

@@ -183,10 +183,19 @@ func daemon(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	placer := podsubnet.NewPlacer(prov, podsubnet.Settings{Custom: cfg.CustomNetworking, Discovery: cfg.SubnetDiscovery, Cluster: cfg.ClusterName},
 		src, log.With("component", "podsubnet"), kube.NodeWarning)
+	// With the AWS VPC CNI's names on, its series derived from ours live in
+	// a registry of their own, read from reg at each scrape and served with
+	// it (a collector on reg cannot gather reg).
+	var gatherer prometheus.Gatherer = reg
+	if cfg.AWSCNIMetricNames {
+		awscni := prometheus.NewRegistry()
+		fleetmetrics.RegisterAWSCNIDerived(awscni, reg)
+		gatherer = prometheus.Gatherers{reg, awscni}
+	}
 	d, err = ipamd.New(ipamd.Options{
 		Config: cfg, Provider: &podsubnet.Provider{Provider: prov, Placer: placer}, Host: host, Logger: log,
 		Placement: placer.Last,
-		Metrics:   metrics, Gatherer: reg, Version: version,
+		Metrics:   metrics, Gatherer: gatherer, Version: version,
 		Demand: kube, Events: kube, Kubernetes: kube.KubernetesState,
 	})
 	if err != nil {

@@ -76,7 +76,7 @@ type Config struct {
 	Checkpoint            string        // VPCIP_CHECKPOINT, allocation state file; default /var/run/vpcip/ipam.json
 	MetricsAddr           string        // VPCIP_METRICS_ADDR (alias METRICS_BIND_ADDRESS); default :61678; "off" disables
 	IntrospectionAddr     string        // VPCIP_INTROSPECTION_ADDR (alias INTROSPECTION_BIND_ADDRESS); default 127.0.0.1:61679; "off" disables
-	AWSCNIMetricNames     bool          // VPCIP_METRICS_AWSCNI_NAMES: also export the AWS VPC CNI's awscni_* gauges; default false
+	AWSCNIMetricNames     bool          // VPCIP_METRICS_AWSCNI_NAMES: also export the AWS VPC CNI's awscni_* series; default false
 	SubnetMetricsInterval time.Duration // VPCIP_SUBNET_METRICS_INTERVAL: how often to read the subnets' free addresses from EC2; default 30 m, at least 1 s
 	AddWait               time.Duration // VPCIP_ADD_WAIT: how long an ADD waits for the pool to refill; default 5 s
 	PoolInterval          time.Duration // VPCIP_POOL_INTERVAL: pool re-evaluation period; default 10 s

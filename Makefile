@@ -6,7 +6,7 @@ export GOFLAGS ?= -buildvcs=false
 
 BINARIES := vpcipd vpcip-cni vpcipctl vpcsim
 
-.PHONY: all build deps test-deps containerd-setup k8s-tools image demo demo-containerd demo-cluster test lint bench bench-pool soak fleet clean dashboards readme-picture
+.PHONY: all build deps test-deps containerd-setup k8s-tools image demo demo-containerd demo-cluster test lint bench bench-pool soak fleet chaos clean dashboards readme-picture
 
 all: build
 
@@ -116,6 +116,15 @@ fleet: deps k8s-tools
 	VPCIP_K8S_BIN=$$(bash scripts/k8s-tools.sh | tail -n 1) VPCIP_FLEET_NODES=$(FLEET_NODES) VPCIP_FLEET_SPREAD=60s \
 	VPCIP_FLEET_CHURN=3m VPCIP_FLEET_CHURN_INTERVAL=10s VPCIP_FLEET_SETTLE=15s VPCIP_FLEET_SCALEIN_SETTLE=90s \
 	$(ONEBUILD) $(GO) test -count=1 -timeout 60m -run '^TestFleet$$' -v ./test/fleet/
+
+## chaos: the fault campaign on the real cluster (test/kubecluster TestChaosCampaign; make test runs a short one):
+## the chart's DaemonSet, pods churning through kubelet, CHAOS_FAULTS faults (default 100) at random moments;
+## CHAOS_SEED replays a campaign's plan (default: the time). Prints the seed, fault and check counts, the longest violation.
+CHAOS_FAULTS ?= 100
+CHAOS_SEED ?=
+chaos: deps containerd-setup k8s-tools image
+	VPCIP_CHAOS_FAULTS=$(CHAOS_FAULTS) VPCIP_CHAOS_SEED=$(CHAOS_SEED) VPCIP_K8S_BIN=$$(bash scripts/k8s-tools.sh | tail -n 1) VPCIP_REQUIRE_KUBE=1 VPCIP_REQUIRE_CONTAINERD2=1 \
+	VPCIP_IMAGE=$(BIN)/vpcip-image.tar VPCIP_VPCIPCTL=$(BIN)/image/vpcipctl $(ONEBUILD) $(GO) test -count=1 -timeout 12h -run '^TestChaosCampaign$$' -v ./test/kubecluster/
 
 ## bench: plugin latency, CPU time and instructions vs the reference chain, burst latency, daemon RSS, EC2 calls per 100 pods.
 bench: deps build containerd-setup

@@ -248,3 +248,10 @@ func (n *Node) close() error {
 	}
 	return err
 }
+
+// RestartKubelet stops n's kubelet (SIGTERM) and starts it again with the
+// same configuration; its pods keep running in containerd meanwhile.
+func (c *Cluster) RestartKubelet(n *Node) error {
+	n.stopKubelet()
+	return n.startKubelet(c.API.BinDir, c.API.Config, c.MaxPods)
+}

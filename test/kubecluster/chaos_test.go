@@ -1,0 +1,136 @@
+package kubecluster
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/vpcip/vpcip/ipamd/api"
+	"github.com/vpcip/vpcip/ipamd/introspect"
+)
+
+// Chaos campaign settings: VPCIP_CHAOS_FAULTS sets the number of faults
+// (`make chaos` runs 100; without it the short campaign of make test runs
+// two of each kind, with the API server down at most 15 s), and
+// VPCIP_CHAOS_SEED the seed of the fault plan (default: the time).
+const (
+	ChaosFaultsEnv = "VPCIP_CHAOS_FAULTS"
+	ChaosSeedEnv   = "VPCIP_CHAOS_SEED"
+)
+
+// TestChaosCampaign runs Chaos on a cluster of its own: the chart's
+// DaemonSet, pods churning through kubelet, and faults of every kind at
+// random moments; it fails when an invariant stays broken after a fault, an
+// address is on two live pods, or anything is left once churn stopped.
+func TestChaosCampaign(t *testing.T) {
+	image, vpcipctl, h := need(t)
+	ch := &Chaos{Faults: 2 * len(AllFaults), APIDownMax: 15 * time.Second, EC2Window: 15 * time.Second, Seed: uint64(time.Now().UnixNano())}
+	if v := os.Getenv(ChaosFaultsEnv); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("%s=%q: want a positive number of faults", ChaosFaultsEnv, v)
+		}
+		ch.Faults, ch.APIDownMax, ch.EC2Window = n, time.Minute, 30*time.Second
+	}
+	if v := os.Getenv(ChaosSeedEnv); v != "" {
+		s, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("%s=%q: want an unsigned integer", ChaosSeedEnv, v)
+		}
+		ch.Seed = s
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute+time.Duration(ch.Faults)*4*time.Minute)
+	defer cancel()
+	prefix := fmt.Sprintf("vc%04x", os.Getpid()&0xffff)
+	c, err := Start(ctx, Options{Prefix: prefix, Image: image, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := c.Close(); err != nil {
+			t.Errorf("teardown: %v", err)
+		}
+		assertNothingLeft(t, c)
+	})
+	ch.S = &Scenario{C: c, Helm: h, Vpcipctl: vpcipctl, Logf: t.Logf}
+	ch.Logf = t.Logf
+	if err := ch.Run(ctx); err != nil {
+		for _, n := range c.Nodes {
+			t.Logf("kubelet log of %s:\n%s", n.Name, tail(n.KubeletLog(), 20))
+		}
+		t.Fatalf("chaos campaign (seed %d): %v", ch.Seed, err)
+	}
+}
+
+func TestSumMetric(t *testing.T) {
+	text := `# HELP apiserver_flowcontrol_dispatched_requests_total x
+apiserver_flowcontrol_dispatched_requests_total{flow_schema="vpcip-daemons",priority_level="workload-high"} 12
+apiserver_flowcontrol_dispatched_requests_total{flow_schema="global-default",priority_level="global-default"} 99
+apiserver_flowcontrol_dispatched_requests_total{flow_schema="vpcip-daemons",priority_level="exempt"} 3
+`
+	got, err := sumMetric(text, "apiserver_flowcontrol_dispatched_requests_total", `flow_schema="vpcip-daemons"`)
+	if err != nil || got != 15 {
+		t.Errorf("sumMetric = %v, %v; want 15", got, err)
+	}
+	if _, err := sumMetric(text, "apiserver_flowcontrol_dispatched_requests_total", `flow_schema="none"`); err == nil {
+		t.Error("sumMetric found a sample of a flow schema that has none")
+	}
+}
+
+func TestChaosViolations(t *testing.T) {
+	ch := &Chaos{S: &Scenario{C: &Cluster{Nodes: []*Node{{Name: "node-1", InstanceID: "i-1"}, {Name: "node-2", InstanceID: "i-2"}}}}}
+	a, b, c := netip.MustParseAddr("10.0.1.5"), netip.MustParseAddr("10.0.2.6"), netip.MustParseAddr("10.0.1.7")
+	rec := func(id, pod string, addr netip.Addr) introspect.Assignment {
+		return introspect.Assignment{Key: api.Key{ContainerID: id}, Pod: api.Pod{Name: pod}, Address: addr}
+	}
+	healthy := func() clusterView {
+		return clusterView{
+			Sandboxes: []liveSandbox{{Node: "node-1", ID: "s1", Pod: "default/p1", UID: "u1", Addr: a}, {Node: "node-2", ID: "s2", Pod: "default/p2", UID: "u2", Addr: b}},
+			EC2:       map[netip.Addr]string{a: "i-1", b: "i-2", c: "i-1"},
+			Daemon: map[string]map[netip.Addr]introspect.Assignment{
+				"node-1": {a: rec("s1", "p1", a)}, "node-2": {b: rec("s2", "p2", b)}},
+			APIPods: []Pod{{Name: "p1", UID: "u1", Node: "node-1", IP: a.String(), Phase: "Running"}, {Name: "p3", Node: "node-2", Phase: "Pending"}},
+		}
+	}
+	checks := map[string]int{}
+	if bad := ch.violations(healthy(), checks); len(bad) != 0 {
+		t.Errorf("healthy cluster: %v", bad)
+	}
+	if checks["one address, one live pod"] != 2 || checks["Running pod's address assigned by EC2 to its node"] != 1 {
+		t.Errorf("checks = %v", checks)
+	}
+	tests := []struct {
+		name    string
+		breakIt func(*clusterView)
+		want    []string // the violations' keys
+	}{
+		{"an address on two live pods", func(v *clusterView) {
+			v.Sandboxes = append(v.Sandboxes, liveSandbox{Node: "node-1", ID: "s3", Pod: "default/p3", Addr: a})
+		}, []string{"dup 10.0.1.5", "daemon s3"}},
+		{"EC2 assigns the address to the other node", func(v *clusterView) { v.EC2[b] = "i-1" }, []string{"ec2 s2"}},
+		{"EC2 no longer assigns it", func(v *clusterView) { delete(v.EC2, a) }, []string{"ec2 s1", "api u1"}},
+		{"a live pod without an address", func(v *clusterView) { v.Sandboxes[1].Addr = netip.Addr{} }, []string{"noaddr s2"}},
+		{"the daemon records the address for another sandbox", func(v *clusterView) {
+			v.Daemon["node-1"][a] = rec("gone", "p0", a)
+		}, []string{"daemon s1"}},
+		{"the daemon released the address of a live pod", func(v *clusterView) { delete(v.Daemon["node-2"], b) }, []string{"daemon s2"}},
+		{"a Running pod's address not on its node", func(v *clusterView) { v.APIPods[0].IP = b.String() }, []string{"api u1"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v := healthy()
+			tt.breakIt(&v)
+			bad := ch.violations(v, map[string]int{})
+			got := sortedKeys(bad)
+			slices.Sort(tt.want)
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("violations = %v, want keys %q", bad, tt.want)
+			}
+		})
+	}
+}

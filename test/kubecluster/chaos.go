@@ -28,10 +28,11 @@ const (
 	FaultRestartKubelet    = "restart kubelet"     // SIGTERM kubelet, start it again
 	FaultStopAPIServer     = "stop the API server" // kube-apiserver down for a while (etcd keeps running)
 	FaultEC2               = "EC2 throttling and errors"
+	FaultReboot            = "node reboot" // see Cluster.Reboot; the checkpoint kept or lost at random
 )
 
 // AllFaults are the fault kinds the campaign injects, in a fixed order.
-var AllFaults = []string{FaultKillDaemon, FaultRestartContainerd, FaultRestartKubelet, FaultStopAPIServer, FaultEC2}
+var AllFaults = []string{FaultKillDaemon, FaultRestartContainerd, FaultRestartKubelet, FaultStopAPIServer, FaultEC2, FaultReboot}
 
 // Chaos is a fault campaign on the cluster with the chart's DaemonSet: pods
 // churn through kubelet (Deployments scaled up and down, rollout restarts,
@@ -220,6 +221,13 @@ func (ch *Chaos) fault(ctx context.Context, kind string, n *Node) (string, error
 			return "", err
 		}
 		return fmt.Sprintf(" for %s", down), nil
+	case FaultReboot:
+		keep := ch.rng.IntN(2) == 0
+		how := " (/run emptied, checkpoint lost)"
+		if keep {
+			how = " (/run emptied but the checkpoint kept)"
+		}
+		return how, c.Reboot(ctx, n, keep)
 	case FaultEC2:
 		f := c.Cloud.Faults()
 		rate := 0.2 + 0.6*ch.rng.Float64()

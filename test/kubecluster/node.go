@@ -14,6 +14,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"k8s.io/client-go/rest"
 
+	"github.com/vpcip/vpcip/ipamd/config"
 	"github.com/vpcip/vpcip/test/containerd/crinode"
 	"github.com/vpcip/vpcip/test/kubetest"
 )
@@ -253,5 +254,47 @@ func (n *Node) close() error {
 // same configuration; its pods keep running in containerd meanwhile.
 func (c *Cluster) RestartKubelet(n *Node) error {
 	n.stopKubelet()
+	return n.startKubelet(c.API.BinDir, c.API.Config, c.MaxPods)
+}
+
+// Reboot power-cycles node n as far as a node's software sees it: kubelet
+// and the runtime die at once (every container with them, no CNI DEL), the
+// pods' network namespaces are gone (and with them their veths and host
+// routes) and so are the pod policy rules, /run/vpcip is emptied unless
+// keepCheckpoint (a checkpoint on a persistent hostPath), then containerd
+// and kubelet start again, which restart the DaemonSet's pod and recreate
+// the node's pods in new sandboxes. The instance's ENIs and their EC2
+// addresses stay, as they do across a reboot.
+func (c *Cluster) Reboot(ctx context.Context, n *Node, keepCheckpoint bool) error {
+	if n.kubelet != nil {
+		n.kubelet.Process.Kill()
+		<-n.kubeletDone
+		n.kubelet = nil
+	}
+	if err := n.CRI.Crash(); err != nil {
+		return fmt.Errorf("crash the runtime of %s: %w", n.Name, err)
+	}
+	script := `for f in /run/netns/cni-*; do [ -e "$f" ] || continue; umount "$f" 2>/dev/null; rm -f "$f"; done
+for p in 512 1536; do while ip rule del pref $p 2>/dev/null; do :; done; done`
+	out, err := exec.CommandContext(ctx, "nsenter", "--mount="+n.Mountns, "--net="+filepath.Join("/var/run/netns", n.Netns), "--", "sh", "-c", script).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("reboot %s: pod netns and rules: %v: %s", n.Name, err, out)
+	}
+	run := n.path("run-vpcip")
+	entries, err := os.ReadDir(run)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if keepCheckpoint && e.Name() == filepath.Base(config.DefaultCheckpoint) {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(run, e.Name())); err != nil {
+			return err
+		}
+	}
+	if err := n.CRI.Restart(ctx); err != nil {
+		return fmt.Errorf("reboot %s: containerd: %w", n.Name, err)
+	}
 	return n.startKubelet(c.API.BinDir, c.API.Config, c.MaxPods)
 }

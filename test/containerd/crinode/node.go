@@ -445,3 +445,27 @@ func (n *Node) LogTail(lines int) string {
 	}
 	return strings.Join(all, "\n")
 }
+
+// Crash ends the node's runtime as a power loss would: containerd and its
+// shims are killed and runc kills every container, so no sandbox keeps a
+// process and no CNI DEL runs; containerd's metadata and the CNI result
+// cache stay, as they do on disk. Their pod network namespaces stay
+// mounted: the caller removes them as a reboot does. Restart brings
+// containerd back, which finds the sandboxes dead.
+func (n *Node) Crash() error {
+	errs := []error{n.Kill(), n.killShims()}
+	namespaces, _ := os.ReadDir(n.path("runc"))
+	for _, ns := range namespaces {
+		root := filepath.Join(n.path("runc"), ns.Name())
+		ids, _ := os.ReadDir(root)
+		for _, id := range ids {
+			out, err := exec.Command(n.Tools.Runc, "--root", root, "delete", "--force", id.Name()).CombinedOutput()
+			if err != nil && !strings.Contains(string(out), "does not exist") {
+				errs = append(errs, fmt.Errorf("runc delete %s: %v: %s", id.Name(), err, bytes.TrimSpace(out)))
+			}
+		}
+	}
+	errs = append(errs, n.unmountAll())
+	removeStaleShimSockets(n.started)
+	return errors.Join(errs...)
+}

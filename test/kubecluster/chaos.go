@@ -29,10 +29,14 @@ const (
 	FaultStopAPIServer     = "stop the API server" // kube-apiserver down for a while (etcd keeps running)
 	FaultEC2               = "EC2 throttling and errors"
 	FaultReboot            = "node reboot" // see Cluster.Reboot; the checkpoint kept or lost at random
+	// FaultUpgrade is `helm upgrade` to a build with another version
+	// string, then, after a random part of the rollout (nodes run mixed
+	// versions), `helm rollback`; needs Chaos.UpgradeImage.
+	FaultUpgrade = "helm upgrade and rollback"
 )
 
 // AllFaults are the fault kinds the campaign injects, in a fixed order.
-var AllFaults = []string{FaultKillDaemon, FaultRestartContainerd, FaultRestartKubelet, FaultStopAPIServer, FaultEC2, FaultReboot}
+var AllFaults = []string{FaultKillDaemon, FaultRestartContainerd, FaultRestartKubelet, FaultStopAPIServer, FaultEC2, FaultReboot, FaultUpgrade}
 
 // Chaos is a fault campaign on the cluster with the chart's DaemonSet: pods
 // churn through kubelet (Deployments scaled up and down, rollout restarts,
@@ -45,7 +49,7 @@ var AllFaults = []string{FaultKillDaemon, FaultRestartContainerd, FaultRestartKu
 type Chaos struct {
 	S      *Scenario // the cluster, Helm and vpcipctl; the chart is installed by Run
 	Seed   uint64
-	Faults int      // how many faults in all; each kind gets its share
+	Faults int      // how many faults in all, each kind its share; 0 for two of each kind
 	Kinds  []string // default AllFaults
 	// APIDownMax bounds how long the API server stays stopped (up to a
 	// minute in the full campaign); EC2Window how long EC2 faults last.
@@ -53,7 +57,10 @@ type Chaos struct {
 	// Settle bounds how long the invariants may stay broken after a fault
 	// once the daemons and nodes are ready again.
 	Settle time.Duration
-	Logf   func(format string, args ...any)
+	// UpgradeImage is a second build of the image (another version
+	// string) for FaultUpgrade; without it that kind is left out.
+	UpgradeImage string
+	Logf         func(format string, args ...any)
 
 	rngMu    sync.Mutex
 	rng      *rand.Rand // fault plan and timing
@@ -88,7 +95,14 @@ const (
 // nothing is left. It logs the seed first and a summary last.
 func (ch *Chaos) Run(ctx context.Context) error {
 	if len(ch.Kinds) == 0 {
-		ch.Kinds = AllFaults
+		for _, k := range AllFaults {
+			if k != FaultUpgrade || ch.UpgradeImage != "" {
+				ch.Kinds = append(ch.Kinds, k)
+			}
+		}
+	}
+	if ch.Faults == 0 {
+		ch.Faults = 2 * len(ch.Kinds)
 	}
 	if ch.APIDownMax == 0 {
 		ch.APIDownMax = time.Minute
@@ -107,6 +121,13 @@ func (ch *Chaos) Run(ctx context.Context) error {
 	start := time.Now()
 	defer func() { ch.Logf("%s", ch.summary(time.Since(start))) }()
 
+	if ch.UpgradeImage != "" {
+		for _, n := range ch.S.C.Nodes {
+			if err := n.importImage(ctx, ch.S.C.Tools.Ctr, ch.UpgradeImage); err != nil {
+				return err
+			}
+		}
+	}
 	if err := ch.S.install(ctx); err != nil {
 		return fmt.Errorf("helm install: %w", err)
 	}
@@ -228,6 +249,8 @@ func (ch *Chaos) fault(ctx context.Context, kind string, n *Node) (string, error
 			how = " (/run emptied but the checkpoint kept)"
 		}
 		return how, c.Reboot(ctx, n, keep)
+	case FaultUpgrade:
+		return ch.upgradeRollback(ctx)
 	case FaultEC2:
 		f := c.Cloud.Faults()
 		rate := 0.2 + 0.6*ch.rng.Float64()
@@ -244,6 +267,41 @@ func (ch *Chaos) fault(ctx context.Context, kind string, n *Node) (string, error
 		return fmt.Sprintf(" (%.0f%% InternalError, throttled, for %s)", rate*100, window), nil
 	}
 	return "", fmt.Errorf("unknown fault kind %q", kind)
+}
+
+// upgradeRollback upgrades the release to UpgradeImage, waits a random
+// 0-40 s of its rollout, rolls back and waits for the rollback's rollout.
+// It returns which version each node's daemon ran at the rollback.
+func (ch *Chaos) upgradeRollback(ctx context.Context) (string, error) {
+	c := ch.S.C
+	name, err := crinode.ImageName(ch.UpgradeImage)
+	if err != nil {
+		return "", err
+	}
+	tag := name[strings.LastIndexByte(name, ':')+1:]
+	if _, err := c.InstallChart(ch.S.Helm, true, ch.S.Values, "image.tag="+tag); err != nil {
+		return "", err
+	}
+	time.Sleep(time.Duration(ch.rng.IntN(40)) * time.Second)
+	var ran []string
+	for _, n := range c.Nodes {
+		v := "down"
+		if st, err := ch.S.daemonState(ctx, n); err == nil {
+			v = st.Node.Version
+		}
+		ran = append(ran, n.Name+"="+v)
+	}
+	if _, err := c.Helm(ch.S.Helm, "rollback", Release, "-n", "kube-system"); err != nil {
+		return "", err
+	}
+	ds, err := c.Kubectl(ctx, "get", "daemonset", "-n", "kube-system", "-l", "app.kubernetes.io/name=vpcip", "-o", "jsonpath={.items[0].metadata.name}")
+	if err != nil {
+		return "", err
+	}
+	if _, err := c.Kubectl(ctx, "rollout", "status", "-n", "kube-system", "daemonset/"+ds, "--timeout=10m"); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf(" (to %s; at the rollback: %s)", tag, strings.Join(ran, " ")), nil
 }
 
 // daemonPID finds the vpcipd daemon process of node n: the process whose

@@ -21,6 +21,10 @@ import (
 const (
 	ChaosFaultsEnv = "VPCIP_CHAOS_FAULTS"
 	ChaosSeedEnv   = "VPCIP_CHAOS_SEED"
+	// ChaosUpgradeImageEnv names a second image archive, built with another
+	// version string, for the helm upgrade and rollback fault; without it
+	// that kind is left out.
+	ChaosUpgradeImageEnv = "VPCIP_CHAOS_UPGRADE_IMAGE"
 )
 
 // TestChaosCampaign runs Chaos on a cluster of its own: the chart's
@@ -29,7 +33,7 @@ const (
 // address is on two live pods, or anything is left once churn stopped.
 func TestChaosCampaign(t *testing.T) {
 	image, vpcipctl, h := need(t)
-	ch := &Chaos{Faults: 2 * len(AllFaults), APIDownMax: 15 * time.Second, EC2Window: 15 * time.Second, Seed: uint64(time.Now().UnixNano())}
+	ch := &Chaos{APIDownMax: 15 * time.Second, EC2Window: 15 * time.Second, Seed: uint64(time.Now().UnixNano())}
 	if v := os.Getenv(ChaosFaultsEnv); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {
@@ -44,7 +48,7 @@ func TestChaosCampaign(t *testing.T) {
 		}
 		ch.Seed = s
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute+time.Duration(ch.Faults)*4*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute+time.Duration(max(ch.Faults, 2*len(AllFaults)))*4*time.Minute)
 	defer cancel()
 	prefix := fmt.Sprintf("vc%04x", os.Getpid()&0xffff)
 	c, err := Start(ctx, Options{Prefix: prefix, Image: image, Logf: t.Logf})
@@ -57,6 +61,14 @@ func TestChaosCampaign(t *testing.T) {
 		}
 		assertNothingLeft(t, c)
 	})
+	if p := os.Getenv(ChaosUpgradeImageEnv); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("%s: %v", ChaosUpgradeImageEnv, err)
+		}
+		ch.UpgradeImage = p
+	} else {
+		t.Logf("%s unset: no helm upgrade and rollback faults", ChaosUpgradeImageEnv)
+	}
 	ch.S = &Scenario{C: c, Helm: h, Vpcipctl: vpcipctl, Logf: t.Logf}
 	ch.Logf = t.Logf
 	if err := ch.Run(ctx); err != nil {

@@ -119,11 +119,15 @@ fleet: deps k8s-tools
 
 ## chaos: the fault campaign on the real cluster (test/kubecluster TestChaosCampaign; make test runs a short one):
 ## the chart's DaemonSet, pods churning through kubelet, CHAOS_FAULTS faults (default 100) at random moments;
-## CHAOS_SEED replays a campaign's plan (default: the time). Prints the seed, fault and check counts, the longest violation.
+## CHAOS_SEED replays a campaign's plan (default: the time). A second image with another version string
+## (bin/chaos/vpcip-image.tar) is what `helm upgrade` goes to before `helm rollback`.
+## Prints the seed, fault and check counts, the longest violation and the daemons' API requests.
 CHAOS_FAULTS ?= 100
 CHAOS_SEED ?=
 chaos: deps containerd-setup k8s-tools image
-	VPCIP_CHAOS_FAULTS=$(CHAOS_FAULTS) VPCIP_CHAOS_SEED=$(CHAOS_SEED) VPCIP_K8S_BIN=$$(bash scripts/k8s-tools.sh | tail -n 1) VPCIP_REQUIRE_KUBE=1 VPCIP_REQUIRE_CONTAINERD2=1 \
+	@$(ONEBUILD) $(MAKE) --no-print-directory image BIN=$(BIN)/chaos IMAGE_VERSION=$(IMAGE_VERSION)-chaos >/dev/null
+	VPCIP_CHAOS_FAULTS=$(CHAOS_FAULTS) VPCIP_CHAOS_SEED=$(CHAOS_SEED) VPCIP_CHAOS_UPGRADE_IMAGE=$(BIN)/chaos/vpcip-image.tar \
+	VPCIP_K8S_BIN=$$(bash scripts/k8s-tools.sh | tail -n 1) VPCIP_REQUIRE_KUBE=1 VPCIP_REQUIRE_CONTAINERD2=1 \
 	VPCIP_IMAGE=$(BIN)/vpcip-image.tar VPCIP_VPCIPCTL=$(BIN)/image/vpcipctl $(ONEBUILD) $(GO) test -count=1 -timeout 12h -run '^TestChaosCampaign$$' -v ./test/kubecluster/
 
 ## bench: plugin latency, CPU time and instructions vs the reference chain, burst latency, daemon RSS, EC2 calls per 100 pods.

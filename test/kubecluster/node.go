@@ -274,7 +274,9 @@ func (c *Cluster) Reboot(ctx context.Context, n *Node, keepCheckpoint bool) erro
 	if err := n.CRI.Crash(); err != nil {
 		return fmt.Errorf("crash the runtime of %s: %w", n.Name, err)
 	}
-	script := `for f in /run/netns/cni-*; do [ -e "$f" ] || continue; umount "$f" 2>/dev/null; rm -f "$f"; done
+	// Only this node's: the directory is shared with the other nodes, and
+	// unlinking a file another mount namespace mounts a netns on detaches it there.
+	script := `for f in /run/netns/cni-*; do mountpoint -q "$f" || continue; umount "$f" && rm -f "$f"; done
 for p in 512 1536; do while ip rule del pref $p 2>/dev/null; do :; done; done`
 	out, err := exec.CommandContext(ctx, "nsenter", "--mount="+n.Mountns, "--net="+filepath.Join("/var/run/netns", n.Netns), "--", "sh", "-c", script).CombinedOutput()
 	if err != nil {

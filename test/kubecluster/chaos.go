@@ -202,16 +202,20 @@ func (ch *Chaos) inject(ctx context.Context) error {
 		ch.mu.Lock()
 		ch.faults[kind]++
 		ch.mu.Unlock()
+		where := " on " + node.Name
+		if kind == FaultStopAPIServer || kind == FaultEC2 || kind == FaultUpgrade {
+			where = "" // not a node's
+		}
 		if err := ch.recover(ctx); err != nil {
-			return fmt.Errorf("after fault %d (%s on %s%s): %w", i+1, kind, node.Name, detail, err)
+			return fmt.Errorf("after fault %d (%s%s%s): %w", i+1, kind, where, detail, err)
 		}
 		if err := ch.settle(ctx, time.Now()); err != nil {
-			return fmt.Errorf("after fault %d (%s on %s%s): %w", i+1, kind, node.Name, detail, err)
+			return fmt.Errorf("after fault %d (%s%s%s): %w", i+1, kind, where, detail, err)
 		}
 		if err := ch.hardError(); err != nil {
 			return err
 		}
-		ch.Logf("   fault %d/%d: %s on %s%s; recovered and invariants hold after %s", i+1, ch.Faults, kind, node.Name, detail, time.Since(began).Round(time.Second))
+		ch.Logf("   fault %d/%d: %s%s%s; recovered and invariants hold after %s", i+1, ch.Faults, kind, where, detail, time.Since(began).Round(time.Second))
 	}
 	return nil
 }
@@ -229,7 +233,7 @@ func (ch *Chaos) fault(ctx context.Context, kind string, n *Node) (string, error
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 			return "", fmt.Errorf("kill %d: %w", pid, err)
 		}
-		return fmt.Sprintf(" (pid %d)", pid), nil
+		return fmt.Sprintf(" (pid %d)", pid), newDaemon(ctx, n, pid)
 	case FaultRestartContainerd:
 		return "", n.CRI.Restart(ctx)
 	case FaultRestartKubelet:
@@ -248,7 +252,11 @@ func (ch *Chaos) fault(ctx context.Context, kind string, n *Node) (string, error
 		if keep {
 			how = " (/run emptied but the checkpoint kept)"
 		}
-		return how, c.Reboot(ctx, n, keep)
+		pid, _ := daemonPID(n)
+		if err := c.Reboot(ctx, n, keep); err != nil {
+			return "", err
+		}
+		return how, newDaemon(ctx, n, pid)
 	case FaultUpgrade:
 		return ch.upgradeRollback(ctx)
 	case FaultEC2:
@@ -333,6 +341,22 @@ func daemonPID(n *Node) (int, error) {
 	return 0, fmt.Errorf("no vpcipd daemon process in %s's netns", n.Name)
 }
 
+// newDaemon waits until kubelet has started a vpcipd daemon process on n
+// other than old (its restart back-off grows with each kill, up to 5 min).
+func newDaemon(ctx context.Context, n *Node, old int) error {
+	deadline := time.Now().Add(7 * time.Minute)
+	for {
+		pid, err := daemonPID(n)
+		if err == nil && pid != old {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("no new vpcipd on %s after %s (%v)", n.Name, 7*time.Minute, err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
 // recover waits until the API server answers, both daemon pods are Ready
 // and every node is Ready. kubelet's restart back-off of a killed container
 // grows with each kill (up to 5 minutes), hence the long wait.
@@ -340,7 +364,17 @@ func (ch *Chaos) recover(ctx context.Context) error {
 	if _, err := ch.S.C.WaitPods(ctx, "kube-system", "app.kubernetes.io/name=vpcip", 7*time.Minute, "vpcip daemons Ready", AllRunning(len(ch.S.C.Nodes))); err != nil {
 		return err
 	}
-	return ch.S.waitNodesReady(ctx, 3*time.Minute)
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		out, err := ch.S.C.Kubectl(ctx, "get", "nodes", "-o", `jsonpath={range .items[*]}{.status.conditions[?(@.type=="Ready")].status} {end}`)
+		if err == nil && strings.Count(out, "True") == len(ch.S.C.Nodes) {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("nodes Ready: %s (%v)", out, err)
+		}
+		time.Sleep(time.Second)
+	}
 }
 
 // settle waits for a sample begun after since that finds no invariant

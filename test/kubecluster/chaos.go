@@ -52,8 +52,9 @@ type Chaos struct {
 	Faults int      // how many faults in all, each kind its share; 0 for two of each kind
 	Kinds  []string // default AllFaults
 	// APIDownMax bounds how long the API server stays stopped (up to a
-	// minute in the full campaign); EC2Window how long EC2 faults last.
-	APIDownMax, EC2Window time.Duration
+	// minute in the full campaign); EC2Window how long EC2 faults last;
+	// Pause the random churn before each fault (0.2 to 1.2 times it).
+	APIDownMax, EC2Window, Pause time.Duration
 	// Settle bounds how long the invariants may stay broken after a fault
 	// once the daemons and nodes are ready again.
 	Settle time.Duration
@@ -109,6 +110,9 @@ func (ch *Chaos) Run(ctx context.Context) error {
 	}
 	if ch.EC2Window == 0 {
 		ch.EC2Window = 30 * time.Second
+	}
+	if ch.Pause == 0 {
+		ch.Pause = 5 * time.Second
 	}
 	if ch.Settle == 0 {
 		ch.Settle = 2 * time.Minute
@@ -193,7 +197,7 @@ func (ch *Chaos) plan() []string {
 func (ch *Chaos) inject(ctx context.Context) error {
 	for i, kind := range ch.plan() {
 		node := ch.S.C.Nodes[ch.rng.IntN(len(ch.S.C.Nodes))]
-		time.Sleep(time.Duration(1000+ch.rng.IntN(5000)) * time.Millisecond)
+		time.Sleep(ch.Pause/5 + time.Duration(ch.rng.Int64N(int64(ch.Pause))))
 		began := time.Now()
 		detail, err := ch.fault(ctx, kind, node)
 		if err != nil {
@@ -278,7 +282,7 @@ func (ch *Chaos) fault(ctx context.Context, kind string, n *Node) (string, error
 }
 
 // upgradeRollback upgrades the release to UpgradeImage, waits a random
-// 0-40 s of its rollout, rolls back and waits for the rollback's rollout.
+// part (0 to 8 Pause) of its rollout, rolls back and waits for the rollback's rollout.
 // It returns which version each node's daemon ran at the rollback.
 func (ch *Chaos) upgradeRollback(ctx context.Context) (string, error) {
 	c := ch.S.C
@@ -290,7 +294,7 @@ func (ch *Chaos) upgradeRollback(ctx context.Context) (string, error) {
 	if _, err := c.InstallChart(ch.S.Helm, true, ch.S.Values, "image.tag="+tag); err != nil {
 		return "", err
 	}
-	time.Sleep(time.Duration(ch.rng.IntN(40)) * time.Second)
+	time.Sleep(time.Duration(ch.rng.Int64N(int64(8 * ch.Pause))))
 	var ran []string
 	for _, n := range c.Nodes {
 		v := "down"
@@ -507,6 +511,24 @@ func (ch *Chaos) dumpState(ctx context.Context) string {
 // pod are deleted, and once their pods are gone and the GC grace and two
 // host checks have passed, no node keeps anything of them.
 func (ch *Chaos) drain(ctx context.Context) error {
+	// The leftover check must see what live pods hold: on a node with live
+	// pods it lists at least their addresses, veths, routes and netns.
+	v := ch.viewCluster(ctx)
+	for _, n := range ch.S.C.Nodes {
+		live := 0
+		for _, s := range v.Sandboxes {
+			if s.Node == n.Name {
+				live++
+			}
+		}
+		l, err := ch.leftovers(ctx, n)
+		if err != nil {
+			return err
+		}
+		if len(l) < 2*live {
+			return fmt.Errorf("%s: the leftover check sees %d items with %d live pods, want at least 2 each: %v", n.Name, len(l), live, l)
+		}
+	}
 	for _, d := range []string{churnA, churnB, crashLoop} {
 		if _, err := ch.S.C.Kubectl(ctx, "delete", "deployment", d, "--wait=false"); err != nil {
 			return err

@@ -14,9 +14,9 @@ import (
 	"github.com/vpcip/vpcip/ipamd/introspect"
 )
 
-// Chaos campaign settings: VPCIP_CHAOS_FAULTS sets the number of faults
-// (`make chaos` runs 100; without it the short campaign of make test runs
-// two of each kind, with the API server down at most 15 s), and
+// Chaos campaign settings: VPCIP_CHAOS_FAULTS sets the number of faults of
+// TestChaosCampaign (`make chaos` runs 100; unset, the test is skipped and
+// make test runs the short campaign in TestClusterScenario's cluster), and
 // VPCIP_CHAOS_SEED the seed of the fault plan (default: the time).
 const (
 	ChaosFaultsEnv = "VPCIP_CHAOS_FAULTS"
@@ -27,28 +27,23 @@ const (
 	ChaosUpgradeImageEnv = "VPCIP_CHAOS_UPGRADE_IMAGE"
 )
 
-// TestChaosCampaign runs Chaos on a cluster of its own: the chart's
-// DaemonSet, pods churning through kubelet, and faults of every kind at
-// random moments; it fails when an invariant stays broken after a fault, an
-// address is on two live pods, or anything is left once churn stopped.
+// TestChaosCampaign runs Chaos with VPCIP_CHAOS_FAULTS faults on a cluster
+// of its own: the chart's DaemonSet, pods churning through kubelet, and
+// faults of every kind at random moments; it fails when an invariant stays
+// broken after a fault, an address is on two live pods, or anything is
+// left once churn stopped.
 func TestChaosCampaign(t *testing.T) {
+	v := os.Getenv(ChaosFaultsEnv)
+	if v == "" {
+		t.Skip("set " + ChaosFaultsEnv + " (make chaos); make test runs the short campaign in TestClusterScenario")
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		t.Fatalf("%s=%q: want a positive number of faults", ChaosFaultsEnv, v)
+	}
 	image, vpcipctl, h := need(t)
-	ch := &Chaos{APIDownMax: 15 * time.Second, EC2Window: 15 * time.Second, Seed: uint64(time.Now().UnixNano())}
-	if v := os.Getenv(ChaosFaultsEnv); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			t.Fatalf("%s=%q: want a positive number of faults", ChaosFaultsEnv, v)
-		}
-		ch.Faults, ch.APIDownMax, ch.EC2Window = n, time.Minute, 30*time.Second
-	}
-	if v := os.Getenv(ChaosSeedEnv); v != "" {
-		s, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			t.Fatalf("%s=%q: want an unsigned integer", ChaosSeedEnv, v)
-		}
-		ch.Seed = s
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute+time.Duration(max(ch.Faults, 2*len(AllFaults)))*4*time.Minute)
+	ch := &Chaos{Faults: n, APIDownMax: time.Minute, EC2Window: 30 * time.Second}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute+time.Duration(n)*4*time.Minute)
 	defer cancel()
 	prefix := fmt.Sprintf("vc%04x", os.Getpid()&0xffff)
 	c, err := Start(ctx, Options{Prefix: prefix, Image: image, Logf: t.Logf})
@@ -61,6 +56,21 @@ func TestChaosCampaign(t *testing.T) {
 		}
 		assertNothingLeft(t, c)
 	})
+	runChaos(t, ctx, ch, &Scenario{C: c, Helm: h, Vpcipctl: vpcipctl, Logf: t.Logf})
+}
+
+// runChaos runs a campaign on the cluster of s with the seed and upgrade
+// image from the environment, and fails t with the kubelets' logs.
+func runChaos(t *testing.T, ctx context.Context, ch *Chaos, s *Scenario) {
+	t.Helper()
+	ch.Seed = uint64(time.Now().UnixNano())
+	if v := os.Getenv(ChaosSeedEnv); v != "" {
+		seed, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("%s=%q: want an unsigned integer", ChaosSeedEnv, v)
+		}
+		ch.Seed = seed
+	}
 	if p := os.Getenv(ChaosUpgradeImageEnv); p != "" {
 		if _, err := os.Stat(p); err != nil {
 			t.Fatalf("%s: %v", ChaosUpgradeImageEnv, err)
@@ -69,10 +79,9 @@ func TestChaosCampaign(t *testing.T) {
 	} else {
 		t.Logf("%s unset: no helm upgrade and rollback faults", ChaosUpgradeImageEnv)
 	}
-	ch.S = &Scenario{C: c, Helm: h, Vpcipctl: vpcipctl, Logf: t.Logf}
-	ch.Logf = t.Logf
+	ch.S, ch.Logf = s, t.Logf
 	if err := ch.Run(ctx); err != nil {
-		for _, n := range c.Nodes {
+		for _, n := range s.C.Nodes {
 			t.Logf("kubelet log of %s:\n%s", n.Name, tail(n.KubeletLog(), 20))
 		}
 		t.Fatalf("chaos campaign (seed %d): %v", ch.Seed, err)

@@ -70,7 +70,7 @@ func TestClusterScenario(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
 	defer cancel()
 	// A prefix of this process: two runs of the test at once must not share netns names.
 	prefix := fmt.Sprintf("vk%04x", os.Getpid()&0xffff)
@@ -91,6 +91,15 @@ func TestClusterScenario(t *testing.T) {
 		}
 		t.Fatal(err)
 	}
+	// The short chaos campaign on the same cluster (a second cluster would
+	// cost its start-up): two faults of each kind, shorter outages and pauses.
+	t.Run("ChaosCampaign", func(t *testing.T) {
+		if testing.Short() {
+			t.Skip("chaos campaign")
+		}
+		runChaos(t, ctx, &Chaos{APIDownMax: 8 * time.Second, EC2Window: 8 * time.Second, Pause: 2 * time.Second},
+			&Scenario{C: c, Helm: h, Vpcipctl: vpcipctl, Logf: t.Logf})
+	})
 }
 
 // assertNothingLeft checks the cluster removed its directory, its network

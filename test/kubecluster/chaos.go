@@ -49,7 +49,8 @@ var AllFaults = []string{FaultKillDaemon, FaultRestartContainerd, FaultRestartKu
 type Chaos struct {
 	S      *Scenario // the cluster, Helm and vpcipctl; the chart is installed by Run
 	Seed   uint64
-	Faults int      // how many faults in all, each kind its share; 0 for two of each kind
+	Faults  int // how many faults in all, each kind its share; 0 for PerKind of each kind
+	PerKind int // faults of each kind when Faults is 0; default 2
 	Kinds  []string // default AllFaults
 	// APIDownMax bounds how long the API server stays stopped (up to a
 	// minute in the full campaign); EC2Window how long EC2 faults last;
@@ -103,7 +104,10 @@ func (ch *Chaos) Run(ctx context.Context) error {
 		}
 	}
 	if ch.Faults == 0 {
-		ch.Faults = 2 * len(ch.Kinds)
+		ch.Faults = max(ch.PerKind, 1) * len(ch.Kinds)
+		if ch.PerKind == 0 {
+			ch.Faults = 2 * len(ch.Kinds)
+		}
 	}
 	if ch.APIDownMax == 0 {
 		ch.APIDownMax = time.Minute

@@ -47,11 +47,11 @@ var AllFaults = []string{FaultKillDaemon, FaultRestartContainerd, FaultRestartKu
 // API server) and must hold again after each fault; once churn stops and
 // the grace has passed nothing may be left (leftovers).
 type Chaos struct {
-	S      *Scenario // the cluster, Helm and vpcipctl; the chart is installed by Run
-	Seed   uint64
-	Faults  int // how many faults in all, each kind its share; 0 for PerKind of each kind
-	PerKind int // faults of each kind when Faults is 0; default 2
-	Kinds  []string // default AllFaults
+	S       *Scenario // the cluster, Helm and vpcipctl; the chart is installed by Run
+	Seed    uint64
+	Faults  int      // how many faults in all, each kind its share; 0 for PerKind of each kind
+	PerKind int      // faults of each kind when Faults is 0; default 2
+	Kinds   []string // default AllFaults
 	// APIDownMax bounds how long the API server stays stopped (up to a
 	// minute in the full campaign); EC2Window how long EC2 faults last;
 	// Pause the random churn before each fault (0.2 to 1.2 times it).

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -22,6 +21,7 @@ import (
 	"github.com/vpcip/vpcip/ipamd/config"
 	"github.com/vpcip/vpcip/ipamd/datastore"
 	"github.com/vpcip/vpcip/ipamd/introspect"
+	"github.com/vpcip/vpcip/ipamd/nodestatus"
 	"github.com/vpcip/vpcip/ipamd/podsubnet"
 	"github.com/vpcip/vpcip/ipamd/pool"
 	"github.com/vpcip/vpcip/provider"
@@ -38,12 +38,17 @@ type Options struct {
 	Gatherer prometheus.Gatherer // served on MetricsAddr; nil: the private registry, or nothing
 	Clock    func() time.Time    // nil: time.Now
 	Version  string              // shown by introspection
-	// Demand counts pods bound to the node that hold no address (the
-	// Kubernetes part); the pool reads it each cycle. nil: none.
-	Demand pool.Demand
+	// Pods are the facts the Kubernetes part supplies: the pool's demand
+	// (pods bound here without an address), the pods gone from the API
+	// server whose addresses the host-check path releases, and a change
+	// signal that wakes the worker. nil: none.
+	Pods PodFacts
 	// Status receives the node's Snapshot after every worker pass (the
 	// Kubernetes part publishes it). nil: none.
 	Status StatusSink
+	// Wake asks for a pool cycle soon when it receives (the ENIConfig
+	// reader's: the node's ENIConfig appeared or changed). nil: none.
+	Wake <-chan struct{}
 	// Placement is the latest decision of where a new ENI goes
 	// (podsubnet.Placer.Last): status, introspection and the Kubernetes
 	// part show it, and ADD refusals name its Problem (a missing or invalid
@@ -107,9 +112,13 @@ func New(o Options) (*Daemon, error) {
 	if d.api.placement == nil {
 		d.api.placement = func() podsubnet.Decision { return podsubnet.Decision{} }
 	}
+	var demand pool.Demand
+	if o.Pods != nil {
+		demand = podDemand{facts: o.Pods, store: store}
+	}
 	p, err := pool.New(pool.Options{
 		Store: store, Provider: o.Provider, Node: d.node, Config: poolConfig(cfg), Interval: cfg.PoolInterval,
-		Clock: o.Clock, Logger: o.Logger, Pending: d.api, Demand: o.Demand, Host: d.hosts, PrimaryHoldsNoPods: cfg.CustomNetworking,
+		Clock: o.Clock, Logger: o.Logger, Pending: d.api, Demand: demand, Host: d.hosts, PrimaryHoldsNoPods: cfg.CustomNetworking,
 		Resync: d.rec.resync, Persist: d.ckpt.persist, Stopping: d.life.stopping.Load,
 		Observe: func(action, outcome string) { o.Metrics.actions.WithLabelValues(action, outcome).Inc() },
 	})
@@ -120,9 +129,14 @@ func New(o Options) (*Daemon, error) {
 	d.view = &statusView{cfg: cfg, store: store, node: d.node, pool: p, hosts: d.hosts, life: d.life, placement: d.api.placement,
 		now: o.Clock, version: o.Version, started: o.Clock(), kube: o.Kubernetes}
 	d.api.view = d.view
-	d.work = newWorker(cfg, p, d.rec, func() {
+	gone := &goneReleaser{facts: o.Pods, hosts: d.hosts, store: store, log: o.Logger, metrics: o.Metrics, now: o.Clock}
+	var changed <-chan struct{}
+	if o.Pods != nil {
+		changed = o.Pods.Changed()
+	}
+	d.work = newWorker(cfg, p, d.rec, gone, changed, o.Wake, func() {
 		if o.Status != nil {
-			o.Status.PublishStatus(d.view.snapshot())
+			o.Status.PublishStatus(d.view.published())
 		}
 	})
 	d.api.kick = d.work.Kick
@@ -172,8 +186,8 @@ func (d *Daemon) Ready() <-chan struct{} { return d.life.ready }
 // Status reports readiness and the pool's numbers (the plugin API's status).
 func (d *Daemon) Status() api.Status { return d.view.status() }
 
-// Snapshot is the node's status now (see StatusSink).
-func (d *Daemon) Snapshot() Snapshot { return d.view.snapshot() }
+// Snapshot is the node's status now, without Held (see StatusSink).
+func (d *Daemon) Snapshot() nodestatus.Snapshot { return d.view.snapshot() }
 
 // State is the introspection view (package introspect).
 func (d *Daemon) State() introspect.State { return d.view.state() }
@@ -186,20 +200,6 @@ func (d *Daemon) Assign(ctx context.Context, req api.AssignRequest) (api.Assignm
 // Release gives a key's address back (CNI DEL); see apiServer.Release.
 func (d *Daemon) Release(req api.ReleaseRequest) (api.ReleaseResponse, error) {
 	return d.api.Release(req)
-}
-
-// fenceLeak is the Kubernetes leak release's fence (FenceHeld).
-const fenceLeak datastore.Fencer = "leak"
-
-// FenceHeld keeps addr, which key holds, from being handed to another pod
-// until unfence, even once released (datastore.Store.FenceHeld): the
-// Kubernetes part's leak release removes the address's pod rules under it.
-// ok is false, fencing nothing, when key does not hold addr.
-func (d *Daemon) FenceHeld(key api.Key, addr netip.Addr) (unfence func(), ok bool) {
-	if !d.store.FenceHeld(key, addr, fenceLeak) {
-		return nil, false
-	}
-	return func() { d.store.Unfence(addr, fenceLeak) }, true
 }
 
 // Check returns a key's assignment (CNI CHECK); see apiServer.Check.

@@ -27,11 +27,13 @@
 //	                                 ENI→hostnet conversion
 //	reconciler     reconcile.go     start-up, metadata/EC2 reconciliation, missing-ENI   the worker               none (worker-only)
 //	                                 counts, leaked-ENI sweep
+//	goneReleaser   kubernetes.go    releases of pods the Kubernetes part found gone,     the worker               none (worker-only)
+//	                                 through hostSync's release path
 //	worker         worker.go        the loop: timers, kicks, calls run on it             its own goroutine        none
 //	apiServer      assign.go,       the plugin API: assign, release, check, GC, status;  socket server            none (waiting ADDs
 //	               server.go        the count of waiting ADDs (the pool's demand)        goroutines               are an atomic)
-//	statusView     status.go        nothing: status, Snapshot and introspection from     any goroutine            none
-//	                                 the parts
+//	statusView     status.go        nothing: api.Counts, status, Snapshot and            any goroutine            none
+//	                                 introspection from the parts
 //	Metrics        metrics.go       Prometheus counters and the pool gauges              any goroutine            none (prometheus types)
 //
 // The worker goroutine makes every cloud call: it restores state at start
@@ -45,10 +47,31 @@
 //
 // # The Kubernetes part's seats
 //
-// Options.Demand (a pool.Demand) reports pods bound to the node that hold no
-// address; the pool reads it every cycle as warmpool's Demand.Unaddressed.
-// Options.Status (a StatusSink) receives a Snapshot after every worker pass.
-// Both are nil by default, and the daemon works without them.
+// The Kubernetes part (package ipamd/cluster) is built first and handed to
+// New; nothing is set after construction. It fills three seats, and imports
+// none of the daemon's internals to do so:
+//
+//   - Options.Pods (PodFacts), facts flowing in: the pods bound to the node
+//     that hold no address (the pool's demand, read every cycle as
+//     warmpool's Demand.Unaddressed), the attachments whose pod the API
+//     server confirmed gone, and a change signal that wakes the worker. The
+//     worker releases gone pods' addresses through hostSync's one release
+//     path for pods gone without a DEL (pod rules first, then the address),
+//     only while no host route leads to the address.
+//   - Options.Status (StatusSink), status flowing out: a nodestatus.Snapshot
+//     after every worker pass, with the attachments held. The part renders
+//     the AddressBudget from it and judges leaks by it.
+//   - Options.Events (NoAddressRecorder): why an ADD got no address.
+//
+// All are nil by default, and the daemon works without them.
+//
+// # Pool counts
+//
+// The pool's numbers are one api.Counts, computed in one place
+// (statusView.counts); the status endpoint, introspection, the pool
+// gauges, the awscni_* gauges and the AddressBudget render it. ENIs count
+// pod ENIs, on the same basis as MaxENIs: under custom networking the
+// primary ENI holds no pod address and is counted in neither.
 //
 // # Timing
 //

@@ -18,7 +18,6 @@ import (
 
 	"github.com/vpcip/vpcip/ipamd/api"
 	"github.com/vpcip/vpcip/ipamd/config"
-	"github.com/vpcip/vpcip/ipamd/pool"
 	"github.com/vpcip/vpcip/provider"
 	awsprovider "github.com/vpcip/vpcip/provider/aws"
 	"github.com/vpcip/vpcip/test/vpcsim"
@@ -170,9 +169,9 @@ type node struct {
 	done   chan error
 	// wrap, if set, wraps the provider (e.g. to stage instance metadata).
 	wrap func(provider.Provider) provider.Provider
-	// demand and sink, if set, stand in for the Kubernetes part.
-	demand pool.Demand
-	sink   StatusSink
+	// pods and sink, if set, stand in for the Kubernetes part.
+	pods PodFacts
+	sink StatusSink
 }
 
 func newNode(t testing.TB, c cloud, instanceType string, env map[string]string) *node {
@@ -208,7 +207,7 @@ func (n *node) startNoWait() {
 	}
 	n.prov = p
 	d, err := New(Options{Config: testConfig(n.t, n.dir, n.env), Provider: p, Host: n.host,
-		Metrics: m, Gatherer: n.reg, Clock: n.clock.Now, Demand: n.demand, Status: n.sink,
+		Metrics: m, Gatherer: n.reg, Clock: n.clock.Now, Pods: n.pods, Status: n.sink,
 		NetnsDirs: []string{n.netnsDir()}})
 	if err != nil {
 		n.t.Fatal(err)

@@ -70,28 +70,41 @@ func (h *hostSync) releaseRouteless(byAddr map[netip.Addr]string, now time.Time)
 	assigned := h.store.Assignments()
 	gone := h.confirmGone(h.routeless(assigned, byAddr, now), assigned, byAddr)
 	for _, a := range gone {
-		// Fenced while its rules go: a late DEL of the key may release the
-		// address meanwhile, and with IP_COOLDOWN_PERIOD=0 the next ADD
-		// would be given it, its new rules then removed here.
-		if !h.store.FenceHeld(a.Key, a.Address, fenceRouteless) {
-			delete(h.noRoute, a.Key) // released meanwhile (a late DEL)
-			continue
+		released, err := h.releaseGone(a, now, fenceRouteless, "released an address whose pod route is gone")
+		if err == nil {
+			delete(h.noRoute, a.Key) // released, or released meanwhile (a late DEL)
 		}
-		rules, err := h.host.RemovePodRules(a.Address)
-		if err != nil {
-			h.store.Unfence(a.Address, fenceRouteless)
-			h.log.Error("removing the pod rules of an address whose pod route is gone failed; kept held, tried again at the next check",
-				"key", a.Key.String(), "address", a.Address, "err", err)
-			continue
-		}
-		delete(h.noRoute, a.Key)
-		_, ok := h.store.ReleaseHeld(a.Key, a.Address, now)
-		h.store.Unfence(a.Address, fenceRouteless)
-		if ok {
+		if released {
 			h.metrics.repaired("released_no_route", 1)
-			h.log.Warn("released an address whose pod route is gone", "key", a.Key.String(), "address", a.Address, "rulesRemoved", rules)
 		}
 	}
+}
+
+// releaseGone is the one release of an address whose pod went without a
+// DEL (its host route is gone; the caller judged the pod gone): its pod
+// rules are removed first, while the address is still held and fenced by
+// by, so no ADD can have been given it and its new rules cannot be the ones
+// removed (B13), also when a late DEL of the key releases it meanwhile with
+// IP_COOLDOWN_PERIOD=0; then a is released, then unfenced. A removal that
+// fails keeps the address held and is returned; a that no longer holds its
+// address is neither released nor an error. what is the log message of a
+// release. No lock is held across the host call.
+func (h *hostSync) releaseGone(a datastore.Assignment, now time.Time, by datastore.Fencer, what string) (released bool, err error) {
+	if !h.store.FenceHeld(a.Key, a.Address, by) {
+		return false, nil // released meanwhile (a late DEL)
+	}
+	defer h.store.Unfence(a.Address, by)
+	rules, err := h.host.RemovePodRules(a.Address)
+	if err != nil {
+		h.log.Error("removing the pod rules of an address whose pod is gone failed; kept held, tried again at the next check",
+			"key", a.Key.String(), "address", a.Address, "err", err)
+		return false, err
+	}
+	if _, ok := h.store.ReleaseHeld(a.Key, a.Address, now); !ok {
+		return false, nil
+	}
+	h.log.Warn(what, "key", a.Key.String(), "pod", a.Pod.Namespace+"/"+a.Pod.Name, "address", a.Address, "rulesRemoved", rules)
+	return true, nil
 }
 
 // confirmGone decides which route-less assignments to release: those the

@@ -1,15 +1,15 @@
 package ipamd
 
 import (
+	"context"
 	"net/netip"
 	"testing"
-
-	"github.com/vpcip/vpcip/ipamd/cluster"
 )
 
 // leakRaceHost is memHost whose RemovePodRules first lets a late DEL of the
 // leaked key release the address and a new ADD ask for one, as the socket
-// server may serve them while the Kubernetes leak release removes the rules.
+// server may serve them while the release of a pod gone from the API server
+// removes the rules.
 type leakRaceHost struct {
 	*memHost
 	n    *node
@@ -25,19 +25,21 @@ func (h *leakRaceHost) RemovePodRules(a netip.Addr) (int, error) {
 	return h.memHost.RemovePodRules(a)
 }
 
-// TestLeakReleaseFencedAgainstLateDEL: the Kubernetes part's leak release
-// removes a leaked address's pod rules while it is held, then releases it.
-// With IP_COOLDOWN_PERIOD=0 a late DEL of the key may release the address
-// in between; an ADD served then must not be given it (its new rules would
-// be the ones removed, B13).
+// TestLeakReleaseFencedAgainstLateDEL: the release of an address whose pod
+// the Kubernetes part found gone removes its pod rules while it is held,
+// then releases it. With IP_COOLDOWN_PERIOD=0 a late DEL of the key may
+// release the address in between; an ADD served then must not be given it
+// (its new rules would be the ones removed, B13).
 func TestLeakReleaseFencedAgainstLateDEL(t *testing.T) {
 	c := startCloud(t)
 	n := newNode(t, c, itypeSmall, map[string]string{"IP_COOLDOWN_PERIOD": "0"})
+	host := &leakRaceHost{memHost: newMemHost(), n: n, dead: "leaked"}
+	pods := newFakePods()
+	n.host, n.pods = host, pods
 	n.start()
 	a := n.mustAdd("leaked")
-	host := &leakRaceHost{memHost: newMemHost(), n: n, dead: "leaked"}
-	ad := &cluster.Adapter{Source: n.d, Host: host}
-	ad.ReleaseLeaked(cluster.Assignment{Key: key("leaked")})
+	pods.setGone(key("leaked"))
+	n.cycle(func(context.Context) { n.d.work.gone.run() })
 	if len(host.got) != 1 {
 		t.Fatalf("setup: the racing ADD got %v", host.got)
 	}

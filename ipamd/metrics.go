@@ -25,6 +25,9 @@ type Metrics struct {
 	checkpoints *prometheus.CounterVec
 	actions     *prometheus.CounterVec
 	netnsSeen   prometheus.Gauge
+	// leaksReleased counts addresses released because the Kubernetes part
+	// confirmed their pod gone (goneReleaser).
+	leaksReleased prometheus.Counter
 }
 
 // NewMetrics registers the daemon's counters and histograms on reg.
@@ -65,8 +68,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "vpcip_sandbox_netns_visible",
 			Help: "1 when vpcipd sees the pod sandboxes' netns directory, so an address whose pod went without a DEL is released after VPCIP_GC_GRACE; 0: such addresses stay held until the Kubernetes leak check releases them.",
 		}),
+		leaksReleased: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "vpcip_leaked_addresses_released_total",
+			Help: "Addresses released because their pod was gone from the API server past the grace period and the host showed no trace of it.",
+		}),
 	}
-	reg.MustRegister(m.addWait, m.noAddress, m.calls, m.callLatency, m.repairs, m.checkpoints, m.actions, m.netnsSeen)
+	reg.MustRegister(m.addWait, m.noAddress, m.calls, m.callLatency, m.repairs, m.checkpoints, m.actions, m.netnsSeen, m.leaksReleased)
 	// Every cause and kind starts at 0: a counter series born at its first
 	// increment shows no rate() or increase() for it, so the first refusal or
 	// repair would never reach a dashboard or alert.
@@ -119,7 +126,8 @@ func (m *Metrics) repaired(kind string, n int) {
 	}
 }
 
-// poolCollector reports the pool gauges from one consistent count per scrape.
+// poolCollector reports the pool gauges from one consistent count per scrape
+// (api.Counts, through the status endpoint's api.Status).
 type poolCollector struct {
 	status func() api.Status
 	descs  map[string]*prometheus.Desc
@@ -131,8 +139,8 @@ var poolGauges = []struct{ name, help string }{
 	{"vpcip_addresses_cooling", "Released addresses still in IP_COOLDOWN_PERIOD."},
 	{"vpcip_addresses_capacity", "Addresses the attached ENIs could hold at most."},
 	{"vpcip_addresses_budget", "Addresses the node could hold at its ENI limit."},
-	{"vpcip_enis_attached", "ENIs attached to the node, the primary included."},
-	{"vpcip_enis_max", "ENIs the instance type allows, capped by MAX_ENI."},
+	{"vpcip_enis_attached", "ENIs attached to the node that hold pod addresses: every attached ENI except the primary under custom networking (the same basis as vpcip_enis_max)."},
+	{"vpcip_enis_max", "ENIs for pod addresses the instance type allows (without the primary under custom networking), capped by MAX_ENI."},
 	{"vpcip_ready", "1 when the daemon can assign addresses, else 0."},
 }
 

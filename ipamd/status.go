@@ -8,34 +8,24 @@ import (
 	"time"
 
 	"github.com/vpcip/vpcip/ipamd/api"
+	"github.com/vpcip/vpcip/ipamd/checkpoint"
 	"github.com/vpcip/vpcip/ipamd/config"
 	"github.com/vpcip/vpcip/ipamd/datastore"
 	"github.com/vpcip/vpcip/ipamd/introspect"
+	"github.com/vpcip/vpcip/ipamd/nodestatus"
 	"github.com/vpcip/vpcip/ipamd/podsubnet"
 	"github.com/vpcip/vpcip/ipamd/pool"
-	"github.com/vpcip/vpcip/provider"
 	"github.com/vpcip/vpcip/routing"
 	"github.com/vpcip/vpcip/warmpool"
 )
 
-// Snapshot is the node's status at one moment: what the plugin API's status
-// endpoint, the metrics, introspection and the Kubernetes part read.
-type Snapshot struct {
-	Time     time.Time
-	Instance provider.Instance // zero until start-up learned it
-	Limits   warmpool.Limits   // MaxENIs capped by MAX_ENI (and without the primary under custom networking)
-	Status   api.Status
-	// Placement is the latest decision of where a new ENI goes, and why
-	// (zero Mode before the first).
-	Placement podsubnet.Decision
-}
-
-// StatusSink receives a Snapshot after every pass of the worker (start-up,
-// each pool cycle and reconciliation), on the worker goroutine: it must not
-// block. The Kubernetes part publishes it (the node's address budget);
+// StatusSink receives a nodestatus.Snapshot, with the attachments held
+// (Snapshot.Held), after every pass of the worker (start-up, each pool cycle
+// and reconciliation), on the worker goroutine: it must not block. The
+// Kubernetes part is one (it publishes the node's AddressBudget);
 // Options.Status nil publishes nothing.
 type StatusSink interface {
-	PublishStatus(Snapshot)
+	PublishStatus(nodestatus.Snapshot)
 }
 
 // statusView computes the status from the parts; it owns no state and
@@ -55,27 +45,47 @@ type statusView struct {
 	kube      func() introspect.Kubernetes // nil: no Kubernetes part
 }
 
-// snapshot is the node's status now.
-func (v *statusView) snapshot() Snapshot {
+// snapshot is the node's status now, without Held (see published).
+func (v *statusView) snapshot() nodestatus.Snapshot {
 	now := v.now()
 	self, lim := v.node.get()
+	st := api.Status{Version: api.Version, Ready: v.life.readyOK.Load(), Reason: v.reason(now, self.SubnetID), Counts: v.counts(now, lim)}
+	snap := nodestatus.Snapshot{Time: now, Instance: self, Limits: lim, Status: st, PrefixMode: slotSize(v.cfg, lim) > 1,
+		Placement: v.placement(), Version: v.version, CheckpointSchema: checkpoint.Version}
+	if w, ok := v.hosts.witnessState(); ok {
+		snap.SandboxNetns = &nodestatus.SandboxNetns{Visible: w.Available, Dirs: w.Dirs, Reason: w.Reason}
+	}
+	return snap
+}
+
+// published is snapshot with the attachments held: what the status sink
+// gets.
+func (v *statusView) published() nodestatus.Snapshot {
+	snap := v.snapshot()
+	for _, a := range v.store.Assignments() {
+		snap.Held = append(snap.Held, nodestatus.Held{Key: a.Key, Pod: a.Pod})
+	}
+	return snap
+}
+
+// counts are the pool's numbers at now: the one computation of api.Counts
+// every rendering starts from. Under custom networking the primary ENI holds
+// no pod address, so neither its capacity nor the ENI itself is counted
+// (lim.MaxENIs excludes it too: see api.Counts).
+func (v *statusView) counts(now time.Time, lim warmpool.Limits) api.Counts {
 	c := v.store.Counts(now)
 	unit := slotSize(v.cfg, lim)
-	capacity, podENIs := 0, c.ENIs
+	capacity, podENIs := 0, 0
 	for _, e := range v.store.ENIs() {
 		if v.cfg.CustomNetworking && e.Primary() {
-			podENIs-- // custom networking: the primary ENI holds no pod address (lim.MaxENIs excludes it too)
 			continue
 		}
+		podENIs++
 		capacity += eniCapacity(e, lim, unit)
 	}
-	st := api.Status{
-		Version: api.Version, Ready: v.life.readyOK.Load(), Reason: v.reason(now, self.SubnetID),
-		Assigned: c.Assigned, Warm: c.Warm, Cooling: c.Cooling,
+	return api.Counts{Assigned: c.Assigned, Warm: c.Warm, Cooling: c.Cooling,
 		Capacity: capacity, ENIs: podENIs, MaxENIs: lim.MaxENIs,
-		Budget: warmpool.Budget(capacity, podENIs, lim, unit),
-	}
-	return Snapshot{Time: now, Instance: self, Limits: lim, Status: st, Placement: v.placement()}
+		Budget: warmpool.Budget(capacity, podENIs, lim, unit)}
 }
 
 // status reports readiness and the pool's numbers.
@@ -131,14 +141,13 @@ func (v *statusView) state() introspect.State {
 	cp, _ := v.store.Checkpoint(now)
 	links := v.hosts.linkNames()
 	mode := introspect.ModeSecondaryIP
-	if slotSize(v.cfg, lim) > 1 {
+	if snap.PrefixMode {
 		mode = introspect.ModePrefix
 	}
 	out := introspect.State{
 		Node: introspect.NodeInfo{Name: v.cfg.NodeName, InstanceID: self.ID, InstanceType: self.Type,
 			AvailabilityZone: self.AvailabilityZone, PrimaryIP: self.PrimaryIP, Mode: mode, Version: v.version, StartedAt: v.started},
-		Pool: introspect.Pool{Assigned: st.Assigned, Warm: st.Warm, Cooling: st.Cooling, Capacity: st.Capacity,
-			Budget: st.Budget, ENIs: st.ENIs, MaxENIs: st.MaxENIs},
+		Pool:        st.Counts,
 		ENIs:        []introspect.ENI{},
 		Assignments: []introspect.Assignment{},
 		Cooling:     []introspect.CoolingAddress{},
@@ -148,8 +157,8 @@ func (v *statusView) state() introspect.State {
 		Kubernetes:  introspect.Kubernetes{Reason: "disabled"},
 		Time:        now,
 	}
-	if w, ok := v.hosts.witnessState(); ok {
-		out.SandboxNetns = &introspect.SandboxNetns{Visible: w.Available, Dirs: w.Dirs, Reason: w.Reason}
+	if w := snap.SandboxNetns; w != nil {
+		out.SandboxNetns = &introspect.SandboxNetns{Visible: w.Visible, Dirs: w.Dirs, Reason: w.Reason}
 	}
 	if pl := snap.Placement; pl.Mode != "" {
 		out.Placement = &introspect.Placement{At: pl.At, Mode: pl.Mode, ENIConfig: pl.ENIConfig, Reason: pl.Reason, Problem: pl.Problem, Cause: pl.Cause}

@@ -11,19 +11,25 @@ import (
 
 // worker is the goroutine that owns every cloud call: it runs start-up, then
 // pool cycles (timer and kicks), reconciliation, the EC2 resync and the
-// leaked-ENI sweep, one at a time, and publishes the status after each.
+// leaked-ENI sweep, the release of addresses whose pods the Kubernetes part
+// found gone, one at a time, and publishes the status after each.
 type worker struct {
 	cfg     config.Config
 	pool    *pool.Pool
 	rec     *reconciler
+	gone    *goneReleaser
 	publish func() // after every pass
 
-	kick  chan struct{}   // capacity 1: a pool cycle is wanted
-	calls chan workerCall // functions to run on the worker (tests, tooling)
+	kick    chan struct{}   // capacity 1: a pool cycle is wanted
+	calls   chan workerCall // functions to run on the worker (tests, tooling)
+	changed <-chan struct{} // PodFacts.Changed; nil: no Kubernetes part
+	wake    <-chan struct{} // Options.Wake; nil: none
 }
 
-func newWorker(cfg config.Config, p *pool.Pool, rec *reconciler, publish func()) *worker {
-	return &worker{cfg: cfg, pool: p, rec: rec, publish: publish, kick: make(chan struct{}, 1), calls: make(chan workerCall)}
+// newWorker wires the worker; changed and wake may be nil (never ready).
+func newWorker(cfg config.Config, p *pool.Pool, rec *reconciler, gone *goneReleaser, changed, wake <-chan struct{}, publish func()) *worker {
+	return &worker{cfg: cfg, pool: p, rec: rec, gone: gone, publish: publish, kick: make(chan struct{}, 1), calls: make(chan workerCall),
+		changed: changed, wake: wake}
 }
 
 // Kick asks the worker for a pool cycle soon; calls fold into one.
@@ -59,9 +65,13 @@ func (w *worker) loop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-w.kick:
+		case <-w.wake:
 		case <-next.C:
+		case <-w.changed:
+			w.gone.run()
 		case <-reconcile.C:
 			w.rec.reconcile(ctx, false)
+			w.gone.run()
 		case <-resync.C:
 			w.rec.reconcile(ctx, true)
 		case <-sweep.C:

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/vpcip/vpcip/ipamd/api"
 	"github.com/vpcip/vpcip/ipamd/introspect"
 	"github.com/vpcip/vpcip/ipamd/introspect/introspecttest"
 )
@@ -106,7 +107,7 @@ func TestJSON(t *testing.T) {
 	}
 
 	out, _, _ = runCtl(t, "--addr", addr, "-o", "json", "pool")
-	var p introspect.Pool
+	var p api.Counts
 	if err := json.Unmarshal([]byte(out), &p); err != nil || p != s.Pool {
 		t.Errorf("pool -o json: %+v, %v; want %+v", p, err, s.Pool)
 	}

@@ -13,7 +13,16 @@ import (
 	"github.com/vpcip/vpcip/ipamd/config"
 	"github.com/vpcip/vpcip/ipamd/eniconfig"
 	"github.com/vpcip/vpcip/ipamd/fleetmetrics"
+	"github.com/vpcip/vpcip/ipamd/introspect"
 	"github.com/vpcip/vpcip/ipamd/podsubnet"
+)
+
+// The Kubernetes part is the daemon's source of pod facts, its status sink
+// and its Event recorder; it implements them without importing the daemon.
+var (
+	_ ipamd.PodFacts          = (*cluster.Cluster)(nil)
+	_ ipamd.StatusSink        = (*cluster.Cluster)(nil)
+	_ ipamd.NoAddressRecorder = (*cluster.Cluster)(nil)
 )
 
 // kubeConfig is how the Kubernetes part reaches the API server:
@@ -31,17 +40,17 @@ func kubeConfig(cfg config.Config) (*rest.Config, error) {
 
 // newCluster wires the Kubernetes part. It never fails the daemon: a bad
 // kubeconfig leaves the part disabled, with the reason in the log and in
-// `vpcipctl status`.
-func newCluster(cfg config.Config, log *slog.Logger, reg prometheus.Registerer, host ipamd.Host,
-	subnets *fleetmetrics.Subnets, withoutPod *fleetmetrics.WithoutPod) (*cluster.Cluster, *cluster.Adapter) {
+// `vpcipctl status`. Subnet free counts come from the daemon's one cached
+// DescribeSubnets (subnets).
+func newCluster(cfg config.Config, log *slog.Logger, reg prometheus.Registerer,
+	subnets *fleetmetrics.Subnets, withoutPod *fleetmetrics.WithoutPod) *cluster.Cluster {
 	restCfg, err := kubeConfig(cfg)
 	if err != nil {
 		log.Error("kubernetes configuration unusable: running without the Kubernetes part", "err", err)
 		restCfg = nil
 	}
-	adapter := &cluster.Adapter{Host: host, Subnets: subnets.Latest}
 	c, err := cluster.New(cluster.Options{
-		NodeName: cfg.NodeName, Config: restCfg, Daemon: adapter,
+		NodeName: cfg.NodeName, Config: restCfg, Subnets: subnets.Latest,
 		Logger: log.With("component", "kubernetes"), Metrics: reg, WithoutPod: withoutPod,
 		LeakGrace: cfg.PodLeakGrace, PublishInterval: cfg.BudgetInterval,
 	})
@@ -49,7 +58,16 @@ func newCluster(cfg config.Config, log *slog.Logger, reg prometheus.Registerer, 
 		log.Error("kubernetes part not wired: running without it", "err", err)
 		c, _ = cluster.New(cluster.Options{Metrics: reg, WithoutPod: withoutPod})
 	}
-	return c, adapter
+	return c
+}
+
+// kubernetesState is the Kubernetes part's health in introspection's shape
+// (`vpcipctl status`).
+func kubernetesState(c *cluster.Cluster) func() introspect.Kubernetes {
+	return func() introspect.Kubernetes {
+		h := c.Health()
+		return introspect.Kubernetes{Enabled: h.Enabled, Connected: h.Connected, Reason: h.Reason}
+	}
 }
 
 // newENIConfigs is custom networking's ENIConfig reader, or nil when custom

@@ -51,6 +51,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/vpcip/vpcip/ipamd"
+	"github.com/vpcip/vpcip/ipamd/api"
 	"github.com/vpcip/vpcip/ipamd/checkpoint"
 	"github.com/vpcip/vpcip/ipamd/config"
 	"github.com/vpcip/vpcip/ipamd/fleetmetrics"
@@ -168,13 +169,17 @@ func daemon(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		host = ipamd.NoHost{}
 	}
 	subnets := fleetmetrics.NewSubnets(reg, prov, cfg.SubnetMetricsInterval, log.With("component", "subnet-metrics"))
-	kube, adapter := newCluster(cfg, log, reg, host, subnets, fleetmetrics.NewWithoutPod(reg))
+	// The Kubernetes part first: the daemon takes it as its source of pod
+	// facts (demand, pods gone, a change signal) and as its status sink.
+	kube := newCluster(cfg, log, reg, subnets, fleetmetrics.NewWithoutPod(reg))
 	// New ENIs are placed by custom networking (the node's ENIConfig, read
-	// from the API server), subnet discovery, or in the node's subnet.
-	var d *ipamd.Daemon
+	// from the API server), subnet discovery, or in the node's subnet. A
+	// change of the node's ENIConfig wakes the daemon's worker.
+	eniChanged := make(chan struct{}, 1)
 	eniConfigs := newENIConfigs(cfg, log, func() {
-		if d != nil {
-			d.Kick() // the node's ENIConfig may have appeared or changed
+		select {
+		case eniChanged <- struct{}{}:
+		default: // a wake-up is pending already
 		}
 	})
 	var src podsubnet.ENIConfigSource
@@ -192,20 +197,18 @@ func daemon(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		fleetmetrics.RegisterAWSCNIDerived(awscni, reg)
 		gatherer = prometheus.Gatherers{reg, awscni}
 	}
-	d, err = ipamd.New(ipamd.Options{
+	d, err := ipamd.New(ipamd.Options{
 		Config: cfg, Provider: &podsubnet.Provider{Provider: prov, Placer: placer}, Host: host, Logger: log,
 		Placement: placer.Last,
 		Metrics:   metrics, Gatherer: gatherer, Version: version,
-		Demand: kube, Events: kube, Kubernetes: kube.KubernetesState,
+		Pods: kube, Status: kube, Events: kube, Kubernetes: kubernetesState(kube), Wake: eniChanged,
 	})
 	if err != nil {
 		return err
 	}
-	adapter.Source = d
-	kube.SetKick(d.Kick)
 	fleetmetrics.RegisterBuildInfo(reg, version, checkpoint.Version)
 	if cfg.AWSCNIMetricNames {
-		fleetmetrics.RegisterAWSCNINames(reg, d.Status)
+		fleetmetrics.RegisterAWSCNINames(reg, func() api.Counts { return d.Status().Counts })
 	}
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return d.Run(ctx) })

@@ -15,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+
+	"github.com/vpcip/vpcip/ipamd/api"
 )
 
 // Group, Version and Kind of the resource.
@@ -67,9 +69,9 @@ type PodSubnet struct {
 
 // ENIs counts the node's ENIs.
 type ENIs struct {
-	Attached int    `json:"attached"`
-	Max      int    `json:"max"`     // instance type limit, capped by MAX_ENI
-	Summary  string `json:"summary"` // "Attached/Max", the ENIS column
+	Attached int    `json:"attached"` // pod ENIs attached (api.Counts.ENIs: the primary not counted under custom networking)
+	Max      int    `json:"max"`      // pod ENIs the instance type allows, capped by MAX_ENI
+	Summary  string `json:"summary"`  // "Attached/Max", the ENIS column
 }
 
 // Addresses counts pod addresses. Invariant (checked by Check):
@@ -124,6 +126,28 @@ func (s Status) Check() error {
 		errs = append(errs, fmt.Errorf("usedPercent %d, want %d", s.UsedPercent, want))
 	}
 	return errors.Join(errs...)
+}
+
+// HostNetworkAllowance is the number of host-network pods (the node daemon
+// and kube-proxy) the EKS max-pods formula adds to the address count:
+// ENIs × (IPv4 addresses per ENI − 1) + 2.
+const HostNetworkAllowance = 2
+
+// SetCounts renders the pool's counts into s: ENIs, Addresses, UsedPercent
+// and MaxPods.Addresses (Budget + HostNetworkAllowance). It is the only
+// place the AddressBudget takes numbers from the daemon.
+func (s *Status) SetCounts(c api.Counts) {
+	s.ENIs = ENIs{Attached: c.ENIs, Max: c.MaxENIs, Summary: fmt.Sprintf("%d/%d", c.ENIs, c.MaxENIs)}
+	s.Addresses = Addresses{Assigned: c.Assigned, Warm: c.Warm, Cooling: c.Cooling, Capacity: c.Capacity, Budget: c.Budget}
+	s.UsedPercent = Percent(c.Assigned, c.Budget)
+	s.MaxPods.Addresses = c.Budget + HostNetworkAllowance
+}
+
+// Counts reads back the pool's counts s shows (the inverse of SetCounts).
+func (s Status) Counts() api.Counts {
+	a := s.Addresses
+	return api.Counts{Assigned: a.Assigned, Warm: a.Warm, Cooling: a.Cooling, Capacity: a.Capacity, Budget: a.Budget,
+		ENIs: s.ENIs.Attached, MaxENIs: s.ENIs.Max}
 }
 
 // Percent is part*100/whole rounded down, 0 when whole is 0.

@@ -148,18 +148,14 @@ type GCResponse struct {
 	Released []Assignment `json:"released"`
 }
 
-// Status is the daemon's readiness and pool counts (addresses).
+// Status is the daemon's readiness and pool counts. Its JSON keeps the
+// counts at the top level ("assigned", "warm", ..., "maxENIs"), as before
+// Counts existed.
 type Status struct {
-	Version  string `json:"version"`
-	Ready    bool   `json:"ready"`
-	Reason   string `json:"reason,omitempty"` // why not ready, or a degradation ("subnet exhausted")
-	Assigned int    `json:"assigned"`         // addresses held by pods
-	Warm     int    `json:"warm"`             // free addresses ready to assign now
-	Cooling  int    `json:"cooling"`          // released addresses waiting out IP_COOLDOWN_PERIOD
-	Capacity int    `json:"capacity"`         // addresses the attached ENIs could hold at most
-	ENIs     int    `json:"enis"`             // attached ENIs
-	MaxENIs  int    `json:"maxENIs"`          // ENIs the instance may have (after MAX_ENI)
-	Budget   int    `json:"budget"`           // addresses the node could hold at its ENI limit
+	Version string `json:"version"`
+	Ready   bool   `json:"ready"`
+	Reason  string `json:"reason,omitempty"` // why not ready, or a degradation ("subnet exhausted")
+	Counts
 }
 
 // Code is a machine-readable error class.

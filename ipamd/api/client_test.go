@@ -125,7 +125,7 @@ func TestClientStatusGET(t *testing.T) {
 		if r.Method != http.MethodGet || r.URL.Path != "/v1/status" || r.ContentLength > 0 {
 			t.Errorf("got %s %s with %d body bytes", r.Method, r.URL.Path, r.ContentLength)
 		}
-		json.NewEncoder(w).Encode(Status{Version: Version, Ready: true, Warm: 7})
+		json.NewEncoder(w).Encode(Status{Version: Version, Ready: true, Counts: Counts{Warm: 7}})
 	}))
 	st, err := NewClient(sock, time.Second).Status(context.Background())
 	if err != nil || !st.Ready || st.Warm != 7 {
@@ -140,7 +140,7 @@ func TestClientInterimAnswer(t *testing.T) {
 	sock := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Link", "</v1/status>; rel=preload")
 		w.WriteHeader(http.StatusEarlyHints)
-		json.NewEncoder(w).Encode(Status{Version: Version, Ready: true, Warm: 3})
+		json.NewEncoder(w).Encode(Status{Version: Version, Ready: true, Counts: Counts{Warm: 3}})
 	}))
 	st, err := NewClient(sock, time.Second).Status(context.Background())
 	if err != nil || !st.Ready || st.Warm != 3 {

@@ -1,8 +1,15 @@
 // Package cluster is vpcipd's Kubernetes part (plain client-go): it watches the
 // pods bound to this node and the Node itself, and from them supplies the rest
-// of the daemon with pending demand (pods scheduled here that hold no address
-// yet), finds assignments whose pod is gone (leaks), records Events that name
-// why a pod got no address, and publishes the node's AddressBudget.
+// of the daemon with facts (ipamd.PodFacts): pending demand (pods scheduled
+// here that hold no address yet), the attachments whose pod is gone from the
+// API server (leaks), and a change signal. It records Events that name why a
+// pod got no address, and publishes the node's AddressBudget from the status
+// the daemon hands it (ipamd.StatusSink, a nodestatus.Snapshot).
+//
+// Facts flow one way: the part never calls into the daemon, never touches
+// the host and never releases an address itself; the daemon releases what
+// PodsGone reports through its own host-checked release path. It imports
+// none of the daemon's internals (a dependency test in test/deps pins it).
 //
 // It is a guest (docs/design.md §9): the daemon never waits for it. Run returns
 // at once when MY_NODE_NAME is unset; with the API server unreachable it keeps
@@ -34,62 +41,23 @@ import (
 	"github.com/vpcip/vpcip/ipamd/addressbudget"
 	"github.com/vpcip/vpcip/ipamd/api"
 	"github.com/vpcip/vpcip/ipamd/fleetmetrics"
-	"github.com/vpcip/vpcip/ipamd/introspect"
+	"github.com/vpcip/vpcip/ipamd/nodestatus"
+	"github.com/vpcip/vpcip/provider"
 )
-
-// Daemon is what the cluster part reads from, and asks of, the rest of vpcipd.
-type Daemon interface {
-	// Snapshot is the node's pool and assignments now. It must not block on
-	// the cloud.
-	Snapshot() Snapshot
-	// ReleaseLeaked releases a's address if it is still held by a.Key and
-	// the host shows no trace of its pod (no host veth, no route to the
-	// address: the checks GC uses). It reports whether it released, and why
-	// not otherwise.
-	ReleaseLeaked(a Assignment) (released bool, why string)
-	// PodsHolding returns "namespace/name" of every pod holding an address
-	// now; cheap enough for every pool cycle.
-	PodsHolding() map[string]bool
-}
-
-// Snapshot is the daemon's state as the cluster part publishes it. Address
-// counts are pod addresses, as in introspect.Pool.
-type Snapshot struct {
-	Ready                          bool
-	InstanceID, InstanceType, Zone string
-	PrefixMode                     bool
-	Assigned, Warm, Cooling        int
-	Capacity, Budget               int
-	ENIs, MaxENIs                  int
-	Subnets                        []addressbudget.Subnet // the node's subnets with their free addresses (cached)
-	Version                        string                 // vpcipd version
-	CheckpointSchema               int
-	Assignments                    []Assignment
-	PodSubnet                      *addressbudget.PodSubnet // the latest ENI placement; nil before the first
-	// SandboxNetns is whether the daemon sees the sandboxes' netns (its
-	// witness that a pod went without a DEL); nil when unknown.
-	SandboxNetns *introspect.SandboxNetns
-}
-
-// Assignment is one held address as leak detection sees it.
-type Assignment struct {
-	Key        api.Key
-	Pod        api.Pod // namespace, name, UID from CNI_ARGS; empty when unknown
-	AssignedAt time.Time
-}
 
 // Options configure a Cluster. Zero durations take the defaults named.
 type Options struct {
-	NodeName string       // MY_NODE_NAME; "" disables the cluster part
-	Config   *rest.Config // how to reach the API server; nil disables the cluster part
-	Daemon   Daemon
+	NodeName string                // MY_NODE_NAME; "" disables the cluster part
+	Config   *rest.Config          // how to reach the API server; nil disables the cluster part
 	Logger   *slog.Logger          // nil: discard
 	Metrics  prometheus.Registerer // nil: not registered
 	// WithoutPod is vpcip_addresses_without_pod when the daemon registered
 	// it (package fleetmetrics); nil registers it on Metrics.
 	WithoutPod *fleetmetrics.WithoutPod
-	// Kick is called when pending demand rises, so the pool grows at once.
-	Kick func()
+	// Subnets are the node's subnets with their free addresses
+	// (fleetmetrics.Subnets.Latest: the daemon's one cached
+	// DescribeSubnets, so publishing costs no EC2 call); nil: none shown.
+	Subnets func() ([]provider.Subnet, time.Time)
 	// LeakGrace is how long a pod must be absent from a synced cache (and
 	// from a live list) before its assignment is released; default 2 min.
 	LeakGrace time.Duration
@@ -113,12 +81,15 @@ type Cluster struct {
 	pods, nodes cache.SharedIndexInformer
 	events      *recorder
 
-	mu         sync.Mutex            // guards the fields below
-	state      string                // "", "disabled: ...", "connecting", "degraded: ..."
-	lastErr    time.Time             // last watch or API error
-	goneAt     map[api.Key]time.Time // assignments whose pod is missing from the synced cache, since when
-	lastDemand int
-	pub        publishState
+	changed chan struct{} // capacity 1: demand rose or a pod was confirmed gone (Changed)
+
+	mu        sync.Mutex            // guards the fields below
+	state     string                // "", "disabled: ...", "connecting", "degraded: ..."
+	lastErr   time.Time             // last watch or API error
+	latest    *nodestatus.Snapshot  // the daemon's last published status; nil before the first
+	goneAt    map[api.Key]time.Time // held attachments whose pod is missing from the synced cache, since when
+	confirmed map[api.Key]bool      // held attachments whose pod a live list confirmed gone (PodsGone)
+	pub       publishState
 }
 
 // Health is the cluster part's condition for logs, metrics and `vpcipctl status`.
@@ -152,14 +123,13 @@ func New(o Options) (*Cluster, error) {
 	if o.Tick <= 0 {
 		o.Tick = time.Second
 	}
-	c := &Cluster{o: o, log: o.Logger, metrics: newMetrics(o.Metrics, o.WithoutPod), goneAt: map[api.Key]time.Time{}}
+	c := &Cluster{o: o, log: o.Logger, metrics: newMetrics(o.Metrics, o.WithoutPod), changed: make(chan struct{}, 1),
+		goneAt: map[api.Key]time.Time{}, confirmed: map[api.Key]bool{}}
 	switch {
 	case o.NodeName == "":
 		c.state = "disabled: MY_NODE_NAME unset"
 	case o.Config == nil:
 		c.state = "disabled: no API server configuration (not in a cluster and KUBECONFIG unset)"
-	case o.Daemon == nil:
-		return nil, errors.New("cluster: Options.Daemon is required")
 	default:
 		if err := c.wire(); err != nil {
 			return nil, err
@@ -213,15 +183,50 @@ func (c *Cluster) Run(ctx context.Context) error {
 	}
 }
 
-// step is one look: health, demand, leaks, the published budget.
+// step is one look: health, leaks, the published budget. Both need the
+// daemon's status (PublishStatus); before the first there is nothing to do.
 func (c *Cluster) step(ctx context.Context) {
 	c.checkHealth(ctx)
-	snap := c.o.Daemon.Snapshot()
-	if c.synced() {
-		c.noticeDemand(snap)
-		c.checkLeaks(ctx, snap)
+	c.mu.Lock()
+	snap := c.latest
+	c.mu.Unlock()
+	if snap == nil {
+		return
 	}
-	c.publish(ctx, snap)
+	if c.synced() {
+		c.checkLeaks(ctx, *snap)
+	}
+	c.publish(ctx, *snap)
+}
+
+// PublishStatus takes the daemon's status (ipamd.StatusSink): the AddressBudget
+// is rendered from it and leak detection judges its Held attachments, at the
+// next tick. It returns at once.
+func (c *Cluster) PublishStatus(s nodestatus.Snapshot) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	c.latest = &s
+	c.mu.Unlock()
+}
+
+// Changed receives when pending demand rose (a pod needing an address was
+// bound here) or a pod was newly confirmed gone; repeats fold into one. Nil
+// on a nil Cluster (never receives).
+func (c *Cluster) Changed() <-chan struct{} {
+	if c == nil {
+		return nil
+	}
+	return c.changed
+}
+
+// signal notes a change for Changed without blocking.
+func (c *Cluster) signal() {
+	select {
+	case c.changed <- struct{}{}:
+	default:
+	}
 }
 
 func (c *Cluster) waitSynced(ctx context.Context) {
@@ -253,6 +258,7 @@ func (c *Cluster) apiError(what string, err error) {
 	c.lastErr = c.o.Now()
 	c.state = "degraded: " + what + ": " + err.Error()
 	c.goneAt = map[api.Key]time.Time{} // absences seen so far are no evidence now
+	clear(c.confirmed)
 	c.mu.Unlock()
 	c.metrics.setConnected(false)
 	c.metrics.apiErrors.Inc()
@@ -286,18 +292,4 @@ func (c *Cluster) checkHealth(ctx context.Context) {
 	c.mu.Unlock()
 	c.metrics.setConnected(true)
 	c.log.Info("kubernetes API reachable again", "node", c.o.NodeName)
-}
-
-// SetKick sets Options.Kick after New (the daemon that owns Kick is built
-// after its Kubernetes part). Call it before Run.
-func (c *Cluster) SetKick(kick func()) {
-	if c != nil {
-		c.o.Kick = kick
-	}
-}
-
-// KubernetesState is Health in introspection's shape (`vpcipctl status`).
-func (c *Cluster) KubernetesState() introspect.Kubernetes {
-	h := c.Health()
-	return introspect.Kubernetes{Enabled: h.Enabled, Connected: h.Connected, Reason: h.Reason}
 }

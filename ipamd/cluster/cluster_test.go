@@ -2,7 +2,9 @@ package cluster_test
 
 import (
 	"context"
+	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 
 	"github.com/vpcip/vpcip/ipamd/api"
 	"github.com/vpcip/vpcip/ipamd/cluster"
+	"github.com/vpcip/vpcip/ipamd/nodestatus"
 	"github.com/vpcip/vpcip/test/kubetest"
 )
 
@@ -46,11 +49,11 @@ func TestDemandCountsPodsBoundHereWithoutAddress(t *testing.T) {
 	}
 	held := holder(e, "held")
 	eventually(t, 10*time.Second, "demand reaches the pods without address", func() bool { return e.c.Unaddressed(held) == want })
-	// The pool is kicked when demand rises, not only when an ADD arrives.
-	select {
-	case <-e.kicks:
-	case <-time.After(5 * time.Second):
-		t.Error("no pool kick after pods were bound to the node")
+	// The daemon is woken (Changed) when demand rises, not only when an
+	// ADD arrives.
+	eventually(t, 5*time.Second, "the daemon woken after pods were bound to the node", func() bool { return e.daemon.wakeCount() > 0 })
+	if g := gauge(t, e.reg, "vpcip_pending_pods"); g != float64(want) {
+		t.Errorf("vpcip_pending_pods = %v, want the %d Unaddressed counted", g, want)
 	}
 	// The back-off pod still counts seconds later (the pool must not
 	// release what it is about to need).
@@ -71,12 +74,12 @@ func TestLeakedAssignmentReleasedAfterGrace(t *testing.T) {
 	live := createPod(t, e.admin, ns, podSpec{name: "live", node: e.node, podIP: "100.64.1.11", phase: corev1.PodRunning})
 	leaked := createPod(t, e.admin, ns, podSpec{name: "leaked", node: e.node, podIP: "100.64.1.12", phase: corev1.PodRunning})
 	stuck := createPod(t, e.admin, ns, podSpec{name: "stuck", node: e.node, podIP: "100.64.1.13", phase: corev1.PodRunning})
-	e.daemon.set(func(s *cluster.Snapshot) {
+	e.daemon.set(func(s *nodestatus.Snapshot) {
 		for i, p := range []*corev1.Pod{live, leaked, stuck} {
-			s.Assignments = append(s.Assignments, cluster.Assignment{
+			s.Held = append(s.Held, nodestatus.Held{
 				Key: api.Key{Network: "vpcip", ContainerID: "c" + p.Name, IfName: "eth0"},
-				Pod: api.Pod{Namespace: ns, Name: p.Name, UID: string(p.UID)}, AssignedAt: time.Now().Add(-time.Hour)})
-			s.Assigned = i + 1
+				Pod: api.Pod{Namespace: ns, Name: p.Name, UID: string(p.UID)}})
+			s.Status.Assigned = i + 1
 		}
 	})
 	e.daemon.mu.Lock()
@@ -111,20 +114,25 @@ func TestLeakedAssignmentReleasedAfterGrace(t *testing.T) {
 	eventually(t, 5*time.Second, "gauge back to 0", func() bool {
 		return e.daemon.releasedCount() == 2 && gauge(t, e.reg, "vpcip_addresses_without_pod") == 0
 	})
-	if n := counter(e.reg, "vpcip_leaked_addresses_released_total"); n != 2 {
-		t.Errorf("vpcip_leaked_addresses_released_total = %v, want 2", n)
+	if got := e.c.PodsGone(); len(got) != 0 {
+		t.Errorf("PodsGone = %v once the daemon holds none of them", got)
 	}
 }
 
-// TestRefusedLeakReleaseBacksOff: an assignment whose pod is gone from the
-// API server but whose host state stays (a static pod's mirror UID, a
-// force-deleted pod whose sandbox lingers) is asked about once per grace,
-// not at every tick with a live LIST of the node's pods each time (#25
-// kind 4: before, about one ask per 100 ms tick here).
-func TestRefusedLeakReleaseBacksOff(t *testing.T) {
+// TestConfirmedLeakCostsOneLiveList: an attachment whose pod is gone from
+// the API server but whose host state stays (a static pod's mirror UID, a
+// force-deleted pod whose sandbox lingers) is confirmed by one live LIST of
+// the node's pods and stays reported by PodsGone without another, however
+// long the host keeps it (#25 kind 4: before, a LIST per 100 ms tick, then
+// one per grace); once the host lets go, the daemon releases it.
+func TestConfirmedLeakCostsOneLiveList(t *testing.T) {
 	k := kubetest.Shared(t)
 	grace := time.Second
-	e := newEnv(t, k, uniq(t), 110, cluster.Options{LeakGrace: grace, Tick: 100 * time.Millisecond})
+	_, sa := setup(t, k)
+	var lists atomic.Int64
+	counted := rest.CopyConfig(sa)
+	counted.Wrap(func(rt http.RoundTripper) http.RoundTripper { return podLists{rt, &lists} })
+	e := newEnv(t, k, uniq(t), 110, cluster.Options{Config: counted, LeakGrace: grace, Tick: 100 * time.Millisecond})
 	ns := e.node
 	k.EnsureNamespace(context.Background(), ns)
 	stuck := createPod(t, e.admin, ns, podSpec{name: "stuck", node: e.node, podIP: "100.64.1.13", phase: corev1.PodRunning})
@@ -133,19 +141,35 @@ func TestRefusedLeakReleaseBacksOff(t *testing.T) {
 	e.daemon.hostHas["stuck"] = true
 	e.daemon.mu.Unlock()
 	eventually(t, 20*time.Second, "cluster part connected", func() bool { return e.c.Health().Connected })
+	before := lists.Load()
 	deletePod(t, e.admin, ns, "stuck")
-	eventually(t, grace+5*time.Second, "first ask", func() bool {
-		e.daemon.mu.Lock()
-		defer e.daemon.mu.Unlock()
-		return e.daemon.refused > 0
-	})
+	eventually(t, grace+5*time.Second, "confirmed gone", func() bool { return len(e.c.PodsGone()) == 1 })
 	time.Sleep(4 * grace)
-	e.daemon.mu.Lock()
-	asked := e.daemon.refused
-	e.daemon.mu.Unlock()
-	if asked > 6 {
-		t.Errorf("asked %d times in about %v for a release the host keeps refusing; want about one per %v grace", asked, 5*grace, grace)
+	if n := lists.Load() - before; n != 1 {
+		t.Errorf("%d live LISTs of the node's pods in about %v for one gone pod the host keeps; want 1", n, 5*grace)
 	}
+	if got := e.c.PodsGone(); len(got) != 1 || got[0].ContainerID != "cstuck" {
+		t.Errorf("PodsGone = %v while the host keeps it, want [cstuck]", got)
+	}
+	e.daemon.mu.Lock()
+	delete(e.daemon.hostHas, "stuck")
+	e.daemon.mu.Unlock()
+	eventually(t, 5*time.Second, "released once the host lets go", func() bool { return e.daemon.releasedCount() == 1 })
+}
+
+// podLists counts the live LISTs of pods (GET /api/v1/pods without watch
+// and without resourceVersion: the informer's lists carry one).
+type podLists struct {
+	rt http.RoundTripper
+	n  *atomic.Int64
+}
+
+func (p podLists) RoundTrip(r *http.Request) (*http.Response, error) {
+	q := r.URL.Query()
+	if r.Method == http.MethodGet && r.URL.Path == "/api/v1/pods" && q.Get("watch") == "" && !q.Has("resourceVersion") {
+		p.n.Add(1)
+	}
+	return p.rt.RoundTrip(r)
 }
 
 func TestRecreatedPodWithSameNameIsAnotherPod(t *testing.T) {
@@ -206,9 +230,9 @@ func TestNeverSyncedCacheReleasesNothing(t *testing.T) {
 	// A config that reaches no API server: the informers never sync.
 	dead := &rest.Config{Host: "https://127.0.0.1:1", Timeout: time.Second}
 	e := newEnv(t, k, uniq(t), 110, cluster.Options{Config: dead, LeakGrace: time.Second, Tick: 100 * time.Millisecond})
-	e.daemon.set(func(s *cluster.Snapshot) {
-		s.Assignments = []cluster.Assignment{{Key: api.Key{Network: "vpcip", ContainerID: "x", IfName: "eth0"},
-			Pod: api.Pod{Namespace: "default", Name: "never-seen"}, AssignedAt: time.Now().Add(-time.Hour)}}
+	e.daemon.set(func(s *nodestatus.Snapshot) {
+		s.Held = []nodestatus.Held{{Key: api.Key{Network: "vpcip", ContainerID: "x", IfName: "eth0"},
+			Pod: api.Pod{Namespace: "default", Name: "never-seen"}}}
 	})
 	time.Sleep(3 * time.Second)
 	if n := e.daemon.releasedCount(); n != 0 {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +21,8 @@ import (
 
 	"github.com/vpcip/vpcip/ipamd/api"
 	"github.com/vpcip/vpcip/ipamd/cluster"
+	"github.com/vpcip/vpcip/ipamd/nodestatus"
+	"github.com/vpcip/vpcip/provider"
 	"github.com/vpcip/vpcip/test/kubetest"
 )
 
@@ -30,63 +33,77 @@ const (
 	rulesFile = "../../charts/vpcip/files/clusterrole-rules.yaml"
 )
 
-// fakeDaemon is the daemon side as pure bookkeeping: a snapshot the test
-// sets and a host view (pods whose veth is still there).
+// fakeDaemon plays the daemon's side of the seam as pure bookkeeping: it
+// publishes a status the test sets (ipamd.StatusSink) and releases what
+// PodsGone reports unless the host still shows the pod's veth (as ipamd's
+// goneReleaser does), woken by Changed or every 100 ms.
 type fakeDaemon struct {
 	mu       sync.Mutex
-	snap     cluster.Snapshot
+	snap     nodestatus.Snapshot
 	hostHas  map[string]bool // pod name → host still shows its veth
-	released []cluster.Assignment
-	refused  int // ReleaseLeaked calls answered "kept"
+	released []nodestatus.Held
+	refused  int // PodsGone keys kept because the host still shows them
+	wakes    int // values received from Changed
 }
 
-func (f *fakeDaemon) Snapshot() cluster.Snapshot {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	s := f.snap
-	s.Assignments = append([]cluster.Assignment(nil), f.snap.Assignments...)
-	return s
+func newFakeDaemon(snap nodestatus.Snapshot) *fakeDaemon {
+	return &fakeDaemon{snap: snap, hostHas: map[string]bool{}}
 }
 
-func (f *fakeDaemon) ReleaseLeaked(a cluster.Assignment) (bool, string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.hostHas[a.Pod.Name] {
-		f.refused++
-		return false, "host veth present"
-	}
-	for i, x := range f.snap.Assignments {
-		if x.Key == a.Key {
-			f.snap.Assignments = append(f.snap.Assignments[:i], f.snap.Assignments[i+1:]...)
-			f.snap.Assigned--
-			f.released = append(f.released, a)
-			return true, ""
+// serve runs the daemon's side against c until ctx ends.
+func (f *fakeDaemon) serve(ctx context.Context, c *cluster.Cluster) {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		for _, k := range c.PodsGone() {
+			f.release(k)
+		}
+		f.mu.Lock()
+		s := f.snap
+		s.Held = slices.Clone(f.snap.Held)
+		f.mu.Unlock()
+		c.PublishStatus(s)
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		case <-c.Changed():
+			f.mu.Lock()
+			f.wakes++
+			f.mu.Unlock()
 		}
 	}
-	return false, "not held"
 }
 
-func (f *fakeDaemon) PodsHolding() map[string]bool {
+func (f *fakeDaemon) release(k api.Key) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	held := map[string]bool{}
-	for _, a := range f.snap.Assignments {
-		held[a.Pod.Namespace+"/"+a.Pod.Name] = true
+	for i, x := range f.snap.Held {
+		if x.Key != k {
+			continue
+		}
+		if f.hostHas[x.Pod.Name] {
+			f.refused++
+			return
+		}
+		f.snap.Held = slices.Delete(f.snap.Held, i, i+1)
+		f.snap.Status.Assigned--
+		f.released = append(f.released, x)
+		return
 	}
-	return held
 }
 
 // holdFor makes the daemon hold one address for pod p, under attachment
-// containerID, assigned an hour ago (past every grace).
+// containerID.
 func (e *env) holdFor(p *corev1.Pod, containerID string) {
-	e.daemon.set(func(s *cluster.Snapshot) {
-		s.Assignments = []cluster.Assignment{{Key: api.Key{Network: "vpcip", ContainerID: containerID, IfName: "eth0"},
-			Pod: api.Pod{Namespace: p.Namespace, Name: p.Name, UID: string(p.UID)}, AssignedAt: time.Now().Add(-time.Hour)}}
-		s.Assigned = 1
+	e.daemon.set(func(s *nodestatus.Snapshot) {
+		s.Held = []nodestatus.Held{{Key: api.Key{Network: "vpcip", ContainerID: containerID, IfName: "eth0"},
+			Pod: api.Pod{Namespace: p.Namespace, Name: p.Name, UID: string(p.UID)}}}
+		s.Status.Assigned = 1
 	})
 }
 
-func (f *fakeDaemon) set(fn func(s *cluster.Snapshot)) {
+func (f *fakeDaemon) set(fn func(s *nodestatus.Snapshot)) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	fn(&f.snap)
@@ -98,13 +115,19 @@ func (f *fakeDaemon) releasedCount() int {
 	return len(f.released)
 }
 
+func (f *fakeDaemon) wakeCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.wakes
+}
+
 // m5Snapshot is an m5.large node (3 ENIs × 9 pod addresses = 27) holding n
 // assigned addresses on 2 ENIs.
-func m5Snapshot(n int) cluster.Snapshot {
-	return cluster.Snapshot{
-		Ready: true, InstanceID: "i-0kube", InstanceType: "m5.large", Zone: "us-west-2a",
-		Assigned: n, Warm: 18 - n, Capacity: 18, Budget: 27, ENIs: 2, MaxENIs: 3,
-		Version: "test", CheckpointSchema: 1,
+func m5Snapshot(n int) nodestatus.Snapshot {
+	return nodestatus.Snapshot{
+		Instance: provider.Instance{ID: "i-0kube", Type: "m5.large", AvailabilityZone: "us-west-2a"},
+		Status:   api.Status{Ready: true, Counts: api.Counts{Assigned: n, Warm: 18 - n, Capacity: 18, Budget: 27, ENIs: 2, MaxENIs: 3}},
+		Version:  "test", CheckpointSchema: 1,
 	}
 }
 
@@ -117,7 +140,6 @@ type env struct {
 	daemon *fakeDaemon
 	c      *cluster.Cluster
 	reg    *prometheus.Registry
-	kicks  chan struct{}
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -136,19 +158,18 @@ func setup(t *testing.T, k *kubetest.Server) (admin kubernetes.Interface, sa *re
 }
 
 // newEnv creates Node <name> with kubelet max-pods maxPods and starts a
-// cluster part for it with opts (NodeName, Config, Daemon, Metrics, Kick
-// filled in).
+// cluster part for it with opts (NodeName, Config, Metrics, Logger filled
+// in), with a fakeDaemon on the daemon's side.
 func newEnv(t *testing.T, k *kubetest.Server, name string, maxPods int64, opts cluster.Options) *env {
 	t.Helper()
 	admin, sa := setup(t, k)
-	e := &env{k: k, admin: admin, node: name, daemon: &fakeDaemon{snap: m5Snapshot(0), hostHas: map[string]bool{}},
-		reg: prometheus.NewRegistry(), kicks: make(chan struct{}, 100), done: make(chan struct{})}
+	e := &env{k: k, admin: admin, node: name, daemon: newFakeDaemon(m5Snapshot(0)),
+		reg: prometheus.NewRegistry(), done: make(chan struct{})}
 	createNode(t, admin, name, maxPods)
-	opts.NodeName, opts.Daemon, opts.Metrics = name, e.daemon, e.reg
+	opts.NodeName, opts.Metrics = name, e.reg
 	if opts.Config == nil {
 		opts.Config = sa
 	}
-	opts.Kick = func() { e.kicks <- struct{}{} }
 	opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	c, err := cluster.New(opts)
 	if err != nil {
@@ -163,7 +184,9 @@ func newEnv(t *testing.T, k *kubetest.Server, name string, maxPods int64, opts c
 func (e *env) start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	e.cancel, e.done = cancel, make(chan struct{})
-	go func() { e.c.Run(ctx); close(e.done) }()
+	served := make(chan struct{})
+	go func() { e.daemon.serve(ctx, e.c); close(served) }()
+	go func() { e.c.Run(ctx); <-served; close(e.done) }()
 }
 
 func (e *env) stop() {

@@ -2,42 +2,52 @@ package cluster
 
 import (
 	"context"
-	"time"
+	"slices"
+	"strings"
 
 	"github.com/vpcip/vpcip/ipamd/api"
+	"github.com/vpcip/vpcip/ipamd/nodestatus"
 )
 
-// checkLeaks finds assignments whose pod is gone and releases them, safely
-// (field failure K02):
+// checkLeaks finds held attachments whose pod is gone and confirms them for
+// PodsGone, safely (field failure K02):
 //   - only on a synced cache with no API error outstanding (the caller checks;
-//     an error clears every timer, so the grace restarts after recovery);
+//     an error clears every timer and every confirmation, so the grace
+//     restarts after recovery);
 //   - the pod (namespace/name; a different UID under the same name counts as
 //     gone: a recreated StatefulSet pod has its own sandbox) must have been
 //     missing from the cache for LeakGrace without a break;
-//   - a live list from the API server must confirm it (an error: no release);
-//   - the daemon's host checks must find no veth and no route (ReleaseLeaked);
-//     a refusal restarts the grace, so a lasting one costs one live list per
-//     grace, not one per tick.
+//   - a live list from the API server must confirm it (an error: nothing
+//     confirmed). One live list confirms every attachment due at that tick;
+//     a confirmed one stays confirmed (no further list) until the daemon
+//     stops holding it or the cache shows its pod again.
 //
-// Assignments without a pod name (runtimes that pass no K8S_POD_NAME) are
-// never judged here; CNI GC and the host checks cover them. The gauge
-// vpcip_addresses_without_pod counts assignments whose pod the cache lacks.
-func (c *Cluster) checkLeaks(ctx context.Context, snap Snapshot) {
+// The daemon then releases a confirmed attachment only when its host shows
+// no trace of the pod (ipamd's goneReleaser); a confirmation is never a
+// release by itself. Attachments without a pod name (runtimes that pass no
+// K8S_POD_NAME) are never judged here; CNI GC and the host checks cover
+// them. The gauge vpcip_addresses_without_pod counts held attachments whose
+// pod the cache lacks.
+func (c *Cluster) checkLeaks(ctx context.Context, snap nodestatus.Snapshot) {
 	now := c.o.Now()
-	var due []Assignment
+	var due []nodestatus.Held
 	missing := 0
 	c.mu.Lock()
-	seen := make(map[api.Key]bool, len(snap.Assignments))
-	for _, a := range snap.Assignments {
+	seen := make(map[api.Key]bool, len(snap.Held))
+	for _, a := range snap.Held {
 		if a.Pod.Name == "" {
 			continue
 		}
 		seen[a.Key] = true
 		if p := c.cachedPod(a.Pod.Namespace, a.Pod.Name); p != nil && (a.Pod.UID == "" || string(p.UID) == a.Pod.UID) {
 			delete(c.goneAt, a.Key)
+			delete(c.confirmed, a.Key)
 			continue
 		}
 		missing++
+		if c.confirmed[a.Key] {
+			continue
+		}
 		since, ok := c.goneAt[a.Key]
 		if !ok {
 			c.goneAt[a.Key] = now
@@ -52,6 +62,11 @@ func (c *Cluster) checkLeaks(ctx context.Context, snap Snapshot) {
 			delete(c.goneAt, k)
 		}
 	}
+	for k := range c.confirmed {
+		if !seen[k] {
+			delete(c.confirmed, k)
+		}
+	}
 	c.mu.Unlock()
 	c.metrics.withoutPod.Set(missing)
 	if len(due) == 0 {
@@ -59,48 +74,53 @@ func (c *Cluster) checkLeaks(ctx context.Context, snap Snapshot) {
 	}
 	live, err := c.livePods(ctx)
 	if err != nil {
-		c.apiError("list pods before releasing", err)
+		c.apiError("list pods before confirming leaks", err)
 		return
 	}
+	newly := 0
 	for _, a := range due {
+		pod := a.Pod.Namespace + "/" + a.Pod.Name
 		if uid, ok := live[podName{a.Pod.Namespace, a.Pod.Name}]; ok && (a.Pod.UID == "" || uid == a.Pod.UID) {
 			c.metrics.leakMismatch.Inc()
-			c.log.Warn("pod missing from the cache but listed by the API server: not released", "pod", a.Pod.Namespace+"/"+a.Pod.Name, "key", a.Key.String())
+			c.log.Warn("pod missing from the cache but listed by the API server: not released", "pod", pod, "key", a.Key.String())
 			c.forget(a.Key)
 			continue
 		}
-		released, why := c.o.Daemon.ReleaseLeaked(a)
-		if !released {
-			// Asked again after another grace, not at every tick: a refusal
-			// that lasts (a static pod's mirror UID, a force-deleted pod
-			// whose sandbox lingers) would otherwise cost a live LIST of the
-			// node's pods and a log line every second, forever.
-			c.mu.Lock()
-			if _, ok := c.goneAt[a.Key]; ok {
-				c.goneAt[a.Key] = now
-			}
-			c.mu.Unlock()
-			c.log.Info("assignment of a gone pod kept: host still shows it, or its rules could not be removed; asked again after the grace",
-				"pod", a.Pod.Namespace+"/"+a.Pod.Name, "key", a.Key.String(), "why", why, "grace", c.o.LeakGrace.String())
-			continue
+		c.mu.Lock()
+		if _, ok := c.goneAt[a.Key]; ok { // not reset by an API error meanwhile
+			c.confirmed[a.Key] = true
+			newly++
 		}
-		c.forget(a.Key)
-		c.metrics.leaksReleased.Inc()
-		c.log.Warn("released the address of a pod gone without a DEL", "pod", a.Pod.Namespace+"/"+a.Pod.Name, "key", a.Key.String(),
-			"goneFor", c.o.LeakGrace.String()+"+")
+		c.mu.Unlock()
+		c.log.Info("pod gone from the API server: its address is released once the host shows no trace of it",
+			"pod", pod, "key", a.Key.String(), "goneFor", c.o.LeakGrace.String()+"+")
 	}
+	if newly > 0 {
+		c.signal()
+	}
+}
+
+// PodsGone returns the attachment keys, among those the daemon last
+// published as held, whose pod the API server confirmed gone (see
+// checkLeaks), sorted. It is empty while the part is disabled, unsynced or
+// degraded. It never blocks on the API server.
+func (c *Cluster) PodsGone() []api.Key {
+	if !c.synced() {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]api.Key, 0, len(c.confirmed))
+	for k := range c.confirmed {
+		out = append(out, k)
+	}
+	slices.SortFunc(out, func(a, b api.Key) int { return strings.Compare(a.String(), b.String()) })
+	return out
 }
 
 func (c *Cluster) forget(k api.Key) {
 	c.mu.Lock()
 	delete(c.goneAt, k)
-	c.mu.Unlock()
-}
-
-// resetLeakTimers drops every "gone since" timer: after an API error the
-// cache's absences are not evidence.
-func (c *Cluster) resetLeakTimers() {
-	c.mu.Lock()
-	c.goneAt = map[api.Key]time.Time{}
+	delete(c.confirmed, k)
 	c.mu.Unlock()
 }

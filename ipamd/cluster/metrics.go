@@ -6,16 +6,17 @@ import (
 	"github.com/vpcip/vpcip/ipamd/fleetmetrics"
 )
 
-// metrics of the cluster part (docs/design.md §8 naming).
+// metrics of the cluster part (docs/design.md §8 naming). The count of
+// addresses released for pods gone from the API server
+// (vpcip_leaked_addresses_released_total) is the daemon's: it releases them.
 type metrics struct {
-	connected     prometheus.Gauge
-	withoutPod    *fleetmetrics.WithoutPod
-	pendingPods   prometheus.Gauge
-	apiErrors     prometheus.Counter
-	writes        *prometheus.CounterVec
-	events        *prometheus.CounterVec
-	leaksReleased prometheus.Counter
-	leakMismatch  prometheus.Counter
+	connected    prometheus.Gauge
+	withoutPod   *fleetmetrics.WithoutPod
+	pendingPods  prometheus.Gauge
+	apiErrors    prometheus.Counter
+	writes       *prometheus.CounterVec
+	events       *prometheus.CounterVec
+	leakMismatch prometheus.Counter
 }
 
 // newMetrics registers the part's metrics on reg (nil: none). withoutPod is
@@ -46,17 +47,13 @@ func newMetrics(reg prometheus.Registerer, withoutPod *fleetmetrics.WithoutPod) 
 			Name: "vpcip_kubernetes_events_total",
 			Help: "Events recorded (before client-go folds repeats into series), by reason.",
 		}, []string{"reason"}),
-		leaksReleased: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "vpcip_leaked_addresses_released_total",
-			Help: "Addresses released because their pod was gone from the API server past the grace period and the host showed no trace of it.",
-		}),
 		leakMismatch: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "vpcip_leak_check_mismatches_total",
 			Help: "Pods missing from the cache but present in a live list from the API server (a stale cache caught before any release).",
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.connected, m.pendingPods, m.apiErrors, m.writes, m.events, m.leaksReleased, m.leakMismatch)
+		reg.MustRegister(m.connected, m.pendingPods, m.apiErrors, m.writes, m.events, m.leakMismatch)
 	}
 	return m
 }

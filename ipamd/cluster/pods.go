@@ -31,6 +31,9 @@ func (c *Cluster) wire() error {
 	}
 	c.cs, c.budgets = cs, addressbudget.NewClient(dyn)
 	c.pods = c.informer(&corev1.Pod{}, "pods", fields.OneTermEqualSelector("spec.nodeName", c.o.NodeName))
+	if _, err := c.pods.AddEventHandler(c.noticePods()); err != nil {
+		return err
+	}
 	c.nodes = c.informer(&corev1.Node{}, "nodes", fields.OneTermEqualSelector("metadata.name", c.o.NodeName))
 	c.events = newRecorder(cs, c.o.NodeName, c.log)
 	return nil
@@ -99,18 +102,6 @@ func needsAddress(p *corev1.Pod) bool {
 	return p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed
 }
 
-// Demand implements the pool's demand input (ipamd/pool.Demand): the pods
-// bound to this node that need an address and hold none, with the daemon's
-// own view of who holds one (Daemon.PodsHolding). The pool reads it every
-// cycle as warmpool's Demand.Unaddressed.
-func (c *Cluster) Demand() int {
-	if !c.synced() {
-		return 0
-	}
-	held := c.o.Daemon.PodsHolding()
-	return c.Unaddressed(func(p api.Pod) bool { return held[p.Namespace+"/"+p.Name] })
-}
-
 // Unaddressed is the number of pods bound to this node that need an address
 // and hold none (holds reports whether the daemon holds one for a pod; it
 // must not block): pods the scheduler placed whose ADD has not arrived, is
@@ -118,8 +109,14 @@ func (c *Cluster) Demand() int {
 // before their ADDs arrive. It is 0 while the part is disabled, unsynced or
 // degraded: without a trustworthy view the pool falls back to the ADDs it
 // sees.
+//
+// It is ipamd.PodFacts' demand: the pool asks every cycle, and the answer
+// is also the vpcip_pending_pods gauge.
 func (c *Cluster) Unaddressed(holds func(api.Pod) bool) int {
 	if !c.synced() {
+		if c != nil {
+			c.metrics.pendingPods.Set(0)
+		}
 		return 0
 	}
 	n := 0
@@ -129,23 +126,27 @@ func (c *Cluster) Unaddressed(holds func(api.Pod) bool) int {
 			n++
 		}
 	}
+	c.metrics.pendingPods.Set(float64(n))
 	return n
 }
 
-// noticeDemand kicks the pool when pending demand rose since the last look.
-func (c *Cluster) noticeDemand(snap Snapshot) {
-	held := map[podName]bool{}
-	for _, a := range snap.Assignments {
-		held[podName{a.Pod.Namespace, a.Pod.Name}] = true
-	}
-	n := c.Unaddressed(func(p api.Pod) bool { return held[podName{p.Namespace, p.Name}] })
-	c.metrics.pendingPods.Set(float64(n))
-	c.mu.Lock()
-	rose := n > c.lastDemand
-	c.lastDemand = n
-	c.mu.Unlock()
-	if rose && c.o.Kick != nil {
-		c.o.Kick()
+// noticePods signals Changed when a pod that needs an address appears in
+// the cache (bound here by the scheduler) or comes to need one, so the pool
+// grows before its ADD arrives.
+func (c *Cluster) noticePods() cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if p, ok := obj.(*corev1.Pod); ok && needsAddress(p) {
+				c.signal()
+			}
+		},
+		UpdateFunc: func(old, cur any) {
+			o, ok1 := old.(*corev1.Pod)
+			p, ok2 := cur.(*corev1.Pod)
+			if ok1 && ok2 && needsAddress(p) && !needsAddress(o) {
+				c.signal()
+			}
+		},
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"sort"
 	"strings"
 	"time"
 
@@ -14,12 +15,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/vpcip/vpcip/ipamd/addressbudget"
+	"github.com/vpcip/vpcip/ipamd/api"
+	"github.com/vpcip/vpcip/ipamd/nodestatus"
+	"github.com/vpcip/vpcip/ipamd/podsubnet"
 )
 
-// HostNetworkAllowance is the number of host-network pods (the node daemon
-// and kube-proxy) the EKS max-pods formula adds to the address count:
-// ENIs × (IPv4 addresses per ENI − 1) + 2.
-const HostNetworkAllowance = 2
+// HostNetworkAllowance is addressbudget.HostNetworkAllowance: the
+// host-network pods the EKS max-pods formula adds to the address count.
+const HostNetworkAllowance = addressbudget.HostNetworkAllowance
 
 // publishState is what the publisher last wrote.
 type publishState struct {
@@ -52,20 +55,18 @@ func (c *Cluster) hostNetworkPods() int {
 }
 
 // buildStatus turns the daemon's snapshot and the Node into the published
-// status; conditions keep their transition times from prev.
-func (c *Cluster) buildStatus(s Snapshot, node *corev1.Node, prev []metav1.Condition, now time.Time) addressbudget.Status {
+// status; conditions keep their transition times from prev. The pool's
+// numbers come from the snapshot's api.Counts through
+// addressbudget.Status.SetCounts, as every other rendering of them.
+func (c *Cluster) buildStatus(s nodestatus.Snapshot, node *corev1.Node, prev []metav1.Condition, now time.Time) addressbudget.Status {
 	st := addressbudget.Status{
-		InstanceType: s.InstanceType, InstanceID: s.InstanceID, Zone: s.Zone, PrefixMode: s.PrefixMode,
-		ENIs:        addressbudget.ENIs{Attached: s.ENIs, Max: s.MaxENIs, Summary: fmt.Sprintf("%d/%d", s.ENIs, s.MaxENIs)},
-		Addresses:   addressbudget.Addresses{Assigned: s.Assigned, Warm: s.Warm, Cooling: s.Cooling, Capacity: s.Capacity, Budget: s.Budget},
-		UsedPercent: addressbudget.Percent(s.Assigned, s.Budget),
-		Subnets:     s.Subnets,
-		MaxPods:     addressbudget.MaxPods{Addresses: s.Budget + HostNetworkAllowance},
-		Version:     s.Version, CheckpointSchema: s.CheckpointSchema, PodSubnet: s.PodSubnet,
+		InstanceType: s.Instance.Type, InstanceID: s.Instance.ID, Zone: s.Instance.AvailabilityZone, PrefixMode: s.PrefixMode,
+		Subnets: c.subnets(), Version: s.Version, CheckpointSchema: s.CheckpointSchema, PodSubnet: podSubnet(s.Placement),
 	}
-	if len(s.Subnets) > 0 {
+	st.SetCounts(s.Status.Counts)
+	if len(st.Subnets) > 0 {
 		free := 0
-		for _, sn := range s.Subnets {
+		for _, sn := range st.Subnets {
 			free += sn.Free
 		}
 		st.SubnetFree = &free
@@ -87,8 +88,36 @@ func (c *Cluster) buildStatus(s Snapshot, node *corev1.Node, prev []metav1.Condi
 	return st
 }
 
+// subnets are the node's subnets with their free addresses, by ID (nil
+// before the first DescribeSubnets).
+func (c *Cluster) subnets() []addressbudget.Subnet {
+	if c.o.Subnets == nil {
+		return nil
+	}
+	latest, _ := c.o.Subnets()
+	var out []addressbudget.Subnet
+	for _, sn := range latest {
+		out = append(out, addressbudget.Subnet{ID: sn.ID, CIDR: sn.CIDR.String(), Free: sn.FreeAddresses})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// podSubnet is the latest ENI placement as published; nil before the first.
+func podSubnet(pl podsubnet.Decision) *addressbudget.PodSubnet {
+	if pl.Mode == "" {
+		return nil
+	}
+	p := &addressbudget.PodSubnet{Mode: pl.Mode, ENIConfig: pl.ENIConfig, Reason: pl.Reason, Problem: pl.Problem, Cause: pl.Cause}
+	if len(pl.Targets) > 0 {
+		p.Subnet, p.SecurityGroups = pl.Targets[0].SubnetID, pl.Targets[0].SecurityGroups
+	}
+	return p
+}
+
 // conditions derives the status conditions; rules in the comments.
-func (c *Cluster) conditions(s Snapshot, st addressbudget.Status) []metav1.Condition {
+func (c *Cluster) conditions(snap nodestatus.Snapshot, st addressbudget.Status) []metav1.Condition {
+	s := snap.Status.Counts
 	cond := func(typ string, on bool, reasonOn, reasonOff, msg string) metav1.Condition {
 		r, v := reasonOff, metav1.ConditionFalse
 		if on {
@@ -110,7 +139,7 @@ func (c *Cluster) conditions(s Snapshot, st addressbudget.Status) []metav1.Condi
 	serve := s.Budget + max(HostNetworkAllowance, c.hostNetworkPods())
 	exceeds := st.MaxPods.Kubelet > 0 && st.MaxPods.Kubelet > serve
 	out := []metav1.Condition{
-		cond(addressbudget.ConditionReady, s.Ready, "DaemonReady", "DaemonNotReady", ""),
+		cond(addressbudget.ConditionReady, snap.Status.Ready, "DaemonReady", "DaemonNotReady", ""),
 		cond(addressbudget.ConditionAddressesLow, low, "FewAddressesLeft", "AddressesAvailable",
 			fmt.Sprintf("%d of %d addresses assigned, %d left", s.Assigned, s.Budget, free)),
 		cond(addressbudget.ConditionAtENILimit, s.MaxENIs > 0 && s.ENIs >= s.MaxENIs, "AllENIsAttached", "ENIsAvailable",
@@ -120,7 +149,7 @@ func (c *Cluster) conditions(s Snapshot, st addressbudget.Status) []metav1.Condi
 			maxPodsNote(st.MaxPods.Kubelet, serve, s)),
 	}
 	// Pod subnet: once the daemon placed (or failed to place) an ENI.
-	if p := s.PodSubnet; p != nil {
+	if p := st.PodSubnet; p != nil {
 		c := cond(addressbudget.ConditionPodSubnetReady, p.Problem == "", "ENIPlaced", p.Cause, p.Reason)
 		if p.Problem != "" {
 			c.Message = p.Problem
@@ -128,7 +157,7 @@ func (c *Cluster) conditions(s Snapshot, st addressbudget.Status) []metav1.Condi
 		out = append(out, c)
 	}
 	// Sandbox netns: once the daemon looked (never without a host view).
-	if w := s.SandboxNetns; w != nil {
+	if w := snap.SandboxNetns; w != nil {
 		msg := "sandbox netns seen in " + strings.Join(w.Dirs, ", ")
 		if !w.Visible {
 			msg = w.Reason
@@ -138,7 +167,7 @@ func (c *Cluster) conditions(s Snapshot, st addressbudget.Status) []metav1.Condi
 	return out
 }
 
-func maxPodsNote(kubelet, serve int, s Snapshot) string {
+func maxPodsNote(kubelet, serve int, s api.Counts) string {
 	return fmt.Sprintf("kubelet max-pods %d, the node's addresses serve %d pods (%d addresses at %d ENIs + %d host-network pods)",
 		kubelet, serve, s.Budget, s.MaxENIs, serve-s.Budget)
 }
@@ -158,7 +187,7 @@ func shownEqual(a, b addressbudget.Status) bool {
 // publish writes the AddressBudget status when it changed and PublishInterval
 // passed since the last write, or ResyncInterval passed anyway. It needs the
 // Node (owner reference), so it waits for the node cache.
-func (c *Cluster) publish(ctx context.Context, snap Snapshot) {
+func (c *Cluster) publish(ctx context.Context, snap nodestatus.Snapshot) {
 	if !c.nodes.HasSynced() {
 		return
 	}

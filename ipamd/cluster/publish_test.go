@@ -2,6 +2,7 @@ package cluster_test
 
 import (
 	"context"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,8 @@ import (
 
 	"github.com/vpcip/vpcip/ipamd/addressbudget"
 	"github.com/vpcip/vpcip/ipamd/cluster"
+	"github.com/vpcip/vpcip/ipamd/nodestatus"
+	"github.com/vpcip/vpcip/provider"
 	"github.com/vpcip/vpcip/test/kubetest"
 )
 
@@ -26,11 +29,11 @@ func budget(t *testing.T, k *kubetest.Server, name string) *addressbudget.Addres
 
 func TestAddressBudgetPublishedAndUpdatedWithin15s(t *testing.T) {
 	k := kubetest.Shared(t)
-	e := newEnv(t, k, uniq(t), 29, cluster.Options{})
-	e.daemon.set(func(s *cluster.Snapshot) {
-		*s = m5Snapshot(9)
-		s.Subnets = []addressbudget.Subnet{{ID: "subnet-0a", CIDR: "100.64.0.0/16", Free: 4000}}
-	})
+	subnets := func() ([]provider.Subnet, time.Time) {
+		return []provider.Subnet{{ID: "subnet-0a", CIDR: netip.MustParsePrefix("100.64.0.0/16"), FreeAddresses: 4000}}, time.Now()
+	}
+	e := newEnv(t, k, uniq(t), 29, cluster.Options{Subnets: subnets})
+	e.daemon.set(func(s *nodestatus.Snapshot) { *s = m5Snapshot(9) })
 	eventually(t, 20*time.Second, "AddressBudget written", func() bool { return budget(t, k, e.node) != nil && budget(t, k, e.node).Status.InstanceType != "" })
 	ab := budget(t, k, e.node)
 	st := ab.Status
@@ -67,7 +70,10 @@ func TestAddressBudgetPublishedAndUpdatedWithin15s(t *testing.T) {
 
 	// A change shows within 15 s (PublishInterval) of the last write.
 	changed := time.Now()
-	e.daemon.set(func(s *cluster.Snapshot) { s.Assigned, s.Warm, s.ENIs, s.Capacity = 20, 7, 3, 27 })
+	e.daemon.set(func(s *nodestatus.Snapshot) {
+		c := &s.Status.Counts
+		c.Assigned, c.Warm, c.ENIs, c.Capacity = 20, 7, 3, 27
+	})
 	eventually(t, 16*time.Second, "change published", func() bool {
 		b := budget(t, k, e.node)
 		return b != nil && b.Status.Addresses.Assigned == 20 && b.Status.ENIs.Summary == "3/3"
@@ -97,7 +103,7 @@ func TestWritesOnlyOnChangeAtMostOncePerInterval(t *testing.T) {
 	// Churn: a change every tick for 5 intervals.
 	start := time.Now()
 	for i := 0; time.Since(start) < 5*interval; i++ {
-		e.daemon.set(func(s *cluster.Snapshot) { s.Assigned, s.Warm = i%10, 18-i%10 })
+		e.daemon.set(func(s *nodestatus.Snapshot) { s.Status.Assigned, s.Status.Warm = i%10, 18-i%10 })
 		time.Sleep(50 * time.Millisecond)
 	}
 	n := counter(e.reg, "vpcip_kubernetes_writes_total", "kind", "addressbudget_status") - 1

@@ -21,6 +21,7 @@ import (
 	"github.com/vpcip/vpcip/ipamd/api"
 	"github.com/vpcip/vpcip/ipamd/cluster"
 	"github.com/vpcip/vpcip/ipamd/eniconfig"
+	"github.com/vpcip/vpcip/ipamd/nodestatus"
 	"github.com/vpcip/vpcip/test/kubetest"
 )
 
@@ -93,20 +94,21 @@ func exerciseEveryVerb(t *testing.T, k *kubetest.Server, admin kubernetes.Interf
 	var errs []error
 	start := func(node string, d *fakeDaemon) (*cluster.Cluster, *prometheus.Registry) {
 		reg := prometheus.NewRegistry()
-		c, err := cluster.New(cluster.Options{NodeName: node, Config: cfg, Daemon: d, Metrics: reg, LeakGrace: time.Second,
+		c, err := cluster.New(cluster.Options{NodeName: node, Config: cfg, Metrics: reg, LeakGrace: time.Second,
 			PublishInterval: time.Second, Tick: 100 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			t.Fatal(err)
 		}
 		go c.Run(ctx)
+		go d.serve(ctx, c)
 		return c, reg
 	}
-	da := &fakeDaemon{snap: m5Snapshot(1), hostHas: map[string]bool{}}
-	da.snap.Assignments = []cluster.Assignment{{Key: api.Key{Network: "vpcip", ContainerID: "ghost", IfName: "eth0"},
-		Pod: api.Pod{Namespace: a, Name: "ghost"}, AssignedAt: time.Now().Add(-time.Hour)}}
+	da := newFakeDaemon(m5Snapshot(1))
+	da.snap.Held = []nodestatus.Held{{Key: api.Key{Network: "vpcip", ContainerID: "ghost", IfName: "eth0"},
+		Pod: api.Pod{Namespace: a, Name: "ghost"}}}
 	eniCfg := startENIConfigs(t, ctx, k, cfg, a)
 	ca, rega := start(a, da)
-	_, regb := start(b, &fakeDaemon{snap: m5Snapshot(2), hostHas: map[string]bool{}})
+	_, regb := start(b, newFakeDaemon(m5Snapshot(2)))
 	deadline := time.Now().Add(8 * time.Second)
 	for time.Now().Before(deadline) && !ca.Health().Connected {
 		time.Sleep(100 * time.Millisecond)

@@ -107,9 +107,9 @@ func TestUsable(t *testing.T) {
 // TestAWSCNINames: the reference's gauges carry the reference's meanings,
 // computed from the pool counts of each scrape.
 func TestAWSCNINames(t *testing.T) {
-	st := api.Status{Assigned: 7, Warm: 3, Cooling: 2, Capacity: 18, Budget: 27, ENIs: 2, MaxENIs: 3}
+	st := api.Counts{Assigned: 7, Warm: 3, Cooling: 2, Capacity: 18, Budget: 27, ENIs: 2, MaxENIs: 3}
 	reg := prometheus.NewRegistry()
-	RegisterAWSCNINames(reg, func() api.Status { return st })
+	RegisterAWSCNINames(reg, func() api.Counts { return st })
 	want := map[string]float64{
 		"awscni_assigned_ip_addresses": 7,
 		"awscni_total_ip_addresses":    12, // assigned + warm + cooling

@@ -37,7 +37,7 @@ const DefaultAddr = "127.0.0.1:61679"
 // State is everything the daemon shows about itself at one moment.
 type State struct {
 	Node        NodeInfo          `json:"node"`
-	Pool        Pool              `json:"pool"`
+	Pool        api.Counts        `json:"pool"`        // the pool in numbers (see api.Counts for what each counts)
 	ENIs        []ENI             `json:"enis"`        // attached ENIs, by device number
 	Assignments []Assignment      `json:"assignments"` // addresses held by pods, by address
 	Cooling     []CoolingAddress  `json:"cooling"`     // released addresses waiting out IP_COOLDOWN_PERIOD
@@ -106,18 +106,6 @@ const (
 	ModeSecondaryIP = "secondary-ip" // one secondary IP per pod (EC2 AssignPrivateIpAddresses)
 	ModePrefix      = "prefix"       // /28 prefixes split into pod addresses (ENABLE_PREFIX_DELEGATION)
 )
-
-// Pool is the node's address pool in counts. Address counts are addresses
-// available to pods (ENI primary addresses excluded); ENI counts are ENIs.
-type Pool struct {
-	Assigned int `json:"assigned"` // addresses held by pods
-	Warm     int `json:"warm"`     // free addresses out of cooldown, ready to assign now
-	Cooling  int `json:"cooling"`  // released addresses still in IP_COOLDOWN_PERIOD
-	Capacity int `json:"capacity"` // addresses the attached ENIs could hold at most
-	Budget   int `json:"budget"`   // addresses the node could hold at its ENI limit (MaxENIs)
-	ENIs     int `json:"enis"`     // attached ENIs, the primary included
-	MaxENIs  int `json:"maxENIs"`  // ENIs the instance type allows, capped by MAX_ENI
-}
 
 // ENI is one attached ENI and the pod addresses it holds.
 type ENI struct {

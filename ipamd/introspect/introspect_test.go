@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/vpcip/vpcip/ipamd/api"
 	"github.com/vpcip/vpcip/ipamd/introspect"
 	"github.com/vpcip/vpcip/ipamd/introspect/introspecttest"
 )
@@ -59,7 +60,7 @@ func TestEndpoints(t *testing.T) {
 	s := introspecttest.Sample()
 	srv := serve(t, s)
 
-	var pool introspect.Pool
+	var pool api.Counts
 	getJSON(t, srv.URL+"/v1/pool", &pool)
 	if diff := cmp.Diff(s.Pool, pool); diff != "" {
 		t.Errorf("/v1/pool (-want +got):\n%s", diff)

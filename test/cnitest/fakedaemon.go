@@ -436,7 +436,7 @@ func (d *FakeDaemon) gcRelease(body []byte) (any, *api.Error) {
 }
 
 func (d *FakeDaemon) status([]byte) (any, *api.Error) {
-	st := api.Status{Version: api.Version, Ready: d.ready, Assigned: len(d.held), Warm: len(d.free)}
+	st := api.Status{Version: api.Version, Ready: d.ready, Counts: api.Counts{Assigned: len(d.held), Warm: len(d.free)}}
 	if !d.ready {
 		st.Reason = "restoring checkpoint"
 	}

@@ -122,3 +122,22 @@ func TestNothingImportsCmd(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterPartIsAGuest: the Kubernetes part (ipamd/cluster) is a one-way
+// source of facts and a sink of the daemon's status (docs/design.md §9): it
+// links none of the daemon's internals, neither the daemon itself, nor the
+// host's networking (hostnet, routing), the checkpoint, introspection, the
+// datastore or the pool. What it knows of the daemon comes as a
+// nodestatus.Snapshot; what the daemon asks of it is ipamd.PodFacts.
+func TestClusterPartIsAGuest(t *testing.T) {
+	full := module + "/ipamd/cluster"
+	deps := goList(t, full)
+	if !deps[full] {
+		t.Fatalf("go list -deps %s did not list the package itself", full)
+	}
+	for _, forbidden := range []string{"ipamd", "ipamd/hostnet", "ipamd/checkpoint", "ipamd/introspect", "ipamd/datastore", "ipamd/pool", "routing"} {
+		if deps[module+"/"+forbidden] {
+			t.Errorf("ipamd/cluster links %s: the Kubernetes part must reach the daemon only through ipamd.PodFacts and the status sink", forbidden)
+		}
+	}
+}

@@ -34,7 +34,7 @@ func Sample() introspect.State {
 			Version:          "v0.1.0",
 			StartedAt:        at(10, 58, 0),
 		},
-		Pool: introspect.Pool{Assigned: 3, Warm: 9, Cooling: 1, Capacity: 18, Budget: 27, ENIs: 2, MaxENIs: 3},
+		Pool: api.Counts{Assigned: 3, Warm: 9, Cooling: 1, Capacity: 18, Budget: 27, ENIs: 2, MaxENIs: 3},
 		ENIs: []introspect.ENI{
 			{
 				ID: "eni-0aaa1111bbbb2222c", MAC: "0a:58:64:40:00:0a", DeviceNumber: 0, RouteTable: 254, LinkName: "eth0",

@@ -1,0 +1,45 @@
+package main
+
+import (
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/vpcip/vpcip/ipamd"
+	"github.com/vpcip/vpcip/ipamd/config"
+	"github.com/vpcip/vpcip/ipamd/fleetmetrics"
+)
+
+// TestDaemonAndClusterMetricsShareARegistry: vpcipd registers the daemon's
+// metrics and the Kubernetes part's on one registry, in daemon()'s order; a
+// name both claim would panic at start-up, before anything is served.
+func TestDaemonAndClusterMetricsShareARegistry(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	reg := prometheus.NewRegistry()
+	ipamd.NewMetrics(reg)
+	subnets := fleetmetrics.NewSubnets(reg, nil, time.Minute, log)
+	defer func() {
+		if r := recover(); r != nil {
+			t.Fatalf("registering the Kubernetes part's metrics beside the daemon's: %v", r)
+		}
+	}()
+	kube := newCluster(config.Config{}, log, reg, subnets, fleetmetrics.NewWithoutPod(reg))
+	if kube == nil || kube.Health().Enabled {
+		t.Fatalf("without MY_NODE_NAME the Kubernetes part must be built disabled, got %+v", kube.Health())
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, mf := range mfs {
+		names[mf.GetName()] = true
+	}
+	for _, want := range []string{"vpcip_leaked_addresses_released_total", "vpcip_kubernetes_connected", "vpcip_addresses_without_pod"} {
+		if !names[want] {
+			t.Errorf("%s not registered", want)
+		}
+	}
+}

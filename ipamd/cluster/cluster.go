@@ -83,13 +83,18 @@ type Cluster struct {
 
 	changed chan struct{} // capacity 1: demand rose or a pod was confirmed gone (Changed)
 
-	mu        sync.Mutex            // guards the fields below
-	state     string                // "", "disabled: ...", "connecting", "degraded: ..."
-	lastErr   time.Time             // last watch or API error
-	latest    *nodestatus.Snapshot  // the daemon's last published status; nil before the first
+	mu      sync.Mutex           // guards the fields below
+	state   string               // "", "disabled: ...", "connecting", "degraded: ..."
+	lastErr time.Time            // last watch or API error
+	latest  *nodestatus.Snapshot // the daemon's last published status; nil before the first
+	leaks   leakState
+	pub     publishState
+}
+
+// leakState is what leak detection (checkLeaks) remembers between ticks.
+type leakState struct {
 	goneAt    map[api.Key]time.Time // held attachments whose pod is missing from the synced cache, since when
 	confirmed map[api.Key]bool      // held attachments whose pod a live list confirmed gone (PodsGone)
-	pub       publishState
 }
 
 // Health is the cluster part's condition for logs, metrics and `vpcipctl status`.
@@ -124,7 +129,7 @@ func New(o Options) (*Cluster, error) {
 		o.Tick = time.Second
 	}
 	c := &Cluster{o: o, log: o.Logger, metrics: newMetrics(o.Metrics, o.WithoutPod), changed: make(chan struct{}, 1),
-		goneAt: map[api.Key]time.Time{}, confirmed: map[api.Key]bool{}}
+		leaks: leakState{goneAt: map[api.Key]time.Time{}, confirmed: map[api.Key]bool{}}}
 	switch {
 	case o.NodeName == "":
 		c.state = "disabled: MY_NODE_NAME unset"
@@ -257,8 +262,8 @@ func (c *Cluster) apiError(what string, err error) {
 	first := !strings.HasPrefix(c.state, "degraded")
 	c.lastErr = c.o.Now()
 	c.state = "degraded: " + what + ": " + err.Error()
-	c.goneAt = map[api.Key]time.Time{} // absences seen so far are no evidence now
-	clear(c.confirmed)
+	c.leaks.goneAt = map[api.Key]time.Time{} // absences seen so far are no evidence now
+	clear(c.leaks.confirmed)
 	c.mu.Unlock()
 	c.metrics.setConnected(false)
 	c.metrics.apiErrors.Inc()

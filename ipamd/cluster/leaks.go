@@ -40,31 +40,31 @@ func (c *Cluster) checkLeaks(ctx context.Context, snap nodestatus.Snapshot) {
 		}
 		seen[a.Key] = true
 		if p := c.cachedPod(a.Pod.Namespace, a.Pod.Name); p != nil && (a.Pod.UID == "" || string(p.UID) == a.Pod.UID) {
-			delete(c.goneAt, a.Key)
-			delete(c.confirmed, a.Key)
+			delete(c.leaks.goneAt, a.Key)
+			delete(c.leaks.confirmed, a.Key)
 			continue
 		}
 		missing++
-		if c.confirmed[a.Key] {
+		if c.leaks.confirmed[a.Key] {
 			continue
 		}
-		since, ok := c.goneAt[a.Key]
+		since, ok := c.leaks.goneAt[a.Key]
 		if !ok {
-			c.goneAt[a.Key] = now
+			c.leaks.goneAt[a.Key] = now
 			continue
 		}
 		if now.Sub(since) >= c.o.LeakGrace {
 			due = append(due, a)
 		}
 	}
-	for k := range c.goneAt {
+	for k := range c.leaks.goneAt {
 		if !seen[k] {
-			delete(c.goneAt, k)
+			delete(c.leaks.goneAt, k)
 		}
 	}
-	for k := range c.confirmed {
+	for k := range c.leaks.confirmed {
 		if !seen[k] {
-			delete(c.confirmed, k)
+			delete(c.leaks.confirmed, k)
 		}
 	}
 	c.mu.Unlock()
@@ -87,8 +87,8 @@ func (c *Cluster) checkLeaks(ctx context.Context, snap nodestatus.Snapshot) {
 			continue
 		}
 		c.mu.Lock()
-		if _, ok := c.goneAt[a.Key]; ok { // not reset by an API error meanwhile
-			c.confirmed[a.Key] = true
+		if _, ok := c.leaks.goneAt[a.Key]; ok { // not reset by an API error meanwhile
+			c.leaks.confirmed[a.Key] = true
 			newly++
 		}
 		c.mu.Unlock()
@@ -110,8 +110,8 @@ func (c *Cluster) PodsGone() []api.Key {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := make([]api.Key, 0, len(c.confirmed))
-	for k := range c.confirmed {
+	out := make([]api.Key, 0, len(c.leaks.confirmed))
+	for k := range c.leaks.confirmed {
 		out = append(out, k)
 	}
 	slices.SortFunc(out, func(a, b api.Key) int { return strings.Compare(a.String(), b.String()) })
@@ -120,7 +120,7 @@ func (c *Cluster) PodsGone() []api.Key {
 
 func (c *Cluster) forget(k api.Key) {
 	c.mu.Lock()
-	delete(c.goneAt, k)
-	delete(c.confirmed, k)
+	delete(c.leaks.goneAt, k)
+	delete(c.leaks.confirmed, k)
 	c.mu.Unlock()
 }

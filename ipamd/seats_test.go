@@ -13,6 +13,7 @@ import (
 
 	"github.com/vpcip/vpcip/ipamd/api"
 	"github.com/vpcip/vpcip/ipamd/nodestatus"
+	"github.com/vpcip/vpcip/provider"
 )
 
 // fakePods stands in for the Kubernetes part's facts: the pods bound to the
@@ -202,4 +203,24 @@ func TestPodsGoneReleasedThroughTheHostPath(t *testing.T) {
 	if v := testutil.ToFloat64(n.d.work.gone.metrics.leaksReleased); v != 1 {
 		t.Errorf("vpcip_leaked_addresses_released_total = %v, want 1", v)
 	}
+}
+
+// TestStatusPublishedWhileStarting: while start-up still waits for the cloud
+// the status sink already has a snapshot saying the daemon is not ready, so
+// the node's AddressBudget shows it starting rather than nothing.
+func TestStatusPublishedWhileStarting(t *testing.T) {
+	c := startCloud(t)
+	n := newNode(t, c, itypeSmall, nil)
+	gate := make(chan struct{})
+	n.wrap = func(p provider.Provider) provider.Provider { return &gatedENIs{Provider: p, gate: gate} }
+	sink := &snapshots{}
+	n.sink = sink
+	n.startNoWait()
+	waitUntil(t, 10*time.Second, "a snapshot before start-up finished", func() bool { _, c := sink.last(); return c > 0 })
+	if snap, _ := sink.last(); snap.Status.Ready {
+		t.Errorf("snapshot while the cloud has not answered says ready: %+v", snap.Status)
+	}
+	close(gate)
+	<-n.d.Ready()
+	waitUntil(t, 10*time.Second, "a ready snapshot after start-up", func() bool { s, _ := sink.last(); return s.Status.Ready })
 }

@@ -42,6 +42,10 @@ func (w *worker) Kick() {
 
 // run is the worker goroutine.
 func (w *worker) run(ctx context.Context, restored restoreOutcome) {
+	// The status sink hears of the daemon while start-up still waits for
+	// the cloud (not ready, and why), as it did when the Kubernetes part
+	// polled the daemon.
+	w.publish()
 	if !w.rec.start(ctx, restored) {
 		return
 	}

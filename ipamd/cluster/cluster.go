@@ -58,8 +58,9 @@ type Options struct {
 	// (fleetmetrics.Subnets.Latest: the daemon's one cached
 	// DescribeSubnets, so publishing costs no EC2 call); nil: none shown.
 	Subnets func() ([]provider.Subnet, time.Time)
-	// LeakGrace is how long a pod must be absent from a synced cache (and
-	// from a live list) before its assignment is released; default 2 min.
+	// LeakGrace is how long a pod must be absent from a synced cache before
+	// a live list is asked and, absent there too, PodsGone reports its
+	// attachment; default 2 min.
 	LeakGrace time.Duration
 	// PublishInterval is the least time between two AddressBudget status
 	// writes; default 15 s. ResyncInterval forces a write; default 5 min.

@@ -2,6 +2,7 @@ package ipamd
 
 import (
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/vpcip/vpcip/ipamd/api"
@@ -20,7 +21,7 @@ const (
 // an address the pool may hand to another pod (B13). The address is fenced
 // while its rules go, so no ADD is given it meanwhile (the rules removed
 // could be its new ones), and stays fenced while they cannot be removed
-// (until a later check removes them, or a restart); an address the store
+// (until a later check finds them gone); an address the store
 // does not know is not handed out at all (the store learns addresses on
 // this goroutine).
 func (h *hostSync) removeStaleRules(byAddr map[netip.Addr]string) {
@@ -28,6 +29,14 @@ func (h *hostSync) removeStaleRules(byAddr map[netip.Addr]string) {
 	if err != nil {
 		h.log.Warn("host policy rules unreadable", "err", err)
 		return
+	}
+	// An address left fenced by a removal that reported an error whose
+	// rules are gone now (the error came after the kernel deleted them, or
+	// someone else removed them) is handed out again.
+	for _, a := range h.store.FencedBy(fenceStaleRules) {
+		if !slices.Contains(addrs, a) {
+			h.store.Unfence(a, fenceStaleRules)
+		}
 	}
 	for _, a := range addrs {
 		if _, routed := byAddr[a]; routed {

@@ -240,6 +240,40 @@ func TestStaleRulesThatStayKeepTheAddress(t *testing.T) {
 	}
 }
 
+// lostAckRulesHost is memHost whose rule removal deletes the rules and then
+// reports an error, as when netlink's acknowledgement is lost.
+type lostAckRulesHost struct{ *memHost }
+
+func (h lostAckRulesHost) RemovePodRules(a netip.Addr) (int, error) {
+	h.memHost.RemovePodRules(a)
+	return 0, errors.New("netlink: no acknowledgement")
+}
+
+// TestStaleRulesFenceLiftedOnceTheyAreGone: a removal that reported an error
+// but deleted the rules (or rules removed by someone else meanwhile) leaves
+// the address fenced; the next check, which no longer finds its rules, must
+// lift the fence, or the address is lost to the pool until a restart while
+// still counted as warm.
+func TestStaleRulesFenceLiftedOnceTheyAreGone(t *testing.T) {
+	store, stale := oneFreeAddress(t)
+	mem := newMemHost()
+	mem.leaveRules(stale)
+	hs := newHostSync(lostAckRulesHost{mem}, config.Config{GCGrace: time.Hour}, store, slog.New(slog.DiscardHandler),
+		NewMetrics(prometheus.NewRegistry()), time.Now, nil)
+	hs.checkPods(false)
+	k := api.Key{Network: "vpcip", ContainerID: "next", IfName: "eth0"}
+	if a, _, err := store.Assign(k, api.Pod{}, time.Now()); err == nil {
+		t.Fatalf("%v handed out while its rule removal had failed", a.Address)
+	}
+	hs.host = mem
+	for range 3 {
+		hs.checkPods(false)
+	}
+	if a, _, err := store.Assign(k, api.Pod{}, time.Now()); err != nil || a.Address != stale {
+		t.Errorf("after its rules went: %v, %v; want %v", a.Address, err, stale)
+	}
+}
+
 // lateDELHost is memHost whose RemovePodRules first lets a late DEL of the
 // dead key release the address and a new ADD ask for one, as the socket
 // server may serve them while the route-less release removes the rules.

@@ -306,6 +306,19 @@ func (a *address) fence(by Fencer) {
 	}
 }
 
+// FencedBy lists the addresses by fences, in no order.
+func (s *Store) FencedBy(by Fencer) []netip.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []netip.Addr
+	for addr, a := range s.addrs {
+		if slices.Contains(a.fences, by) {
+			out = append(out, addr)
+		}
+	}
+	return out
+}
+
 // Unfence lifts by's fence of addr; Assign hands it out again once no
 // fence is left.
 func (s *Store) Unfence(addr netip.Addr, by Fencer) {

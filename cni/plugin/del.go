@@ -227,9 +227,15 @@ func removeHostSide(in *invocation, addr netip.Addr, key api.Key, owners ...stri
 		if _, err := datapath.DeleteHostVeth(link); err != nil {
 			errs = append(errs, err)
 		}
-	}
-	if err := datapath.RemoveHostRoute(addr, link); err != nil {
-		errs = append(errs, err)
+		if err := datapath.RemoveHostRoute(addr, link); err != nil {
+			errs = append(errs, err)
+		}
+	} else if now, err := datapath.HostRouteLink(addr); err == nil && now != "" {
+		// No route when looked at, one now: a new sandbox's ADD of the
+		// address (released meanwhile) made it, and makes its rules after
+		// it. Its route and rules are its own.
+		log.Warn("address routed since the check; leaving its host state alone", "address", addr.String(), "link", now)
+		return fmt.Errorf("%w: %v via %s", errRoutedElsewhere, addr, now)
 	}
 	n, err := routing.RemovePodRules(addr)
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -129,7 +130,9 @@ func Load(path string) (st State, dropped []string, err error) {
 		return State{}, nil, &CorruptError{Path: path, Reason: `no "assignments" list`}
 	}
 	st = State{Version: raw.Version, InstanceID: raw.InstanceID, Written: raw.Written, Writer: raw.Writer, Generation: raw.Generation}
-	st.Unknown = unknownFields(data)
+	if st.Unknown = unknownFields(data); st.Unknown == nil && hasUnknown(data) {
+		dropped = append(dropped, fmt.Sprintf("fields this daemon does not know, more than %d bytes together: not carried", maxUnknown))
+	}
 	st.Assignments, dropped = decodeEntries[Assignment](raw.Assignments, "assignment", dropped)
 	st.Cooling, dropped = decodeEntries[Cooling](raw.Cooling, "cooldown record", dropped)
 	st.Departed, dropped = decodeEntries[netip.Addr](raw.Departed, "departed address", dropped)
@@ -153,19 +156,36 @@ type rawState struct {
 }
 
 // knownFields are the top-level names State reads and writes.
-var knownFields = map[string]bool{"version": true, "instanceID": true, "written": true, "writer": true,
-	"generation": true, "assignments": true, "cooling": true, "departed": true}
+var knownFields = []string{"version", "instanceID", "written", "writer", "generation", "assignments", "cooling", "departed"}
+
+// known reports whether State reads the top-level field k. encoding/json
+// matches names without regard to case, so "Cooling" is State's cooling
+// list too and must not also be carried as a field State does not know.
+func known(k string) bool {
+	return slices.ContainsFunc(knownFields, func(f string) bool { return strings.EqualFold(f, k) })
+}
+
+// maxUnknown bounds the fields a reader carries without knowing them
+// (bytes, all together): a newer build's additions are small, and carrying
+// more on every write would slow each ADD and DEL and could push the file
+// past maxSize, which Load refuses.
+const maxUnknown = 64 << 10
 
 // unknownFields returns the top-level fields of a decoded-valid file that
-// State does not know (State.Unknown), or nil.
+// State does not know (State.Unknown), or nil; nil too when together they
+// exceed maxUnknown (they are dropped, and the caller says so).
 func unknownFields(data []byte) map[string]json.RawMessage {
 	var all map[string]json.RawMessage
 	if json.Unmarshal(data, &all) != nil {
 		return nil
 	}
 	var out map[string]json.RawMessage
+	size := 0
 	for k, v := range all {
-		if !knownFields[k] {
+		if !known(k) {
+			if size += len(k) + len(v); size > maxUnknown {
+				return nil
+			}
 			if out == nil {
 				out = map[string]json.RawMessage{}
 			}
@@ -173,6 +193,20 @@ func unknownFields(data []byte) map[string]json.RawMessage {
 		}
 	}
 	return out
+}
+
+// hasUnknown reports whether data has a top-level field State does not know.
+func hasUnknown(data []byte) bool {
+	var all map[string]json.RawMessage
+	if json.Unmarshal(data, &all) != nil {
+		return false
+	}
+	for k := range all {
+		if !known(k) {
+			return true
+		}
+	}
+	return false
 }
 
 // withUnknown adds st.Unknown's fields to data, the encoding of st; a
@@ -186,7 +220,7 @@ func withUnknown(data []byte, unknown map[string]json.RawMessage) ([]byte, error
 		return nil, err
 	}
 	for k, v := range unknown {
-		if _, set := all[k]; !set && !knownFields[k] && json.Valid(v) {
+		if _, set := all[k]; !set && !known(k) && json.Valid(v) {
 			all[k] = v
 		}
 	}

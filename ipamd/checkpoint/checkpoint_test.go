@@ -372,3 +372,47 @@ func TestRoundTripKeepsWhatTheReaderDoesNotKnow(t *testing.T) {
 		t.Errorf("departed cleared in State but written back from the file: %v", again.Departed)
 	}
 }
+
+// TestUnknownFieldsBoundedAndCaseBlind: a field whose name differs from one
+// State knows only in case is that field (encoding/json matches names
+// without regard to case), so it is not carried as unknown and comes back
+// after State dropped it; and unknown fields larger than maxUnknown are not
+// carried (said in dropped), so a file Load accepts cannot grow on each
+// write past what Load accepts.
+func TestUnknownFieldsBoundedAndCaseBlind(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ipam.json")
+	data := `{"version":1,"written":"2026-11-29T12:00:00Z","assignments":[],` +
+		`"Cooling":[{"address":"100.64.0.9","unassignedAt":"2026-11-29T11:59:00Z"}]}`
+	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	st, _, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Cooling = nil
+	if err := Save(path, st); err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := os.ReadFile(path); strings.Contains(strings.ToLower(string(out)), `"cooling"`) {
+		t.Errorf("a cooling list State emptied came back under another case: %s", out)
+	}
+
+	big := `{"version":1,"written":"2026-11-29T12:00:00Z","assignments":[],"future":"` + strings.Repeat("x", maxUnknown) + `"}`
+	if err := os.WriteFile(path, []byte(big), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	st, dropped, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Unknown) != 0 || len(dropped) != 1 || !strings.Contains(dropped[0], "not carried") {
+		t.Errorf("unknown fields over %d bytes: carried %d, dropped %q; want none carried and one line saying so", maxUnknown, len(st.Unknown), dropped)
+	}
+	if err := Save(path, st); err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := os.ReadFile(path); len(out) > maxUnknown {
+		t.Errorf("file after a write: %d bytes, the large unknown field carried", len(out))
+	}
+}

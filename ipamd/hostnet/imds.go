@@ -1,0 +1,160 @@
+package hostnet
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/coreos/go-iptables/iptables"
+)
+
+// ChainIMDS (filter, jumped to from FORWARD and INPUT at position 1 for
+// packets to IMDSAddr) returns for the pod addresses allowed to reach the
+// instance metadata service and rejects every other packet arriving from a
+// pod veth. Both parent chains are needed: on EC2 a pod's packet to IMDS is
+// routed out of an ENI (FORWARD); where the metadata address is local to the
+// node's netns (vpcsim, or a proxy listening on it) it is delivered locally
+// (INPUT). The node's own processes and hostNetwork pods send from the node's
+// netns (OUTPUT, then INPUT on lo) and never match: they keep IMDS.
+const ChainIMDS = "VPCIP-IMDS"
+
+// IMDSAddr is the IPv4 address of the EC2 instance metadata service (EC2
+// User Guide, "Access instance metadata": 169.254.169.254).
+var IMDSAddr = netip.MustParseAddr("169.254.169.254")
+
+// IMDSAllowed is a pod address whose packets to IMDS are let through, with
+// the pod it belongs to (namespace/name), shown in the rule's comment.
+type IMDSAllowed struct {
+	Addr netip.Addr
+	Pod  string
+}
+
+// IMDSConfig is the node's pod-to-IMDS policy.
+type IMDSConfig struct {
+	// VethPrefix is the host veth name prefix of pods
+	// (AWS_VPC_K8S_CNI_VETHPREFIX): packets entering by "<prefix>+" are pod
+	// packets.
+	VethPrefix string
+	// Allowed are the pod addresses that may reach IMDS; every other pod's
+	// packets to IMDSAddr are rejected (ICMP port unreachable: a TCP connect
+	// fails at once with "connection refused").
+	Allowed []IMDSAllowed
+}
+
+func (c IMDSConfig) validate() error {
+	var errs []error
+	if c.VethPrefix == "" || strings.ContainsAny(c.VethPrefix, " +!") || len(c.VethPrefix) > 14 {
+		errs = append(errs, fmt.Errorf("veth prefix %q: want 1 to 14 characters without spaces, + or !", c.VethPrefix))
+	}
+	for _, a := range c.Allowed {
+		if !a.Addr.Is4() {
+			errs = append(errs, fmt.Errorf("allowed address %v: want IPv4", a.Addr))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("IMDS config: %w", err)
+	}
+	return nil
+}
+
+// imdsRules is the spec of ChainIMDS and its two jumps. Pure, so the spec is
+// tested without root. Allowed addresses come first, sorted, one RETURN each.
+func imdsRules(c IMDSConfig) (chain []rule, jumps []rule) {
+	allowed := slices.Clone(c.Allowed)
+	slices.SortFunc(allowed, func(a, b IMDSAllowed) int { return a.Addr.Compare(b.Addr) })
+	for i, a := range allowed {
+		if i > 0 && allowed[i-1].Addr == a.Addr {
+			continue
+		}
+		chain = append(chain, rule{table: "filter", chain: ChainIMDS, desc: "pod " + commentSafe(a.Pod) + " may reach IMDS",
+			match: []string{"-s", a.Addr.String() + "/32"}, target: []string{"-j", "RETURN"}})
+	}
+	chain = append(chain, rule{table: "filter", chain: ChainIMDS, desc: "pods may not reach IMDS",
+		match: []string{"-i", c.VethPrefix + "+"}, target: []string{"-j", "REJECT", "--reject-with", "icmp-port-unreachable"}})
+	dst := []string{"-d", IMDSAddr.String() + "/32"}
+	for _, parent := range []string{"FORWARD", "INPUT"} {
+		jumps = append(jumps, rule{table: "filter", chain: parent, desc: "vpcip pod access to IMDS",
+			match: dst, target: []string{"-j", ChainIMDS}})
+	}
+	return chain, jumps
+}
+
+// commentSafe keeps a pod name fit for an iptables comment (at most 256
+// bytes, no quotes).
+func commentSafe(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if r == '"' || r == '\'' || r == '\\' || r < ' ' || r > '~' {
+			return '_'
+		}
+		return r
+	}, s)
+	if len(s) > 200 {
+		s = s[:200]
+	}
+	return s
+}
+
+// EnsureIMDSBlock makes the node's pod-to-IMDS filter match c, in the current
+// netns: filter ChainIMDS holds one RETURN per allowed pod address, then the
+// REJECT of every other packet entering by a pod veth; FORWARD and INPUT
+// each jump to it, first, for destination IMDSAddr. The jumps go in only
+// after the chain holds its spec, and a changed spec is converged in place
+// (new rules inserted ahead of stale ones), so there is no moment where a
+// pod that should be blocked is not. Needs the iptables binary.
+func EnsureIMDSBlock(c IMDSConfig) error {
+	if err := c.validate(); err != nil {
+		return err
+	}
+	ipt, err := iptables.New()
+	if err != nil {
+		return fmt.Errorf("iptables: %w", err)
+	}
+	iptMu.Lock()
+	defer iptMu.Unlock()
+	chain, jumps := imdsRules(c)
+	if err := convergeChain(ipt, "filter", ChainIMDS, chain); err != nil {
+		return err
+	}
+	for _, j := range jumps {
+		if err := ensureJump(ipt, j, true); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// RemoveIMDSBlock deletes the jumps from FORWARD and INPUT and ChainIMDS:
+// pods reach IMDS as the node does (VPCIP_IMDS_POD_ACCESS=all, or the node
+// leaving vpcip). What is already gone is success.
+func RemoveIMDSBlock() error {
+	ipt, err := iptables.New()
+	if err != nil {
+		return fmt.Errorf("iptables: %w", err)
+	}
+	iptMu.Lock()
+	defer iptMu.Unlock()
+	err = errors.Join(
+		removeJumps(ipt, "filter", "FORWARD", ChainIMDS),
+		removeJumps(ipt, "filter", "INPUT", ChainIMDS),
+		removeChain(ipt, "filter", "", ChainIMDS))
+	if err != nil {
+		return fmt.Errorf("remove IMDS block: %w", err)
+	}
+	return nil
+}
+
+// removeJumps deletes every rule of parent that jumps to chain.
+func removeJumps(ipt *iptables.IPTables, table, parent, chain string) error {
+	pos, _, err := jumpPositions(ipt, table, parent, chain)
+	if err != nil {
+		return err
+	}
+	for i := len(pos) - 1; i >= 0; i-- {
+		if err := ipt.DeleteById(table, parent, pos[i]); err != nil {
+			return fmt.Errorf("delete jump %s %s -> %s: %w", table, parent, chain, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,164 @@
+package hostnet
+
+import (
+	"errors"
+	"io"
+	"net"
+	"net/netip"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestIMDSRulesSpec(t *testing.T) {
+	chain, jumps := imdsRules(IMDSConfig{VethPrefix: "eni", Allowed: []IMDSAllowed{
+		{Addr: netip.MustParseAddr("10.0.1.50"), Pod: "b/x"},
+		{Addr: netip.MustParseAddr("10.0.0.9"), Pod: `a/"q"`},
+		{Addr: netip.MustParseAddr("10.0.1.50"), Pod: "b/x"},
+	}})
+	var got []string
+	for _, r := range append(chain, jumps...) {
+		got = append(got, r.chain+" "+strings.Join(r.args(), " "))
+	}
+	got = stripIDs(got)
+	want := []string{
+		`VPCIP-IMDS -s 10.0.0.9/32 -m comment --comment vpcip:ID pod a/_q_ may reach IMDS -j RETURN`,
+		`VPCIP-IMDS -s 10.0.1.50/32 -m comment --comment vpcip:ID pod b/x may reach IMDS -j RETURN`,
+		`VPCIP-IMDS -i eni+ -m comment --comment vpcip:ID pods may not reach IMDS -j REJECT --reject-with icmp-port-unreachable`,
+		`FORWARD -d 169.254.169.254/32 -m comment --comment vpcip:ID vpcip pod access to IMDS -j VPCIP-IMDS`,
+		`INPUT -d 169.254.169.254/32 -m comment --comment vpcip:ID vpcip pod access to IMDS -j VPCIP-IMDS`,
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("rules (-want +got):\n%s", d)
+	}
+	for _, bad := range []IMDSConfig{{VethPrefix: ""}, {VethPrefix: "a+"}, {VethPrefix: "eni", Allowed: []IMDSAllowed{{Pod: "x"}}}} {
+		if err := bad.validate(); err == nil {
+			t.Errorf("validate(%+v) = nil, want an error", bad)
+		}
+	}
+}
+
+func stripIDs(lines []string) []string {
+	out := make([]string, len(lines))
+	for i, l := range lines {
+		out[i] = idPattern.ReplaceAllString(l, "vpcip:ID")
+	}
+	return out
+}
+
+// serveTCP accepts on addr inside n until the test ends and writes "ok" on
+// every connection.
+func serveTCP(t *testing.T, n *testNS, addr string) {
+	t.Helper()
+	var l net.Listener
+	n.do(t, func() (err error) {
+		l, err = net.Listen("tcp4", addr)
+		return err
+	})
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte("ok"))
+			c.Close()
+		}
+	}()
+}
+
+// dialIMDS connects from n to IMDS port 80 (2 s bound) and reads the
+// answer: nil when "ok" came back.
+func dialIMDS(t *testing.T, n *testNS) error {
+	t.Helper()
+	var got error
+	n.do(t, func() error {
+		c, err := net.DialTimeout("tcp4", "169.254.169.254:80", 2*time.Second)
+		if err != nil {
+			got = err
+			return nil
+		}
+		defer c.Close()
+		c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		b, err := io.ReadAll(c)
+		if err == nil && string(b) != "ok" {
+			err = errors.New("answer " + string(b))
+		}
+		got = err
+		return nil
+	})
+	return got
+}
+
+func expectIMDS(t *testing.T, n *testNS, reachable bool) {
+	t.Helper()
+	err := dialIMDS(t, n)
+	switch {
+	case reachable && err != nil:
+		t.Errorf("%s -> IMDS: %v, want it reached", n.name, err)
+	case !reachable && err == nil:
+		t.Errorf("%s -> IMDS: reached, want it refused", n.name)
+	case !reachable && !errors.Is(err, syscall.ECONNREFUSED):
+		t.Errorf("%s -> IMDS: %v, want connection refused", n.name, err)
+	}
+}
+
+// Pods reach IMDS only when allowed, both where IMDS is behind the ENI (EC2:
+// FORWARD) and where it listens in the node's netns (vpcsim: INPUT); the
+// node itself always does, pods' other traffic is untouched, and
+// RemoveIMDSBlock leaves no rule behind.
+func TestTrafficIMDSBlock(t *testing.T) {
+	for _, where := range []string{"forwarded", "local"} {
+		t.Run(where, func(t *testing.T) {
+			v := newVPC(t)
+			echo(t, v.router, outsideIP+":7007")
+			// As on a node: pod B on a secondary ENI, pods' traffic leaving
+			// the VPC (IMDS's address included) SNATed by the primary ENI.
+			eniB := ENI{MAC: eniBMAC, DeviceNumber: 1, PrimaryIP: netip.MustParseAddr("10.0.1.10"),
+				SubnetCIDR: netip.MustParsePrefix("10.0.1.0/24"), Gateway: netip.MustParseAddr("10.0.1.1"), MTU: 1500}
+			v.node.do(t, func() error { _, err := EnsureENI(eniB); return err })
+			v.node.do(t, func() error { return EnsureSNAT(v.snatConfig()) })
+			for _, p := range []*testNS{v.podA, v.podB} {
+				p.run(t, "ip", "route", "add", IMDSAddr.String(), "via", "169.254.1.1", "dev", "eth0")
+			}
+			if where == "forwarded" {
+				v.router.run(t, "ip", "addr", "add", IMDSAddr.String()+"/32", "dev", "lo")
+				v.node.run(t, "ip", "route", "add", IMDSAddr.String(), "via", routerVPCIP)
+				serveTCP(t, v.router, IMDSAddr.String()+":80")
+			} else {
+				v.node.run(t, "ip", "addr", "add", IMDSAddr.String()+"/32", "dev", "lo")
+				serveTCP(t, v.node, IMDSAddr.String()+":80")
+			}
+			expectIMDS(t, v.podA, true) // the topology passes pods' packets before the block
+			expectIMDS(t, v.podB, true)
+
+			c := IMDSConfig{VethPrefix: "eni", Allowed: []IMDSAllowed{{Addr: netip.MustParseAddr(podB), Pod: "ns/b"}}}
+			for range 2 { // converging twice changes nothing
+				v.node.do(t, func() error { return EnsureIMDSBlock(c) })
+			}
+			if got := v.node.iptRules(t, "filter"); len(got) != 4 {
+				t.Errorf("filter rules after two Ensure runs: %q, want 2 jumps and 2 chain rules", got)
+			}
+			expectIMDS(t, v.podA, false)
+			expectIMDS(t, v.podB, true)
+			expectIMDS(t, v.node, true)
+			expectSource(t, v.podA, outsideIP+":7007", nodeIP)
+			expectSource(t, v.podB, outsideIP+":7007", nodeIP)
+
+			c.Allowed = nil
+			v.node.do(t, func() error { return EnsureIMDSBlock(c) })
+			expectIMDS(t, v.podB, false)
+
+			v.node.do(t, RemoveIMDSBlock)
+			v.node.do(t, RemoveIMDSBlock) // gone is success
+			if got := v.node.iptRules(t, "filter"); len(got) != 0 {
+				t.Errorf("filter rules after RemoveIMDSBlock: %q, want none", got)
+			}
+			expectIMDS(t, v.podA, true)
+		})
+	}
+}

@@ -42,6 +42,7 @@ type apiServer struct {
 	placement func() podsubnet.Decision
 	events    NoAddressRecorder // nil: none
 	flush     *conntrackFlusher
+	imds      *podIMDS
 
 	waiting atomic.Int64 // ADDs waiting for an address
 }
@@ -96,6 +97,9 @@ func (s *apiServer) Assign(ctx context.Context, req api.AssignRequest) (api.Assi
 			if a.Unflushed {
 				s.flushBeforeUse(ctx, a)
 			}
+			// Before the answer: an allowed pod's rule exists before its
+			// sandbox runs, and no rule of an earlier holder outlives it.
+			s.imds.syncLogged(false)
 			s.kick()
 			return s.wire(a), nil
 		}
@@ -162,6 +166,7 @@ func (s *apiServer) Release(req api.ReleaseRequest) (api.ReleaseResponse, error)
 		s.log.Error("checkpoint write after release failed", "key", req.Key.String(), "err", err)
 	}
 	s.log.Debug("released", "key", req.Key.String(), "address", a.Address)
+	s.imds.syncLogged(false)
 	s.kick()
 	w := s.wire(a)
 	return api.ReleaseResponse{Version: api.Version, Released: true, Assignment: &w}, nil
@@ -243,6 +248,7 @@ func (s *apiServer) gcRelease(req api.GCRequest, released []datastore.Assignment
 		}
 		s.metrics.repaired("gc_released", len(released))
 		s.log.Info("GC released stale attachments", "network", req.Network, "count", len(released))
+		s.imds.syncLogged(false)
 		s.kick()
 	}
 	return out, nil

@@ -104,11 +104,12 @@ func New(o Options) (*Daemon, error) {
 	d := &Daemon{cfg: cfg, log: o.Logger, gatherer: o.Gatherer, store: store, life: newLifecycle(), node: &nodeInfo{}}
 	d.ckpt = &checkpointer{path: cfg.Checkpoint, store: store, log: o.Logger, metrics: o.Metrics, now: o.Clock}
 	d.hosts = newHostSync(o.Host, cfg, store, o.Logger, o.Metrics, o.Clock, o.NetnsDirs)
+	d.hosts.imds = newPodIMDS(o.Host, cfg, store, o.Logger)
 	d.rec = &reconciler{cfg: cfg, prov: o.Provider, store: store, node: d.node, hosts: d.hosts, ckpt: d.ckpt,
 		life: d.life, log: o.Logger, metrics: o.Metrics, now: o.Clock, missing: map[string]int{}}
 	d.flush = &conntrackFlusher{host: o.Host, store: store, log: o.Logger, now: o.Clock}
 	d.api = &apiServer{cfg: cfg, store: store, node: d.node, ckpt: d.ckpt, life: d.life, log: o.Logger,
-		metrics: o.Metrics, now: o.Clock, placement: o.Placement, events: o.Events, flush: d.flush}
+		metrics: o.Metrics, now: o.Clock, placement: o.Placement, events: o.Events, flush: d.flush, imds: d.hosts.imds}
 	if d.api.placement == nil {
 		d.api.placement = func() podsubnet.Decision { return podsubnet.Decision{} }
 	}

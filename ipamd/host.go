@@ -21,6 +21,11 @@ type Host interface {
 	RemoveENI(e hostnet.ENI) error
 	// EnsureSNAT installs the SNAT and connection-mark rules.
 	EnsureSNAT(c hostnet.SNATConfig) error
+	// EnsureIMDSBlock installs the filter keeping pods from the instance
+	// metadata service, except c.Allowed.
+	EnsureIMDSBlock(c hostnet.IMDSConfig) error
+	// RemoveIMDSBlock removes it; missing is success.
+	RemoveIMDSBlock() error
 	// LinkName is the name of the link with this MAC (the primary ENI's, for SNAT).
 	LinkName(mac string) (string, error)
 	// PodRoutes lists the host routes to pod veths. ErrNoHostView means the
@@ -48,11 +53,13 @@ type NodeHost struct{}
 
 var _ Host = NodeHost{}
 
-func (NodeHost) EnsureENI(e hostnet.ENI) (string, error) { return hostnet.EnsureENI(e) }
-func (NodeHost) RemoveENI(e hostnet.ENI) error           { return hostnet.RemoveENI(e) }
-func (NodeHost) EnsureSNAT(c hostnet.SNATConfig) error   { return hostnet.EnsureSNAT(c) }
-func (NodeHost) LinkName(mac string) (string, error)     { return linkByMAC(mac) }
-func (NodeHost) PodRoutes() ([]hostnet.PodRoute, error)  { return hostnet.PodRoutes() }
+func (NodeHost) EnsureENI(e hostnet.ENI) (string, error)    { return hostnet.EnsureENI(e) }
+func (NodeHost) RemoveENI(e hostnet.ENI) error              { return hostnet.RemoveENI(e) }
+func (NodeHost) EnsureSNAT(c hostnet.SNATConfig) error      { return hostnet.EnsureSNAT(c) }
+func (NodeHost) EnsureIMDSBlock(c hostnet.IMDSConfig) error { return hostnet.EnsureIMDSBlock(c) }
+func (NodeHost) RemoveIMDSBlock() error                     { return hostnet.RemoveIMDSBlock() }
+func (NodeHost) LinkName(mac string) (string, error)        { return linkByMAC(mac) }
+func (NodeHost) PodRoutes() ([]hostnet.PodRoute, error)     { return hostnet.PodRoutes() }
 
 func (NodeHost) RemovePodRules(a netip.Addr) (int, error) { return routing.RemovePodRules(a) }
 func (NodeHost) FlushConntrack(addrs []netip.Addr) (uint, error) {
@@ -70,6 +77,8 @@ var _ Host = NoHost{}
 func (NoHost) EnsureENI(e hostnet.ENI) (string, error)   { return "", nil }
 func (NoHost) RemoveENI(hostnet.ENI) error               { return nil }
 func (NoHost) EnsureSNAT(hostnet.SNATConfig) error       { return nil }
+func (NoHost) EnsureIMDSBlock(hostnet.IMDSConfig) error  { return nil }
+func (NoHost) RemoveIMDSBlock() error                    { return nil }
 func (NoHost) LinkName(string) (string, error)           { return "", nil }
 func (NoHost) PodRoutes() ([]hostnet.PodRoute, error)    { return nil, ErrNoHostView }
 func (NoHost) RemovePodRules(netip.Addr) (int, error)    { return 0, nil }

@@ -36,6 +36,8 @@ type hostSync struct {
 	noRoute         map[api.Key]int // worker goroutine only: consecutive checks an assignment had no host route
 	keptUnconfirmed int             // worker goroutine only: route-less assignments the witness could not confirm gone, last check
 
+	imds *podIMDS // the pod-to-IMDS filter, shared with the API server
+
 	witness netnsWitness
 	wmu     sync.Mutex   // guards wstate and wknown
 	wstate  WitnessState // the witness's view at the last check
@@ -152,8 +154,8 @@ func (h *hostSync) failures() map[string]string {
 	return maps.Clone(h.errs)
 }
 
-// ensureAll re-applies the host setup of every secondary ENI and the SNAT
-// rules, undoing drift (a flushed table, a changed rp_filter) and retrying
+// ensureAll re-applies the host setup of every secondary ENI, the SNAT
+// rules and the pod-to-IMDS filter, undoing drift (a flushed table, a changed rp_filter) and retrying
 // failed setups. Every call is idempotent.
 func (h *hostSync) ensureAll(self provider.Instance) {
 	for _, e := range h.store.ENIs() {
@@ -162,6 +164,7 @@ func (h *hostSync) ensureAll(self provider.Instance) {
 	if err := h.ensureSNAT(self); err != nil {
 		h.log.Error("re-applying SNAT rules failed", "err", err)
 	}
+	h.imds.syncLogged(true)
 }
 
 // ensureSNAT installs the node's SNAT rules (nothing with NoHost).

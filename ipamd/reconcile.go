@@ -36,7 +36,7 @@ type reconciler struct {
 
 // start restores the daemon's view before it serves ADDs: instance and limits
 // from the provider, the ENIs from EC2 (one Describe), host setup, SNAT, and
-// pods the host shows that the checkpoint lost. It retries with backoff until
+// pods the host shows that the checkpoint lost, the pod-to-IMDS filter. It retries with backoff until
 // it succeeds or ctx ends, and marks the daemon ready (B03).
 func (r *reconciler) start(ctx context.Context, restored restoreOutcome) bool {
 	for n := 1; ; n++ {
@@ -87,6 +87,11 @@ func (r *reconciler) startOnce(ctx context.Context, restored restoreOutcome) err
 		r.store.CoolFree(r.now())
 	}
 	r.hosts.checkPods(true)
+	// Before the first ADD is served: a daemon that cannot keep pods from
+	// IMDS stays unready rather than start pods that reach it.
+	if err := r.hosts.imds.sync(true); err != nil {
+		return err
+	}
 	return r.ckpt.persist()
 }
 

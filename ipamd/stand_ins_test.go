@@ -21,6 +21,7 @@ type memHost struct {
 
 	rulesRemoved []netip.Addr        // addresses whose pod rules the daemon asked to remove
 	rules        map[netip.Addr]bool // addresses with staged per-pod rules
+	imds         *hostnet.IMDSConfig // the pod IMDS filter applied; nil: none
 }
 
 var _ Host = (*memHost)(nil)
@@ -177,4 +178,18 @@ func (h *memHost) enisSetUp() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return len(h.enis)
+}
+
+func (h *memHost) EnsureIMDSBlock(c hostnet.IMDSConfig) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.imds = &c
+	return nil
+}
+
+func (h *memHost) RemoveIMDSBlock() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.imds = nil
+	return nil
 }

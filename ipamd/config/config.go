@@ -47,6 +47,10 @@ type Config struct {
 	// false is a test/dev knob: the daemon then runs without root or a node
 	// netns, touching no host networking (and sees no pod routes).
 
+	// Pods and the instance metadata service (hostnet.ChainIMDS).
+	IMDSPodAccess       string   // VPCIP_IMDS_POD_ACCESS: "blocked" (default): pods reach IMDS only from IMDSAllowNamespaces; "all": every pod does (no filter)
+	IMDSAllowNamespaces []string // VPCIP_IMDS_ALLOW_NAMESPACES: comma-separated namespaces whose pods may reach IMDS; default none
+
 	LogLevel slog.Level // AWS_VPC_K8S_CNI_LOGLEVEL: DEBUG, INFO, WARN, ERROR; default INFO
 	// LogFile is AWS_VPC_K8S_CNI_LOG_FILE: "" (default) logs to stderr only;
 	// "stdout" or "stderr" to that stream only; an absolute path to stderr
@@ -121,6 +125,16 @@ const (
 // address. Both take well under a second on a healthy node; 10 s leaves
 // room for a loaded one and for the plugin's own call timeout.
 const MinGCGrace = 10 * time.Second
+
+// VPCIP_IMDS_POD_ACCESS values.
+const (
+	// IMDSBlocked: pods reach the instance metadata service only from the
+	// namespaces of VPCIP_IMDS_ALLOW_NAMESPACES (the default).
+	IMDSBlocked = "blocked"
+	// IMDSAll: every pod reaches it, as with the AWS VPC CNI (the hop limit
+	// of the instance's metadata options then decides).
+	IMDSAll = "all"
+)
 
 // SupportedCNIVersions are the cniVersion values install-cni may write:
 // exactly those vpcip-cni's VERSION advertises (cni/plugin.Versions), so a

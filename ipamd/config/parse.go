@@ -321,3 +321,26 @@ func (p *parser) labelKey(name, def string) string {
 	}
 	return v
 }
+
+// namespaceRE is a Kubernetes namespace name (a DNS-1123 label).
+var namespaceRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
+
+// namespaces is a comma-separated list of namespace names, sorted, without
+// duplicates; unset is none.
+func (p *parser) namespaces(name string) []string {
+	v, ok := p.get(name)
+	if !ok {
+		return nil
+	}
+	var out []string
+	for _, f := range strings.Split(v, ",") {
+		f = strings.TrimSpace(f)
+		if !namespaceRE.MatchString(f) {
+			p.fail(name, v, "comma-separated namespace names (lower-case DNS labels)")
+			return nil
+		}
+		out = append(out, f)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}

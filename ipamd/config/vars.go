@@ -71,6 +71,8 @@ var Vars = []Var{
 	setting("AWS_VPC_K8S_CNI_RANDOMIZESNAT", "hashrandom", func(c *Config) *string { return &c.RandomizeSNAT }, readRandomizeSNAT, plain),
 	setting("AWS_VPC_K8S_CNI_VETHPREFIX", "pod", func(c *Config) *string { return &c.VethPrefix }, vethPrefix("eni"), plain),
 	setting("VPCIP_HOSTNET", "false", func(c *Config) *bool { return &c.HostNetwork }, boolean(true), strconv.FormatBool),
+	setting("VPCIP_IMDS_POD_ACCESS", IMDSAll, func(c *Config) *string { return &c.IMDSPodAccess }, oneOf(IMDSBlocked, []string{IMDSBlocked, IMDSAll}), plain),
+	setting("VPCIP_IMDS_ALLOW_NAMESPACES", "kube-system,monitoring", func(c *Config) *[]string { return &c.IMDSAllowNamespaces }, readNamespaces, showList),
 	setting("AWS_VPC_K8S_CNI_LOGLEVEL", "DEBUG", func(c *Config) *slog.Level { return &c.LogLevel }, logLevel(slog.LevelInfo), levelName),
 	setting("AWS_VPC_K8S_CNI_LOG_FILE", "/var/log/vpcip/ipamd.log", func(c *Config) *string { return &c.LogFile }, logFile("", false), plain),
 
@@ -223,6 +225,10 @@ func readPluginLogLevel(p *parser, n string, c *Config) string {
 }
 
 func plain(s string) string { return s }
+
+func readNamespaces(p *parser, n string, _ *Config) []string { return p.namespaces(n) }
+
+func showList(s []string) string { return strings.Join(s, ",") }
 
 func showCIDRs(ps []netip.Prefix) string {
 	s := make([]string, len(ps))

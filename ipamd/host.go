@@ -49,7 +49,11 @@ type Host interface {
 var ErrNoHostView = errors.New("host networking disabled (VPCIP_HOSTNET=false): no view of pod routes")
 
 // NodeHost is Host on the current network namespace through package hostnet.
-type NodeHost struct{}
+type NodeHost struct {
+	// SysctlNet is where the node's net sysctls are written
+	// (VPCIP_SYSCTL_NET_DIR); "" is hostnet.DefaultSysctlNet.
+	SysctlNet string
+}
 
 var _ Host = NodeHost{}
 

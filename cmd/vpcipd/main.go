@@ -164,7 +164,7 @@ func daemon(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	var host ipamd.Host = ipamd.NodeHost{}
+	var host ipamd.Host = ipamd.NodeHost{SysctlNet: cfg.SysctlNet}
 	if !cfg.HostNetwork {
 		host = ipamd.NoHost{}
 	}

@@ -43,6 +43,7 @@ type Config struct {
 	ExcludeSNAT   []netip.Prefix // AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS: comma-separated CIDRs kept un-SNATed
 	RandomizeSNAT string         // AWS_VPC_K8S_CNI_RANDOMIZESNAT: "prng" (default) = --random-fully, "hashrandom" = --random, "none" = no flag
 	VethPrefix    string         // AWS_VPC_K8S_CNI_VETHPREFIX, host veth name prefix; default "eni"
+	SysctlNet     string         // VPCIP_SYSCTL_NET_DIR: the node's net.* sysctls (rp_filter of ENIs); default /proc/sys/net
 	HostNetwork   bool           // VPCIP_HOSTNET: set up ENI links, tables, rules and SNAT; default true.
 	// false is a test/dev knob: the daemon then runs without root or a node
 	// netns, touching no host networking (and sees no pod routes).

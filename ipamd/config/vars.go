@@ -70,6 +70,7 @@ var Vars = []Var{
 	setting("AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS", "10.1.0.0/16,192.168.0.0/24", func(c *Config) *[]netip.Prefix { return &c.ExcludeSNAT }, readCIDRs, showCIDRs),
 	setting("AWS_VPC_K8S_CNI_RANDOMIZESNAT", "hashrandom", func(c *Config) *string { return &c.RandomizeSNAT }, readRandomizeSNAT, plain),
 	setting("AWS_VPC_K8S_CNI_VETHPREFIX", "pod", func(c *Config) *string { return &c.VethPrefix }, vethPrefix("eni"), plain),
+	setting("VPCIP_SYSCTL_NET_DIR", "/host/proc/sys/net", func(c *Config) *string { return &c.SysctlNet }, path("/proc/sys/net"), plain),
 	setting("VPCIP_HOSTNET", "false", func(c *Config) *bool { return &c.HostNetwork }, boolean(true), strconv.FormatBool),
 	setting("VPCIP_IMDS_POD_ACCESS", IMDSAll, func(c *Config) *string { return &c.IMDSPodAccess }, oneOf(IMDSBlocked, []string{IMDSBlocked, IMDSAll}), plain),
 	setting("VPCIP_IMDS_ALLOW_NAMESPACES", "kube-system,monitoring", func(c *Config) *[]string { return &c.IMDSAllowNamespaces }, readNamespaces, showList),

@@ -5,11 +5,12 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
-	"github.com/containernetworking/plugins/pkg/utils/sysctl"
 	"github.com/vishvananda/netlink"
 	"github.com/vpcip/vpcip/routing"
 	"golang.org/x/sys/unix"
@@ -46,6 +47,7 @@ type ENI struct {
 	SubnetCIDR   netip.Prefix // IPv4 CIDR of the ENI's subnet
 	Gateway      netip.Addr   // subnet gateway, by EC2 convention the subnet's first address + 1
 	MTU          int          // link MTU in bytes (AWS_VPC_ENI_MTU), MinMTU..MaxMTU; 0 leaves it as it is
+	SysctlNet    string       // the node's net sysctl directory (VPCIP_SYSCTL_NET_DIR); "" is DefaultSysctlNet
 }
 
 func (e ENI) validate() error {
@@ -111,7 +113,7 @@ func EnsureENI(e ENI) (linkName string, err error) {
 	}{
 		{"set MTU", func() error { return ensureMTU(link, e.MTU) }},
 		{"set up", func() error { return ensureUp(link) }},
-		{"set rp_filter", func() error { return ensureLooseRPFilter(name) }},
+		{"set rp_filter", func() error { return ensureLooseRPFilter(e.SysctlNet, name) }},
 		{"add address", func() error { return ensureENIAddr(link, e) }},
 		{"fill route table", func() error { return ensureENIRoutes(link, e) }},
 		{"add rule", func() error { return ensureENIRule(e) }},
@@ -206,16 +208,31 @@ func ensureUp(link netlink.Link) error {
 	return netlink.LinkSetUp(link)
 }
 
-// ensureLooseRPFilter sets net.ipv4.conf.<link>.rp_filter to loose. The
-// kernel uses the larger of conf.all and conf.<link>, so 2 is loose whatever
-// the distribution's default for all.
-func ensureLooseRPFilter(linkName string) error {
-	key := "net/ipv4/conf/" + linkName + "/rp_filter"
-	if v, err := sysctl.Sysctl(key); err == nil && strings.TrimSpace(v) == rpFilterLoose {
+// DefaultSysctlNet is where the kernel shows the calling process's
+// network namespace's net.* sysctls.
+const DefaultSysctlNet = "/proc/sys/net"
+
+// ensureLooseRPFilter sets net.ipv4.conf.<link>.rp_filter to loose, through
+// dir ("" is DefaultSysctlNet: a container that is not privileged has it
+// read-only, so the chart mounts the host's /proc/sys/net elsewhere; the
+// files under it always show the writer's own netns). The kernel uses the
+// larger of conf.all and conf.<link>, so 2 is loose whatever the
+// distribution's default for all.
+func ensureLooseRPFilter(dir, linkName string) error {
+	if dir == "" {
+		dir = DefaultSysctlNet
+	}
+	if strings.ContainsAny(linkName, "/") || linkName == "" || linkName == "." || linkName == ".." {
+		return fmt.Errorf("link name %q", linkName)
+	}
+	file := filepath.Join(dir, "ipv4", "conf", linkName, "rp_filter")
+	if v, err := os.ReadFile(file); err == nil && strings.TrimSpace(string(v)) == rpFilterLoose {
 		return nil
 	}
-	_, err := sysctl.Sysctl(key, rpFilterLoose)
-	return err
+	if err := os.WriteFile(file, []byte(rpFilterLoose), 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", file, err)
+	}
+	return nil
 }
 
 // ensureENIAddr puts the ENI's primary address on its link, replacing the

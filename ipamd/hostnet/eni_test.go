@@ -3,6 +3,8 @@ package hostnet
 import (
 	"errors"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -236,5 +238,31 @@ func TestENIValidate(t *testing.T) {
 				t.Fatalf("error %v, want one containing %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// The rp_filter write goes through the configured sysctl directory (the
+// chart's mount of the host's /proc/sys/net), not the container's own
+// read-only /proc/sys.
+func TestLooseRPFilterThroughSysctlDir(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "ipv4", "conf", "eth1", "rp_filter")
+	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, []byte("1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := ensureLooseRPFilter(dir, "eth1"); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(file); string(b) != rpFilterLoose {
+		t.Errorf("rp_filter = %q, want %q", b, rpFilterLoose)
+	}
+	if err := ensureLooseRPFilter(dir, "../x"); err == nil {
+		t.Error("a link name with / was accepted")
+	}
+	if err := ensureLooseRPFilter(dir, "eth9"); err == nil {
+		t.Error("a link without a sysctl file: no error")
 	}
 }

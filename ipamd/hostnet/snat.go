@@ -66,6 +66,7 @@ type SNATConfig struct {
 	Ports        SNATPorts      // how SNAT picks source ports (AWS_VPC_K8S_CNI_RANDOMIZESNAT); empty means SNATPortsRandomFully
 	External     bool           // AWS_VPC_K8S_CNI_EXTERNALSNAT: no SNAT and no egress marks; pod traffic leaves by its own ENI
 	Mark         uint32         // connection-mark bits; 0 means DefaultMark
+	SysctlNet    string         // the node's net sysctl directory (VPCIP_SYSCTL_NET_DIR); "" is DefaultSysctlNet
 }
 
 func (c SNATConfig) mark() uint32 {
@@ -128,7 +129,7 @@ func EnsureSNAT(c SNATConfig) error {
 	}
 	iptMu.Lock()
 	defer iptMu.Unlock()
-	if err := ensureLooseRPFilter(c.PrimaryLink); err != nil {
+	if err := ensureLooseRPFilter(c.SysctlNet, c.PrimaryLink); err != nil {
 		return fmt.Errorf("rp_filter on %s: %w", c.PrimaryLink, err)
 	}
 	if err := ensureMarkRule(c.mark()); err != nil {

@@ -13,7 +13,8 @@ import (
 
 func TestMain(m *testing.M) { kubetest.Main(m) }
 
-// The rendered chart, CRDs included, is valid for a real kube-apiserver:
+// The rendered chart, CRDs and admission policies included, is valid for a
+// real kube-apiserver:
 // `kubectl apply --dry-run=server` with the default values and each release
 // values set (releaseValues), rendered by Helm 3 and Helm 4. The chart's
 // CRDs are applied for real first: a dry run cannot check an ENIConfig
@@ -42,7 +43,7 @@ func TestApplyDryRunServer(t *testing.T) {
 	for _, h := range hs {
 		for _, set := range sets {
 			t.Run(h.Name+"/"+set.name, func(t *testing.T) {
-				args := []string{"template", "vpcip", ChartDir(), "--namespace", "kube-system", "--include-crds"}
+				args := []string{"template", "vpcip", ChartDir(), "--namespace", "kube-system", "--include-crds", vapAPI}
 				for _, f := range set.files {
 					p, err := filepath.Abs(filepath.Join("testdata", f))
 					if err != nil {
@@ -64,7 +65,9 @@ func TestApplyDryRunServer(t *testing.T) {
 				if err != nil {
 					t.Fatalf("%v\n%s", err, res)
 				}
-				for _, kind := range []string{"daemonset.apps/vpcip", "clusterrole.rbac.authorization.k8s.io/vpcip", "serviceaccount/vpcip"} {
+				for _, kind := range []string{"daemonset.apps/vpcip", "clusterrole.rbac.authorization.k8s.io/vpcip", "serviceaccount/vpcip",
+					"validatingadmissionpolicy.admissionregistration.k8s.io/vpcip-addressbudget-own-node",
+					"validatingadmissionpolicybinding.admissionregistration.k8s.io/vpcip-events"} {
 					if !strings.Contains(res, kind) {
 						t.Errorf("apply output lacks %s:\n%s", kind, res)
 					}

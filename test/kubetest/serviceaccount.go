@@ -108,3 +108,36 @@ func upsertClusterRole(ctx context.Context, cs kubernetes.Interface, role *rbacv
 	}
 	return nil
 }
+
+// PodTokenConfig returns a rest.Config that authenticates as the
+// ServiceAccount of pod namespace/pod with a one-hour token bound to that
+// pod (TokenRequest boundObjectRef), the token kubelet mounts into a pod's
+// projected volume. The API server puts the pod's node in the token and in
+// the user info of its requests (extra "authentication.kubernetes.io/node-name",
+// Kubernetes 1.30 and later), which admission policies can match. The pod
+// must exist with spec.nodeName set, and its Node too.
+func (s *Server) PodTokenConfig(ctx context.Context, namespace, pod string) (*rest.Config, error) {
+	cs, err := kubernetes.NewForConfig(s.Config)
+	if err != nil {
+		return nil, err
+	}
+	p, err := cs.CoreV1().Pods(namespace).Get(ctx, pod, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("pod %s/%s: %w", namespace, pod, err)
+	}
+	expiry := int64(3600)
+	tr, err := cs.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, p.Spec.ServiceAccountName,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
+			ExpirationSeconds: &expiry,
+			BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: p.Name, UID: p.UID},
+		}}, metav1.CreateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("token request bound to pod %s/%s: %w", namespace, pod, err)
+	}
+	return &rest.Config{
+		Host:            s.URL,
+		BearerToken:     tr.Status.Token,
+		TLSClientConfig: rest.TLSClientConfig{CAData: s.pki.caPEM},
+		QPS:             s.Config.QPS, Burst: s.Config.Burst,
+	}, nil
+}

@@ -1,7 +1,7 @@
 // Package hostnet sets up the node side of the vpcip datapath (docs/design.md §4):
 // the link, route table, address and policy rule of each secondary ENI, the
 // SNAT and connection-mark rules that send pod traffic leaving the VPC out of
-// the primary ENI, and a read of the host routes to pod veths for
+// the primary ENI, the filter keeping pods from IMDS, and a read of the host routes to pod veths for
 // reconciliation.
 //
 // Every function works on the network namespace of the calling goroutine's
@@ -17,7 +17,9 @@
 //
 // iptables chains, all vpcip's own and rewritten to spec by EnsureSNAT:
 // mangle ChainConnmark (from PREROUTING) and ChainEgress, nat ChainSNAT (from
-// POSTROUTING). Every rule carries the comment "vpcip:<hash of the rule>".
+// POSTROUTING); by EnsureIMDSBlock: filter ChainIMDS (from FORWARD and
+// INPUT), which keeps pods from the instance metadata service. Every rule
+// carries the comment "vpcip:<hash of the rule>".
 package hostnet
 
 import (

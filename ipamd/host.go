@@ -57,9 +57,15 @@ type NodeHost struct {
 
 var _ Host = NodeHost{}
 
-func (NodeHost) EnsureENI(e hostnet.ENI) (string, error)    { return hostnet.EnsureENI(e) }
-func (NodeHost) RemoveENI(e hostnet.ENI) error              { return hostnet.RemoveENI(e) }
-func (NodeHost) EnsureSNAT(c hostnet.SNATConfig) error      { return hostnet.EnsureSNAT(c) }
+func (h NodeHost) EnsureENI(e hostnet.ENI) (string, error) {
+	e.SysctlNet = h.SysctlNet
+	return hostnet.EnsureENI(e)
+}
+func (NodeHost) RemoveENI(e hostnet.ENI) error { return hostnet.RemoveENI(e) }
+func (h NodeHost) EnsureSNAT(c hostnet.SNATConfig) error {
+	c.SysctlNet = h.SysctlNet
+	return hostnet.EnsureSNAT(c)
+}
 func (NodeHost) EnsureIMDSBlock(c hostnet.IMDSConfig) error { return hostnet.EnsureIMDSBlock(c) }
 func (NodeHost) RemoveIMDSBlock() error                     { return hostnet.RemoveIMDSBlock() }
 func (NodeHost) LinkName(mac string) (string, error)        { return linkByMAC(mac) }

@@ -142,7 +142,8 @@ func TestClusterSecurity(t *testing.T) {
 	s := &Scenario{C: c, Helm: h, Vpcipctl: vpcipctl, Values: values, Logf: t.Logf,
 		WantConfig: map[string]string{"VPCIP_IMDS_ALLOW_NAMESPACES": "trusted", "VPCIP_IMDS_POD_ACCESS": "blocked", "VPCIP_SYSCTL_NET_DIR": "/host/proc/sys/net"}}
 	if err := s.install(ctx); err != nil {
-		t.Fatal(err)
+		logs, _ := c.Kubectl(ctx, "logs", "-n", "kube-system", "-l", "app.kubernetes.io/name=vpcip", "-c", "vpcipd", "--tail=40", "--prefix")
+		t.Fatalf("%v\nvpcipd logs:\n%s", err, logs)
 	}
 
 	procs, err := containerProcesses("/usr/local/bin/vpcipd")

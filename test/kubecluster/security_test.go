@@ -54,9 +54,15 @@ func effectiveCaps(pid int) ([]string, error) {
 }
 
 // containerProcesses finds the processes whose command line starts with
-// argv0 and whose root is a container's (not the host's).
+// argv0 and that run in another mount namespace than the test (a
+// container's; /proc/<pid>/root reads "/" from outside it, so it cannot
+// tell).
 func containerProcesses(argv0 string) (map[int]string, error) {
 	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	self, err := os.Readlink("/proc/self/ns/mnt")
 	if err != nil {
 		return nil, err
 	}
@@ -70,7 +76,7 @@ func containerProcesses(argv0 string) (map[int]string, error) {
 		if err != nil || !strings.HasPrefix(string(cmd), argv0+"\x00") {
 			continue
 		}
-		if root, _ := os.Readlink(filepath.Join("/proc", e.Name(), "root")); root == "/" {
+		if mnt, err := os.Readlink(filepath.Join("/proc", e.Name(), "ns", "mnt")); err != nil || mnt == self {
 			continue
 		}
 		out[pid] = strings.ReplaceAll(strings.TrimRight(string(cmd), "\x00"), "\x00", " ")

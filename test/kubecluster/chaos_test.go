@@ -2,7 +2,6 @@ package kubecluster
 
 import (
 	"context"
-	"fmt"
 	"net/netip"
 	"os"
 	"slices"
@@ -45,17 +44,7 @@ func TestChaosCampaign(t *testing.T) {
 	ch := &Chaos{Faults: n, APIDownMax: time.Minute, EC2Window: 30 * time.Second}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute+time.Duration(n)*4*time.Minute)
 	defer cancel()
-	prefix := fmt.Sprintf("vc%04x", os.Getpid()&0xffff)
-	c, err := Start(ctx, Options{Prefix: prefix, Image: image, Logf: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := c.Close(); err != nil {
-			t.Errorf("teardown: %v", err)
-		}
-		assertNothingLeft(t, c)
-	})
+	c := startCluster(t, ctx, "vc", image)
 	runChaos(t, ctx, ch, &Scenario{C: c, Helm: h, Vpcipctl: vpcipctl, Logf: t.Logf})
 }
 

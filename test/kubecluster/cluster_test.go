@@ -72,18 +72,7 @@ func TestClusterScenario(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
 	defer cancel()
-	// A prefix of this process: two runs of the test at once must not share netns names.
-	prefix := fmt.Sprintf("vk%04x", os.Getpid()&0xffff)
-	c, err := Start(ctx, Options{Prefix: prefix, Image: image, Logf: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := c.Close(); err != nil {
-			t.Errorf("teardown: %v", err)
-		}
-		assertNothingLeft(t, c)
-	})
+	c := startCluster(t, ctx, "vk", image)
 	s := &Scenario{C: c, Helm: h, Vpcipctl: vpcipctl, Values: values, Logf: t.Logf, WantConfig: want}
 	if err := s.Run(ctx); err != nil {
 		for _, n := range c.Nodes {
@@ -102,6 +91,26 @@ func TestClusterScenario(t *testing.T) {
 		runChaos(t, ctx, &Chaos{PerKind: 1, APIDownMax: 8 * time.Second, EC2Window: 8 * time.Second, Pause: 2 * time.Second},
 			&Scenario{C: c, Helm: h, Vpcipctl: vpcipctl, Logf: t.Logf})
 	})
+}
+
+// startCluster starts a two-node cluster with vpcip's image imported, torn
+// down when the test ends (nothing may be left). Its netns and link names
+// start with letters and this process's ID, so two runs at once do not share
+// them.
+func startCluster(t *testing.T, ctx context.Context, letters, image string) *Cluster {
+	t.Helper()
+	prefix := fmt.Sprintf("%s%04x", letters, os.Getpid()&0xffff)
+	c, err := Start(ctx, Options{Prefix: prefix, Image: image, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := c.Close(); err != nil {
+			t.Errorf("teardown: %v", err)
+		}
+		assertNothingLeft(t, c)
+	})
+	return c
 }
 
 // assertNothingLeft checks the cluster removed its directory, its network

@@ -130,17 +130,7 @@ func TestClusterSecurity(t *testing.T) {
 	image, vpcipctl, h := need(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
-	prefix := fmt.Sprintf("vs%04x", os.Getpid()&0xffff)
-	c, err := Start(ctx, Options{Prefix: prefix, Image: image, Logf: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := c.Close(); err != nil {
-			t.Errorf("teardown: %v", err)
-		}
-		assertNothingLeft(t, c)
-	})
+	c := startCluster(t, ctx, "vs", image)
 	values := filepath.Join(t.TempDir(), "values.yaml")
 	if err := os.WriteFile(values, []byte("env:\n  VPCIP_IMDS_ALLOW_NAMESPACES: trusted\n"), 0o644); err != nil {
 		t.Fatal(err)

@@ -3,8 +3,6 @@ package e2e
 import (
 	"context"
 	"errors"
-	"io"
-	"net/http"
 	"strings"
 	"syscall"
 	"testing"
@@ -14,29 +12,6 @@ import (
 	"github.com/vpcip/vpcip/test/vpcsim/fabric"
 	"github.com/vpcip/vpcip/test/vpcsim/podruntime"
 )
-
-// imdsToken asks vpcsim's IMDS for an IMDSv2 session token from inside the
-// netns (PUT /latest/api/token, as the AWS SDKs do first) and returns the
-// error of the attempt, nil when a token came back.
-func imdsToken(ctx context.Context, netns string) error {
-	client := &http.Client{Timeout: 5 * time.Second,
-		Transport: &http.Transport{DialContext: fabric.DialContext(netns), DisableKeepAlives: true}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, fabric.IMDSURL+"/latest/api/token", nil)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("X-aws-ec2-metadata-token-ttl-seconds", "60")
-	resp, err := client.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK || len(b) == 0 {
-		return errors.New("IMDS answered " + resp.Status)
-	}
-	return nil
-}
 
 // TestIMDSBlockedForPods: on vpcsim, whose IMDS sits behind each node's
 // primary ENI as EC2's does, a pod cannot get an IMDS token (connection
@@ -64,20 +39,20 @@ func TestIMDSBlockedForPods(t *testing.T) {
 	remote := add(n2, "default", "remote")
 
 	start := time.Now()
-	err := imdsToken(ctx, plain.Netns)
+	err := fabric.IMDSToken(ctx, fabric.NetnsPath(plain.Netns))
 	took := time.Since(start)
 	if err == nil || !errors.Is(err, syscall.ECONNREFUSED) {
 		t.Errorf("pod default/plain -> IMDS: %v, want connection refused", err)
 	}
 	t.Logf("pod default/plain -> IMDS: %v after %v", err, took.Round(time.Millisecond))
-	if err := imdsToken(ctx, remote.Netns); !errors.Is(err, syscall.ECONNREFUSED) {
+	if err := fabric.IMDSToken(ctx, fabric.NetnsPath(remote.Netns)); !errors.Is(err, syscall.ECONNREFUSED) {
 		t.Errorf("pod default/remote -> IMDS: %v, want connection refused", err)
 	}
-	if err := imdsToken(ctx, trusted.Netns); err != nil {
+	if err := fabric.IMDSToken(ctx, fabric.NetnsPath(trusted.Netns)); err != nil {
 		t.Errorf("pod trusted/agent -> IMDS: %v, want a token", err)
 	}
 	for _, n := range c.Nodes {
-		if err := imdsToken(ctx, n.Netns); err != nil {
+		if err := fabric.IMDSToken(ctx, fabric.NetnsPath(n.Netns)); err != nil {
 			t.Errorf("%s itself -> IMDS: %v, want a token", n.Name, err)
 		}
 		if st, err := n.Client().Status(ctx); err != nil || !st.Ready {

@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -14,8 +11,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/containernetworking/plugins/pkg/ns"
 
 	"github.com/vpcip/vpcip/test/vpcsim/fabric"
 )
@@ -82,41 +77,6 @@ func containerProcesses(argv0 string) (map[int]string, error) {
 		out[pid] = strings.ReplaceAll(strings.TrimRight(string(cmd), "\x00"), "\x00", " ")
 	}
 	return out, nil
-}
-
-// imdsTokenIn asks for an IMDSv2 token from inside the network namespace at
-// nsPath; nil when one came back.
-func imdsTokenIn(ctx context.Context, nsPath string) error {
-	h, err := ns.GetNS(nsPath)
-	if err != nil {
-		return err
-	}
-	defer h.Close()
-	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
-		var c net.Conn
-		err := h.Do(func(ns.NetNS) error {
-			var err error
-			c, err = (&net.Dialer{Timeout: 3 * time.Second}).DialContext(ctx, network, addr)
-			return err
-		})
-		return c, err
-	}
-	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: dial, DisableKeepAlives: true}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, fabric.IMDSURL+"/latest/api/token", nil)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("X-aws-ec2-metadata-token-ttl-seconds", "60")
-	resp, err := client.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK || len(b) == 0 {
-		return errors.New("IMDS answered " + resp.Status)
-	}
-	return nil
 }
 
 // TestClusterSecurity: the chart installed on the real cluster (kubelet,
@@ -222,7 +182,7 @@ spec:
 				t.Fatal(err)
 			}
 			start := time.Now()
-			err = imdsTokenIn(ctx, fmt.Sprintf("/proc/%d/ns/net", pid))
+			err = fabric.IMDSToken(ctx, fmt.Sprintf("/proc/%d/ns/net", pid))
 			t.Logf("%s/%s (%s on %s) -> IMDS: %v after %v", ns, p.Name, p.IP, p.Node, err, time.Since(start).Round(time.Millisecond))
 			switch {
 			case ns == "trusted" && err != nil:
@@ -233,7 +193,7 @@ spec:
 		}
 	}
 	for _, n := range c.Nodes {
-		if err := imdsTokenIn(ctx, filepath.Join("/var/run/netns", n.Netns)); err != nil {
+		if err := fabric.IMDSToken(ctx, filepath.Join("/var/run/netns", n.Netns)); err != nil {
 			t.Errorf("%s itself -> IMDS: %v, want a token", n.Name, err)
 		}
 	}

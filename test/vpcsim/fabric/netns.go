@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
-	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 
 	"github.com/vpcip/vpcip/test/netnsdir"
@@ -138,11 +137,6 @@ func netnsProcesses(dev uint64, ino uint64) []int {
 		}
 	}
 	return pids
-}
-
-// withNetns runs fn on a thread inside the named netns.
-func withNetns(name string, fn func() error) error {
-	return ns.WithNetNSPath(netnsPath(name), func(ns.NetNS) error { return fn() })
 }
 
 // isRouterEnd reports whether name is one the fabric gives a router end.

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/netip"
 	"time"
+
+	"github.com/containernetworking/plugins/pkg/ns"
 
 	"github.com/vpcip/vpcip/test/vpcsim"
 )
@@ -80,19 +83,51 @@ func NodeEnv(region string) []string {
 }
 
 // DialContext returns a dial function that makes its sockets inside the named
-// netns, for an http.Transport used by a process outside it (a test) to
-// speak as that instance.
+// netns (under the fabric's netns directory), for an http.Transport used by a
+// process outside it (a test) to speak as that instance.
 func DialContext(netnsName string) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return DialContextPath(netnsPath(netnsName))
+}
+
+// DialContextPath is DialContext for a netns given by its path (a bind mount
+// or /proc/<pid>/ns/net, as a pod's sandbox under kubelet). Each dial gives up
+// after 3 seconds.
+func DialContextPath(nsPath string) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		var c net.Conn
-		err := withNetns(netnsName, func() error {
+		err := ns.WithNetNSPath(nsPath, func(ns.NetNS) error {
 			var err error
-			c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
+			c, err = (&net.Dialer{Timeout: 3 * time.Second}).DialContext(ctx, network, addr)
 			return err
 		})
 		if err != nil {
-			return nil, fmt.Errorf("dial %s from %s: %w", addr, netnsName, err)
+			return nil, fmt.Errorf("dial %s from %s: %w", addr, nsPath, err)
 		}
 		return c, nil
 	}
+}
+
+// IMDSToken asks the fabric's IMDS for an IMDSv2 session token (PUT
+// /latest/api/token, as the AWS SDKs do first) from inside the netns at
+// nsPath. It returns nil when a token came back, the dial's error (wrapping
+// e.g. syscall.ECONNREFUSED when the datapath refuses the caller) or the
+// status IMDS answered otherwise. Gives up after 5 seconds.
+func IMDSToken(ctx context.Context, nsPath string) error {
+	client := &http.Client{Timeout: 5 * time.Second,
+		Transport: &http.Transport{DialContext: DialContextPath(nsPath), DisableKeepAlives: true}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, IMDSURL+"/latest/api/token", nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("X-aws-ec2-metadata-token-ttl-seconds", "60")
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK || len(b) == 0 {
+		return fmt.Errorf("IMDS answered %s", resp.Status)
+	}
+	return nil
 }

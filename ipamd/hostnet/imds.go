@@ -107,12 +107,11 @@ func EnsureIMDSBlock(c IMDSConfig) error {
 	if err := c.validate(); err != nil {
 		return err
 	}
-	ipt, err := iptables.New()
+	ipt, unlock, err := lockedIPTables()
 	if err != nil {
-		return fmt.Errorf("iptables: %w", err)
+		return err
 	}
-	iptMu.Lock()
-	defer iptMu.Unlock()
+	defer unlock()
 	chain, jumps := imdsRules(c)
 	if err := convergeChain(ipt, "filter", ChainIMDS, chain); err != nil {
 		return err
@@ -129,12 +128,11 @@ func EnsureIMDSBlock(c IMDSConfig) error {
 // pods reach IMDS as the node does (VPCIP_IMDS_POD_ACCESS=all, or the node
 // leaving vpcip). What is already gone is success.
 func RemoveIMDSBlock() error {
-	ipt, err := iptables.New()
+	ipt, unlock, err := lockedIPTables()
 	if err != nil {
-		return fmt.Errorf("iptables: %w", err)
+		return err
 	}
-	iptMu.Lock()
-	defer iptMu.Unlock()
+	defer unlock()
 	err = errors.Join(
 		removeJumps(ipt, "filter", "FORWARD", ChainIMDS),
 		removeJumps(ipt, "filter", "INPUT", ChainIMDS),

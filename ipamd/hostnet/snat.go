@@ -41,6 +41,18 @@ const DefaultMark uint32 = 0x80
 // (B28). iptables' own lock only covers one command.
 var iptMu sync.Mutex
 
+// lockedIPTables returns an iptables handle for the current netns with iptMu
+// held; the caller runs unlock when its rules have converged. Errs when the
+// iptables binary cannot be found or run.
+func lockedIPTables() (ipt *iptables.IPTables, unlock func(), err error) {
+	ipt, err = iptables.New()
+	if err != nil {
+		return nil, nil, fmt.Errorf("iptables: %w", err)
+	}
+	iptMu.Lock()
+	return ipt, iptMu.Unlock, nil
+}
+
 // SNATPorts is how the SNAT rule picks a connection's source port on the
 // primary address, AWS_VPC_K8S_CNI_RANDOMIZESNAT's values and meaning.
 type SNATPorts string
@@ -123,12 +135,11 @@ func EnsureSNAT(c SNATConfig) error {
 	if err := c.validate(); err != nil {
 		return err
 	}
-	ipt, err := iptables.New()
+	ipt, unlock, err := lockedIPTables()
 	if err != nil {
-		return fmt.Errorf("iptables: %w", err)
+		return err
 	}
-	iptMu.Lock()
-	defer iptMu.Unlock()
+	defer unlock()
 	if err := ensureLooseRPFilter(c.SysctlNet, c.PrimaryLink); err != nil {
 		return fmt.Errorf("rp_filter on %s: %w", c.PrimaryLink, err)
 	}
@@ -167,12 +178,11 @@ func EnsureSNAT(c SNATConfig) error {
 // the jumps, ChainSNAT, ChainEgress, ChainConnmark and the fwmark rule at
 // routing.PriorityMark. What is already gone is success.
 func RemoveSNAT() error {
-	ipt, err := iptables.New()
+	ipt, unlock, err := lockedIPTables()
 	if err != nil {
-		return fmt.Errorf("iptables: %w", err)
+		return err
 	}
-	iptMu.Lock()
-	defer iptMu.Unlock()
+	defer unlock()
 	errs := []error{
 		removeChain(ipt, "nat", "POSTROUTING", ChainSNAT),
 		removeChain(ipt, "mangle", "PREROUTING", ChainConnmark),

@@ -13,7 +13,9 @@
 //	1536  from <pod>/32 lookup <d+1>           (plugin, pods on secondary ENIs: PriorityFromPod)
 //
 // The ENI at device number d ≥ 1 routes through table d+1 (TableForDevice);
-// the primary ENI (d = 0) uses the main table.
+// the primary ENI (d = 0) uses the main table. Inside a pod's netns, an
+// attachment other than the pod's default one has a source rule of its own
+// (AttachmentRule; attachment.go).
 //
 // It imports the standard library and netlink only, so the plugin stays
 // light (test/deps). Functions that touch the kernel work in the network

@@ -109,9 +109,11 @@ func checkPodSide(h netlinksafe.Handle, a Attachment, pod netlink.Link, hostMAC 
 	if !found {
 		p = append(p, fmt.Errorf("address %v/32 missing on pod interface %s", a.PodIP, a.IfName))
 	}
-	routes, err := h.RouteList(pod, netlink.FAMILY_V4)
+	table := podTable(a, pod.Attrs().Index)
+	routes, err := h.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{LinkIndex: pod.Attrs().Index, Table: table},
+		netlink.RT_FILTER_OIF|netlink.RT_FILTER_TABLE)
 	if err != nil {
-		return append(p, fmt.Errorf("list routes of %s: %w", a.IfName, err))
+		return append(p, fmt.Errorf("list routes of %s table %d: %w", a.IfName, table, err))
 	}
 	var gwRoute, defRoute bool
 	for _, r := range routes {
@@ -122,11 +124,20 @@ func checkPodSide(h netlinksafe.Handle, a Attachment, pod netlink.Link, hostMAC 
 			defRoute = true
 		}
 	}
+	in := ""
+	if table != routing.MainTable {
+		in = fmt.Sprintf(" table %d", table)
+		if ok, err := routing.HasAttachmentRuleVia(h.Handle, a.PodIP, table); err != nil {
+			p = append(p, fmt.Errorf("pod rules: %w", err))
+		} else if !ok {
+			p = append(p, fmt.Errorf("pod rule %s missing", routing.Describe(routing.AttachmentRule(a.PodIP, table))))
+		}
+	}
 	if !gwRoute {
-		p = append(p, fmt.Errorf("pod route %v dev %s scope link missing", Gateway, a.IfName))
+		p = append(p, fmt.Errorf("pod route %v dev %s scope link%s missing", Gateway, a.IfName, in))
 	}
 	if !defRoute {
-		p = append(p, fmt.Errorf("pod default route via %v dev %s missing", Gateway, a.IfName))
+		p = append(p, fmt.Errorf("pod default route via %v dev %s%s missing", Gateway, a.IfName, in))
 	}
 	return append(p, checkNeighbour(h, a, pod, hostMAC)...)
 }

@@ -266,7 +266,20 @@ func createVeth(pod netlinksafe.Handle, a Attachment, hostNS ns.NetNS) error {
 	return nil
 }
 
-// setupPodSide configures the pod end: MTU, up, /32, routes, neighbour.
+// podTable is the route table, inside the pod netns, of a's gateway and
+// default routes: the main table for the pod's default attachment
+// (DefaultIfName), else the attachment's own table (routing.AttachmentTable
+// of its pod interface's index, chosen by a source rule), so a second
+// attachment never replaces the pod's default route (docs/design.md §4).
+func podTable(a Attachment, ifindex int) int {
+	if a.IfName == DefaultIfName {
+		return routing.MainTable
+	}
+	return routing.AttachmentTable(ifindex)
+}
+
+// setupPodSide configures the pod end: MTU, up, /32, routes (and, for an
+// attachment other than the default, its source rule), neighbour.
 func setupPodSide(pod netlinksafe.Handle, a Attachment, hostMAC net.HardwareAddr) error {
 	link, err := pod.LinkByName(a.IfName)
 	if err != nil {
@@ -284,13 +297,20 @@ func setupPodSide(pod netlinksafe.Handle, a Attachment, hostMAC net.HardwareAddr
 		return fmt.Errorf("add %v/32 to %s: %w", a.PodIP, a.IfName, err)
 	}
 	idx := link.Attrs().Index
-	gw := &netlink.Route{LinkIndex: idx, Dst: host32(Gateway), Scope: netlink.SCOPE_LINK}
+	table := podTable(a, idx)
+	gw := &netlink.Route{LinkIndex: idx, Dst: host32(Gateway), Scope: netlink.SCOPE_LINK, Table: table}
 	if err := pod.RouteReplace(gw); err != nil {
-		return fmt.Errorf("add route %v scope link dev %s: %w", Gateway, a.IfName, err)
+		return fmt.Errorf("add route %v scope link dev %s table %d: %w", Gateway, a.IfName, table, err)
 	}
-	def := &netlink.Route{LinkIndex: idx, Dst: &net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)}, Gw: host32(Gateway).IP}
+	def := &netlink.Route{LinkIndex: idx, Dst: &net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)},
+		Gw: host32(Gateway).IP, Table: table}
 	if err := pod.RouteReplace(def); err != nil {
-		return fmt.Errorf("add default route via %v dev %s: %w", Gateway, a.IfName, err)
+		return fmt.Errorf("add default route via %v dev %s table %d: %w", Gateway, a.IfName, table, err)
+	}
+	if table != routing.MainTable {
+		if err := routing.EnsureAttachmentRuleVia(pod.Handle, a.PodIP, table); err != nil {
+			return fmt.Errorf("%s: %w", a.IfName, err)
+		}
 	}
 	neigh := &netlink.Neigh{LinkIndex: idx, Family: netlink.FAMILY_V4, State: netlink.NUD_PERMANENT,
 		IP: host32(Gateway).IP, HardwareAddr: hostMAC}

@@ -80,6 +80,13 @@ func DeletePodInterface(path, ifName string) ([]netip.Addr, error) {
 			addrs = append(addrs, ip)
 		}
 	}
+	for _, ad := range addrs {
+		// A non-default attachment's source rule (routing.AttachmentRule);
+		// its routes go with the link.
+		if err := routing.RemoveAttachmentRulesVia(pod.Handle, ad); err != nil {
+			return addrs, fmt.Errorf("%s in %s: %w", ifName, path, err)
+		}
+	}
 	if err := pod.LinkDel(link); err != nil && !errors.Is(err, unix.ENODEV) {
 		return addrs, fmt.Errorf("delete %s in %s: %w", ifName, path, err)
 	}

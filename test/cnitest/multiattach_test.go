@@ -2,7 +2,9 @@ package cnitest
 
 import (
 	"net/netip"
+	"os/exec"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/vpcip/vpcip/cni/datapath"
@@ -12,8 +14,8 @@ import (
 // TestTwoAttachmentsInOnePod: a pod attached to the network twice (Multus
 // adding "net1" beside the cluster network's "eth0", through the same
 // vpcip network) gets two host veths, two addresses, two routes and their
-// rules; neither ADD replaces the other's veth or releases its address, and
-// the DEL of one leaves the other wired and held. The host veth name
+// rules; neither ADD replaces the other's veth, its address or, inside the
+// pod, eth0's default route; the DEL of one leaves the other wired and held. The host veth name
 // derives from the attachment (docs/design.md §4), not from the pod alone.
 func TestTwoAttachmentsInOnePod(t *testing.T) {
 	RequireRoot(t)
@@ -47,6 +49,18 @@ func TestTwoAttachmentsInOnePod(t *testing.T) {
 	}
 	if devs["eth0"] == devs["net1"] {
 		t.Fatalf("both attachments routed via one host veth %s", devs["eth0"])
+	}
+	// Inside the pod, net1 is routed by source: the default route stays
+	// on eth0 though net1 was wired last (docs/design.md §4).
+	for from, want := range map[string]string{"": "eth0", eth0.Address.String(): "eth0", net1.Address.String(): "net1"} {
+		args := []string{"-n", eth0.NetnsName, "-o", "route", "get", "198.51.100.7"}
+		if from != "" {
+			args = append(args, "from", from)
+		}
+		out, err := exec.Command("ip", args...).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), " dev "+want+" ") {
+			t.Errorf("in the pod, ip %s: %s (%v); want it to leave by %s", strings.Join(args[2:], " "), out, err, want)
+		}
 	}
 	mustDel(t, e, &net1)
 	a := mustHeld(t, e, eth0)

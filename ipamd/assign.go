@@ -155,6 +155,7 @@ func (s *apiServer) refused(req api.AssignRequest, e *api.Error) *api.Error {
 // Release gives a key's address back (CNI DEL); it cools down for
 // IP_COOLDOWN_PERIOD before any other key gets it. An unknown key is success.
 func (s *apiServer) Release(req api.ReleaseRequest) (api.ReleaseResponse, error) {
+	s.metrics.releases.Inc()
 	s.adopt(req.Key, api.Pod{}, req.HostVeth)
 	a, ok := s.store.Release(req.Key, s.now())
 	if !ok {

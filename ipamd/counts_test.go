@@ -91,7 +91,7 @@ func TestCountRenderingsAgree(t *testing.T) {
 				Budget: gaugeInt(t, n.reg, "vpcip_addresses_budget"), ENIs: gaugeInt(t, n.reg, "vpcip_enis_attached"),
 				MaxENIs: gaugeInt(t, n.reg, "vpcip_enis_max")}
 			aws := prometheus.NewRegistry()
-			fleetmetrics.RegisterAWSCNINames(aws, func() api.Counts { return n.d.Status().Counts })
+			fleetmetrics.RegisterAWSCNINames(aws, func() api.Counts { return n.d.Status().Counts }, func() []fleetmetrics.CIDRUse { return nil })
 			renderings["awscni_* gauges"] = api.Counts{
 				Assigned: gaugeInt(t, aws, "awscni_assigned_ip_addresses"), Budget: gaugeInt(t, aws, "awscni_ip_max"),
 				ENIs: gaugeInt(t, aws, "awscni_eni_allocated"), MaxENIs: gaugeInt(t, aws, "awscni_eni_max"),

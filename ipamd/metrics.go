@@ -18,6 +18,7 @@ import (
 type Metrics struct {
 	reg         prometheus.Registerer
 	addWait     prometheus.Histogram
+	releases    prometheus.Counter
 	noAddress   *prometheus.CounterVec
 	calls       *prometheus.CounterVec
 	callLatency *prometheus.HistogramVec
@@ -38,6 +39,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name:    "vpcip_add_wait_seconds",
 			Help:    "Time an address request (CNI ADD) waited for an address, answered or not.",
 			Buckets: []float64{0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 2, 5, 10},
+		}),
+		releases: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "vpcip_release_requests_total",
+			Help: "Address release requests (CNI DEL), whether or not the attachment held an address.",
 		}),
 		noAddress: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "vpcip_add_no_address_total",
@@ -73,7 +78,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Addresses released because their pod was gone from the API server past the grace period and the host showed no trace of it.",
 		}),
 	}
-	reg.MustRegister(m.addWait, m.noAddress, m.calls, m.callLatency, m.repairs, m.checkpoints, m.actions, m.netnsSeen, m.leaksReleased)
+	reg.MustRegister(m.addWait, m.releases, m.noAddress, m.calls, m.callLatency, m.repairs, m.checkpoints, m.actions, m.netnsSeen, m.leaksReleased)
 	// Every cause and kind starts at 0: a counter series born at its first
 	// increment shows no rate() or increase() for it, so the first refusal or
 	// repair would never reach a dashboard or alert.

@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"net"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
@@ -24,8 +26,9 @@ import (
 // address requests that were answered, refused for want of an address (the
 // node at MAX_ENI=1) and released, one scrape of vpcipd's /metrics holds
 // every awscni_* series the README lists, each equal to what it is derived
-// from among vpcip's own series in that same scrape, and the request
-// counters equal the requests made.
+// from among vpcip's own series in that same scrape, the request counters
+// equal the requests made, and the per-CIDR gauges equal EC2's view of the
+// node's secondary IPs and the addresses held.
 func TestAWSCNINamesAgreeWithOurs(t *testing.T) {
 	bin := buildDaemon(t)
 	l := vpcsimtest.Start(t, vpcsim.Config{Seed: 27})
@@ -49,14 +52,17 @@ func TestAWSCNINamesAgreeWithOurs(t *testing.T) {
 	defer cancel()
 	requests, refused := 0, 0
 	var held []string
+	addrOf := map[string]netip.Addr{}
 	for i := 0; refused < 2 && i < 30; i++ {
 		k := fmt.Sprint("c", i)
 		requests++
-		if _, err := p.client.Assign(ctx, api.AssignRequest{Key: key(k), Pod: api.Pod{Namespace: "default", Name: k}}); err != nil {
+		a, err := p.client.Assign(ctx, api.AssignRequest{Key: key(k), Pod: api.Pod{Namespace: "default", Name: k}})
+		if err != nil {
 			refused++
 			continue
 		}
 		held = append(held, k)
+		addrOf[k] = a.Address
 	}
 	if refused < 2 || len(held) == 0 {
 		t.Fatalf("%d requests: %d held, %d refused; want some of each (MAX_ENI=1)", requests, len(held), refused)
@@ -65,7 +71,14 @@ func TestAWSCNINamesAgreeWithOurs(t *testing.T) {
 		if _, err := p.client.Release(ctx, api.ReleaseRequest{Key: key(k)}); err != nil {
 			t.Fatal(err)
 		}
+		delete(addrOf, k)
 	}
+	// A release of an attachment that holds nothing is a request too.
+	if _, err := p.client.Release(ctx, api.ReleaseRequest{Key: key("never-assigned")}); err != nil {
+		t.Fatal(err)
+	}
+	releases := 3
+	perCIDRAgreesWithEC2(t, "http://"+addr+"/metrics", l, inst.ID, slices.Collect(maps.Values(addrOf)))
 
 	fams := scrape(t, "http://"+addr+"/metrics")
 	one := func(name string, labels ...string) float64 {
@@ -113,6 +126,8 @@ func TestAWSCNINamesAgreeWithOurs(t *testing.T) {
 	}
 	eq("awscni_add_ip_req_count", one("awscni_add_ip_req_count"), float64(addWait.Metric[0].GetHistogram().GetSampleCount()))
 	eq("awscni_add_ip_req_count (requests made)", one("awscni_add_ip_req_count"), float64(requests))
+	eq("awscni_del_ip_req_count", one("awscni_del_ip_req_count"), one("vpcip_release_requests_total"))
+	eq("awscni_del_ip_req_count (releases made)", one("awscni_del_ip_req_count"), float64(releases))
 	var noAddress float64
 	for _, m := range fams["vpcip_add_no_address_total"].GetMetric() {
 		if c := labelOf(m, "cause"); c != "max-pods" && c != "not-ready" {
@@ -172,6 +187,96 @@ func TestAWSCNINamesAgreeWithOurs(t *testing.T) {
 	}
 	if labelOf(bi.Metric[0], "version") != labelOf(ours.Metric[0], "version") || labelOf(bi.Metric[0], "goversion") != labelOf(ours.Metric[0], "go_version") || bi.Metric[0].GetGauge().GetValue() != 1 {
 		t.Errorf("awscni_build_info %v, vpcip_build_info %v", bi.Metric[0], ours.Metric[0])
+	}
+}
+
+// TestAWSCNIPrefixSeries: in prefix mode (ENABLE_PREFIX_DELEGATION=true)
+// awscni_total_ipv4_prefixes counts the /28s EC2 shows on the node's ENIs
+// and awscni_assigned_ip_per_cidr gives each /28 the addresses pods hold
+// in it.
+func TestAWSCNIPrefixSeries(t *testing.T) {
+	bin := buildDaemon(t)
+	l := vpcsimtest.Start(t, vpcsim.Config{Seed: 28})
+	inst := l.Launch(t, "m5.large")
+	dir := shortDir(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	env := append(daemonEnv(l, inst.ID, dir), "VPCIP_METRICS_ADDR="+addr, "VPCIP_METRICS_AWSCNI_NAMES=true",
+		"ENABLE_PREFIX_DELEGATION=true", "WARM_PREFIX_TARGET=1")
+	env = slices.DeleteFunc(env, func(e string) bool {
+		return strings.HasPrefix(e, "VPCIP_METRICS_ADDR=off") || strings.HasPrefix(e, "WARM_IP_TARGET=")
+	})
+	p := startDaemon(t, bin, env, dir)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var held []netip.Addr
+	for i := range 20 {
+		k := fmt.Sprint("p", i)
+		a, err := p.client.Assign(ctx, api.AssignRequest{Key: key(k), Pod: api.Pod{Namespace: "default", Name: k}})
+		if err != nil {
+			t.Fatalf("assign %s: %v", k, err)
+		}
+		held = append(held, a.Address)
+	}
+	n := perCIDRAgreesWithEC2(t, "http://"+addr+"/metrics", l, inst.ID, held)
+	if n < 2 {
+		t.Errorf("20 pods in %d /28 prefixes; want at least 2", n)
+	}
+}
+
+// perCIDRAgreesWithEC2 waits (up to 20 s, for the pool to settle) until
+// one scrape's awscni_assigned_ip_per_cidr has exactly one series per /28
+// prefix EC2 shows on the instance's ENIs (or, without prefixes, per
+// secondary IP as a /32), each valued at the held addresses inside it, and
+// awscni_total_ipv4_prefixes counts the prefixes. It returns the number of
+// address blocks.
+func perCIDRAgreesWithEC2(t *testing.T, url string, l *vpcsimtest.Local, instanceID string, held []netip.Addr) int {
+	t.Helper()
+	var problem string
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		want, prefixes := map[string]float64{}, 0
+		for _, e := range l.Cloud.NetworkInterfaces() {
+			if e.InstanceID != instanceID {
+				continue
+			}
+			blocks := e.Prefixes
+			prefixes += len(e.Prefixes)
+			if len(blocks) == 0 {
+				for _, a := range e.SecondaryIPs {
+					blocks = append(blocks, netip.PrefixFrom(a, 32))
+				}
+			}
+			for _, b := range blocks {
+				n := 0
+				for _, a := range held {
+					if b.Contains(a) {
+						n++
+					}
+				}
+				want[b.String()] = float64(n)
+			}
+		}
+		fams := scrape(t, url)
+		got := map[string]float64{}
+		for _, m := range fams["awscni_assigned_ip_per_cidr"].GetMetric() {
+			got[labelOf(m, "cidr")] = m.GetGauge().GetValue()
+		}
+		var gotPrefixes float64 = -1
+		if f := fams["awscni_total_ipv4_prefixes"]; f != nil && len(f.Metric) == 1 {
+			gotPrefixes = f.Metric[0].GetGauge().GetValue()
+		}
+		if maps.Equal(got, want) && gotPrefixes == float64(prefixes) {
+			return len(want)
+		}
+		problem = fmt.Sprintf("awscni_assigned_ip_per_cidr %v and awscni_total_ipv4_prefixes %v; EC2 and the held addresses give %v and %d",
+			got, gotPrefixes, want, prefixes)
+		if time.Now().After(deadline) {
+			t.Fatal(problem)
+		}
 	}
 }
 

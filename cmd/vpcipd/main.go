@@ -40,6 +40,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/signal"
 	"strings"
@@ -55,6 +56,7 @@ import (
 	"github.com/vpcip/vpcip/ipamd/checkpoint"
 	"github.com/vpcip/vpcip/ipamd/config"
 	"github.com/vpcip/vpcip/ipamd/fleetmetrics"
+	"github.com/vpcip/vpcip/ipamd/introspect"
 	"github.com/vpcip/vpcip/ipamd/podsubnet"
 	"github.com/vpcip/vpcip/logfile"
 	awsprovider "github.com/vpcip/vpcip/provider/aws"
@@ -208,7 +210,7 @@ func daemon(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	fleetmetrics.RegisterBuildInfo(reg, version, checkpoint.Version)
 	if cfg.AWSCNIMetricNames {
-		fleetmetrics.RegisterAWSCNINames(reg, func() api.Counts { return d.Status().Counts })
+		fleetmetrics.RegisterAWSCNINames(reg, func() api.Counts { return d.Status().Counts }, func() []fleetmetrics.CIDRUse { return cidrUse(d.State()) })
 	}
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return d.Run(ctx) })
@@ -218,4 +220,38 @@ func daemon(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		g.Go(func() error { return eniConfigs.Run(ctx) })
 	}
 	return g.Wait()
+}
+
+// cidrUse lists the node's address blocks for the AWS VPC CNI's per-CIDR
+// gauges: each ENI's /28 prefixes with how many of their addresses pods
+// hold, or, on an ENI without prefixes, each secondary IP as a /32 held or
+// not. ENI primary addresses are not pod addresses and are left out.
+func cidrUse(st introspect.State) []fleetmetrics.CIDRUse {
+	held := make(map[netip.Addr]bool, len(st.Assignments))
+	for _, a := range st.Assignments {
+		held[a.Address] = true
+	}
+	var out []fleetmetrics.CIDRUse
+	for _, e := range st.ENIs {
+		if len(e.Prefixes) > 0 {
+			for _, p := range e.Prefixes {
+				u := fleetmetrics.CIDRUse{CIDR: p}
+				for a := range held {
+					if p.Contains(a) {
+						u.Assigned++
+					}
+				}
+				out = append(out, u)
+			}
+			continue
+		}
+		for _, a := range e.Addresses {
+			u := fleetmetrics.CIDRUse{CIDR: netip.PrefixFrom(a, 32)}
+			if held[a] {
+				u.Assigned = 1
+			}
+			out = append(out, u)
+		}
+	}
+	return out
 }

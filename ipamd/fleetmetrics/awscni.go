@@ -1,6 +1,8 @@
 package fleetmetrics
 
 import (
+	"net/netip"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/vpcip/vpcip/ipamd/api"
@@ -26,17 +28,35 @@ var awscniGauges = []struct {
 		func(s api.Counts) int { return s.MaxENIs }},
 }
 
-// awscniCollector reports the reference's gauges from one count per scrape.
+// CIDRUse is one address block a node holds for pods and how many of its
+// addresses pods hold: a /28 prefix (prefix delegation; EC2
+// AssignPrivateIpAddresses Ipv4Prefixes) or a secondary IP as a /32.
+type CIDRUse struct {
+	CIDR     netip.Prefix
+	Assigned int // addresses of CIDR held by pods
+}
+
+// awscniCollector reports the reference's gauges from one count per scrape,
+// and its per-CIDR gauges from one list of the node's address blocks.
 type awscniCollector struct {
-	counts func() api.Counts
-	descs  []*prometheus.Desc
+	counts          func() api.Counts
+	cidrs           func() []CIDRUse
+	descs           []*prometheus.Desc
+	prefixes, perIP *prometheus.Desc
 }
 
 // RegisterAWSCNINames registers the reference's awscni_* gauges
 // (VPCIP_METRICS_AWSCNI_NAMES=true), computed at each scrape from counts,
-// the daemon's pool counts (ipamd.Daemon.Status().Counts).
-func RegisterAWSCNINames(reg prometheus.Registerer, counts func() api.Counts) {
-	c := &awscniCollector{counts: counts}
+// the daemon's pool counts (ipamd.Daemon.Status().Counts), and from cidrs,
+// the node's address blocks (ipamd.Daemon.State()):
+//
+//	awscni_total_ipv4_prefixes          gauge  the /28 prefixes the node holds
+//	awscni_assigned_ip_per_cidr{cidr}   gauge  addresses pods hold, per /28 prefix or secondary IP (/32)
+func RegisterAWSCNINames(reg prometheus.Registerer, counts func() api.Counts, cidrs func() []CIDRUse) {
+	c := &awscniCollector{counts: counts, cidrs: cidrs,
+		prefixes: prometheus.NewDesc("awscni_total_ipv4_prefixes", "The total number of IPv4 /28 prefixes the node holds on its ENIs.", nil, nil),
+		perIP: prometheus.NewDesc("awscni_assigned_ip_per_cidr", "The number of addresses pods hold, per /28 prefix or per secondary IP (as a /32).",
+			[]string{"cidr"}, nil)}
 	for _, g := range awscniGauges {
 		c.descs = append(c.descs, prometheus.NewDesc(g.name, g.help, nil, nil))
 	}
@@ -47,6 +67,8 @@ func (c *awscniCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range c.descs {
 		ch <- d
 	}
+	ch <- c.prefixes
+	ch <- c.perIP
 }
 
 func (c *awscniCollector) Collect(ch chan<- prometheus.Metric) {
@@ -54,4 +76,12 @@ func (c *awscniCollector) Collect(ch chan<- prometheus.Metric) {
 	for i, g := range awscniGauges {
 		ch <- prometheus.MustNewConstMetric(c.descs[i], prometheus.GaugeValue, float64(g.value(s)))
 	}
+	prefixes := 0
+	for _, u := range c.cidrs() {
+		if u.CIDR.Bits() < 32 {
+			prefixes++
+		}
+		ch <- prometheus.MustNewConstMetric(c.perIP, prometheus.GaugeValue, float64(u.Assigned), u.CIDR.String())
+	}
+	ch <- prometheus.MustNewConstMetric(c.prefixes, prometheus.GaugeValue, float64(prefixes))
 }

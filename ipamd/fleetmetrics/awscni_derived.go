@@ -15,6 +15,7 @@ import (
 // them, and the reference's series that vpcip has no meaning for.
 //
 //	awscni_add_ip_req_count           counter   vpcip_add_wait_seconds_count (every address request)
+//	awscni_del_ip_req_count           counter   vpcip_release_requests_total (every release request)
 //	awscni_no_available_ip_addresses  counter   sum of vpcip_add_no_address_total over the causes that
 //	                                            mean no free address (not max-pods, not not-ready)
 //	awscni_ec2api_req_count{fn}       counter   vpcip_provider_calls_total by operation (every attempt)
@@ -24,9 +25,10 @@ import (
 //	                                            (sum and count; no quantiles, as the reference's)
 //	awscni_build_info{version,goversion} gauge  vpcip_build_info
 var derivedDescs = struct {
-	addReq, noAddr, ec2Req, ec2Err, apiErr, apiLatency, build *prometheus.Desc
+	addReq, delReq, noAddr, ec2Req, ec2Err, apiErr, apiLatency, build *prometheus.Desc
 }{
 	addReq:     prometheus.NewDesc("awscni_add_ip_req_count", "The number of add IP address requests (vpcip_add_wait_seconds_count).", nil, nil),
+	delReq:     prometheus.NewDesc("awscni_del_ip_req_count", "The number of release IP address requests (vpcip_release_requests_total).", nil, nil),
 	noAddr:     prometheus.NewDesc("awscni_no_available_ip_addresses", "The number of pod IP assignments that failed for want of a free address (vpcip_add_no_address_total, causes other than max-pods and not-ready).", nil, nil),
 	ec2Req:     prometheus.NewDesc("awscni_ec2api_req_count", "The number of requests made to EC2 APIs, by operation (vpcip_provider_calls_total).", []string{"fn"}, nil),
 	ec2Err:     prometheus.NewDesc("awscni_ec2api_error_count", "The number of failed EC2 API requests, by operation (vpcip_provider_calls_total, outcome not ok).", []string{"fn"}, nil),
@@ -51,7 +53,7 @@ func RegisterAWSCNIDerived(reg prometheus.Registerer, from prometheus.Gatherer) 
 
 func (derivedCollector) Describe(ch chan<- *prometheus.Desc) {
 	d := derivedDescs
-	for _, desc := range []*prometheus.Desc{d.addReq, d.noAddr, d.ec2Req, d.ec2Err, d.apiErr, d.apiLatency, d.build} {
+	for _, desc := range []*prometheus.Desc{d.addReq, d.delReq, d.noAddr, d.ec2Req, d.ec2Err, d.apiErr, d.apiLatency, d.build} {
 		ch <- desc
 	}
 }
@@ -73,6 +75,9 @@ func (c derivedCollector) Collect(ch chan<- prometheus.Metric) {
 
 	if f := byName["vpcip_add_wait_seconds"]; f != nil && len(f.Metric) == 1 {
 		counter(d.addReq, float64(f.Metric[0].GetHistogram().GetSampleCount()))
+	}
+	if f := byName["vpcip_release_requests_total"]; f != nil && len(f.Metric) == 1 {
+		counter(d.delReq, f.Metric[0].GetCounter().GetValue())
 	}
 	if f := byName["vpcip_add_no_address_total"]; f != nil {
 		var n float64

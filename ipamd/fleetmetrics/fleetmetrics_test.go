@@ -109,7 +109,7 @@ func TestUsable(t *testing.T) {
 func TestAWSCNINames(t *testing.T) {
 	st := api.Counts{Assigned: 7, Warm: 3, Cooling: 2, Capacity: 18, Budget: 27, ENIs: 2, MaxENIs: 3}
 	reg := prometheus.NewRegistry()
-	RegisterAWSCNINames(reg, func() api.Counts { return st })
+	RegisterAWSCNINames(reg, func() api.Counts { return st }, func() []CIDRUse { return nil })
 	want := map[string]float64{
 		"awscni_assigned_ip_addresses": 7,
 		"awscni_total_ip_addresses":    12, // assigned + warm + cooling

@@ -30,23 +30,12 @@ import (
 // equal the requests made, and the per-CIDR gauges equal EC2's view of the
 // node's secondary IPs and the addresses held.
 func TestAWSCNINamesAgreeWithOurs(t *testing.T) {
-	bin := buildDaemon(t)
-	l := vpcsimtest.Start(t, vpcsim.Config{Seed: 27})
-	inst := l.Launch(t, "m5.large")
-	dir := shortDir(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	env := append(daemonEnv(l, inst.ID, dir), "VPCIP_METRICS_ADDR="+addr, "VPCIP_METRICS_AWSCNI_NAMES=true",
-		"MAX_ENI=1", "VPCIP_ADD_WAIT=200ms")
-	env = slices.DeleteFunc(env, func(e string) bool { return strings.HasPrefix(e, "VPCIP_METRICS_ADDR=off") })
+	d := newAWSCNIDaemon(t, 27, "MAX_ENI=1", "VPCIP_ADD_WAIT=200ms")
+	l, inst, addr := d.l, d.inst, d.metrics
 	// Two failed EC2 calls, so the error series have something to show.
 	l.Cloud.Faults().FailNext("AssignPrivateIpAddresses", "InsufficientFreeAddressesInSubnet")
 	l.Cloud.Faults().FailNext("AssignPrivateIpAddresses", "RequestLimitExceeded")
-	p := startDaemon(t, bin, env, dir)
+	p := d.start(t)
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -195,22 +184,8 @@ func TestAWSCNINamesAgreeWithOurs(t *testing.T) {
 // and awscni_assigned_ip_per_cidr gives each /28 the addresses pods hold
 // in it.
 func TestAWSCNIPrefixSeries(t *testing.T) {
-	bin := buildDaemon(t)
-	l := vpcsimtest.Start(t, vpcsim.Config{Seed: 28})
-	inst := l.Launch(t, "m5.large")
-	dir := shortDir(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	env := append(daemonEnv(l, inst.ID, dir), "VPCIP_METRICS_ADDR="+addr, "VPCIP_METRICS_AWSCNI_NAMES=true",
-		"ENABLE_PREFIX_DELEGATION=true", "WARM_PREFIX_TARGET=1")
-	env = slices.DeleteFunc(env, func(e string) bool {
-		return strings.HasPrefix(e, "VPCIP_METRICS_ADDR=off") || strings.HasPrefix(e, "WARM_IP_TARGET=")
-	})
-	p := startDaemon(t, bin, env, dir)
+	d := newAWSCNIDaemon(t, 28, "ENABLE_PREFIX_DELEGATION=true", "WARM_PREFIX_TARGET=1", "WARM_IP_TARGET=")
+	p := d.start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var held []netip.Addr
@@ -222,11 +197,52 @@ func TestAWSCNIPrefixSeries(t *testing.T) {
 		}
 		held = append(held, a.Address)
 	}
-	n := perCIDRAgreesWithEC2(t, "http://"+addr+"/metrics", l, inst.ID, held)
+	n := perCIDRAgreesWithEC2(t, "http://"+d.metrics+"/metrics", d.l, d.inst.ID, held)
 	if n < 2 {
 		t.Errorf("20 pods in %d /28 prefixes; want at least 2", n)
 	}
 }
+
+// awscniDaemon is a vpcipd on an m5.large of its own vpcsim, its metrics
+// listener on a free loopback port with the awscni_* names on.
+type awscniDaemon struct {
+	l        *vpcsimtest.Local
+	inst     vpcsim.InstanceInfo
+	bin, dir string
+	metrics  string // host:port of /metrics
+	env      []string
+}
+
+// newAWSCNIDaemon prepares the daemon with the test environment plus
+// extra NAME=value settings (each replacing the default of that name; an
+// empty value drops it) without starting it, so a test can set vpcsim's
+// faults first.
+func newAWSCNIDaemon(t *testing.T, seed int64, extra ...string) *awscniDaemon {
+	t.Helper()
+	d := &awscniDaemon{bin: buildDaemon(t), l: vpcsimtest.Start(t, vpcsim.Config{Seed: seed}), dir: shortDir(t)}
+	d.inst = d.l.Launch(t, "m5.large")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.metrics = ln.Addr().String()
+	ln.Close()
+	extra = append([]string{"VPCIP_METRICS_ADDR=" + d.metrics, "VPCIP_METRICS_AWSCNI_NAMES=true"}, extra...)
+	for _, e := range daemonEnv(d.l, d.inst.ID, d.dir) {
+		name, _, _ := strings.Cut(e, "=")
+		if !slices.ContainsFunc(extra, func(x string) bool { return strings.HasPrefix(x, name+"=") }) {
+			d.env = append(d.env, e)
+		}
+	}
+	for _, e := range extra {
+		if !strings.HasSuffix(e, "=") {
+			d.env = append(d.env, e)
+		}
+	}
+	return d
+}
+
+func (d *awscniDaemon) start(t *testing.T) *proc { return startDaemon(t, d.bin, d.env, d.dir) }
 
 // perCIDRAgreesWithEC2 waits (up to 20 s, for the pool to settle) until
 // one scrape's awscni_assigned_ip_per_cidr has exactly one series per /28

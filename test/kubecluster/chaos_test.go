@@ -2,10 +2,13 @@ package kubecluster
 
 import (
 	"context"
+	"fmt"
+	"maps"
 	"net/netip"
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,6 +23,10 @@ import (
 const (
 	ChaosFaultsEnv = "VPCIP_CHAOS_FAULTS"
 	ChaosSeedEnv   = "VPCIP_CHAOS_SEED"
+	// ChaosKindsEnv narrows TestChaosCampaign to some fault kinds, named
+	// as in AllFaults or by their short names in chaosKindNames
+	// ("reboot,kill"); unset, every kind.
+	ChaosKindsEnv = "VPCIP_CHAOS_KINDS"
 	// ChaosUpgradeImageEnv names a second image archive, built with another
 	// version string, for the helm upgrade and rollback fault; without it
 	// that kind is left out.
@@ -41,11 +48,44 @@ func TestChaosCampaign(t *testing.T) {
 		t.Fatalf("%s=%q: want a positive number of faults", ChaosFaultsEnv, v)
 	}
 	image, vpcipctl, h := need(t)
-	ch := &Chaos{Faults: n, APIDownMax: time.Minute, EC2Window: 30 * time.Second}
+	kinds, err := chaosKinds(os.Getenv(ChaosKindsEnv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := &Chaos{Faults: n, Kinds: kinds, APIDownMax: time.Minute, EC2Window: 30 * time.Second}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute+time.Duration(n)*4*time.Minute)
 	defer cancel()
 	c := startCluster(t, ctx, "vc", image)
 	runChaos(t, ctx, ch, &Scenario{C: c, Helm: h, Vpcipctl: vpcipctl, Logf: t.Logf})
+}
+
+// chaosKindNames are the fault kinds' short names for VPCIP_CHAOS_KINDS.
+var chaosKindNames = map[string]string{"kill": FaultKillDaemon, "containerd": FaultRestartContainerd,
+	"kubelet": FaultRestartKubelet, "apiserver": FaultStopAPIServer, "ec2": FaultEC2, "reboot": FaultReboot,
+	"upgrade": FaultUpgrade}
+
+// chaosKinds reads a comma-separated VPCIP_CHAOS_KINDS: each item a kind
+// of AllFaults, by its whole name or its short name. Empty means all (nil).
+func chaosKinds(v string) ([]string, error) {
+	var kinds []string
+	for item := range strings.SplitSeq(v, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		kind, ok := chaosKindNames[strings.ToLower(item)]
+		if i := slices.IndexFunc(AllFaults, func(k string) bool { return strings.EqualFold(k, item) }); i >= 0 {
+			kind, ok = AllFaults[i], true
+		}
+		if !ok {
+			names := slices.Sorted(maps.Keys(chaosKindNames))
+			return nil, fmt.Errorf("%s: unknown fault kind %q; kinds: %s", ChaosKindsEnv, item, strings.Join(names, ", "))
+		}
+		if !slices.Contains(kinds, kind) {
+			kinds = append(kinds, kind)
+		}
+	}
+	return kinds, nil
 }
 
 // runChaos runs a campaign on the cluster of s with the seed and upgrade
@@ -74,6 +114,24 @@ func runChaos(t *testing.T, ctx context.Context, ch *Chaos, s *Scenario) {
 			t.Logf("kubelet log of %s:\n%s", n.Name, tail(n.KubeletLog(), 20))
 		}
 		t.Fatalf("chaos campaign (seed %d): %v", ch.Seed, err)
+	}
+}
+
+func TestChaosKinds(t *testing.T) {
+	got, err := chaosKinds(" reboot, kill,node reboot ,")
+	if err != nil || !slices.Equal(got, []string{FaultReboot, FaultKillDaemon}) {
+		t.Errorf("chaosKinds: %q, %v; want reboot and kill", got, err)
+	}
+	if got, err := chaosKinds(""); err != nil || got != nil {
+		t.Errorf("chaosKinds(\"\"): %q, %v; want nil (all kinds)", got, err)
+	}
+	for _, k := range AllFaults {
+		if !slices.Contains(slices.Collect(maps.Values(chaosKindNames)), k) {
+			t.Errorf("fault kind %q has no short name in chaosKindNames", k)
+		}
+	}
+	if _, err := chaosKinds("reboot,meteor"); err == nil || !strings.Contains(err.Error(), `"meteor"`) {
+		t.Errorf("chaosKinds with an unknown kind: %v; want an error naming it", err)
 	}
 }
 

@@ -276,8 +276,25 @@ func (c *Cluster) Reboot(ctx context.Context, n *Node, keepCheckpoint bool) erro
 	}
 	// Only this node's: the directory is shared with the other nodes, and
 	// unlinking a file another mount namespace mounts a netns on detaches it there.
+	// What a reboot empties in the node's netns: every policy rule but the
+	// kernel's three, every route table but main and local, the secondary
+	// ENIs' configuration (links down, addresses gone: the ENIs stay
+	// attached, and an OS that configures only eth0 brings them back bare),
+	// and every iptables table of both backends.
 	script := `for f in /run/netns/cni-*; do mountpoint -q "$f" || continue; umount "$f" && rm -f "$f"; done
-for p in 512 1536; do while ip rule del pref $p 2>/dev/null; do :; done; done`
+for p in $(ip -4 rule show | sed 's/:.*//' | sort -un); do
+	case $p in 0|32766|32767) ;; *) while ip -4 rule del pref $p 2>/dev/null; do :; done;; esac
+done
+for t in $(ip -4 route show table all | sed -n 's/.* table \([^ ]*\).*/\1/p' | sort -u); do
+	case $t in main|local) ;; *) ip -4 route flush table $t;; esac
+done
+for l in $(ip -o link show | sed -n 's/^[0-9]*: \(eth[1-9][0-9]*\)[@:].*/\1/p'); do
+	ip link set dev $l down && ip addr flush dev $l
+done
+for ipt in iptables iptables-legacy; do
+	command -v $ipt >/dev/null || continue
+	for t in filter nat mangle raw; do $ipt -w -t $t -F && $ipt -w -t $t -X; done
+done`
 	out, err := exec.CommandContext(ctx, "nsenter", "--mount="+n.Mountns, "--net="+filepath.Join("/var/run/netns", n.Netns), "--", "sh", "-c", script).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("reboot %s: pod netns and rules: %v: %s", n.Name, err, out)

@@ -18,6 +18,7 @@ import (
 
 func main() {
 	seed := flag.Uint64("seed", 1, "seed of the traces")
+	seeds := flag.Int("seeds", 0, "run seeds 1..N and print each seed's summary (no table); 0: one seed, -seed, with its table")
 	traces := flag.String("traces", "", "comma-separated trace names to run (default: all)")
 	mode := flag.String("mode", "", "ip or pd: one address mode only (default: both)")
 	flag.Parse()
@@ -43,6 +44,22 @@ func main() {
 		os.Exit(2)
 	}
 	start := time.Now()
+	if *seeds > 0 {
+		failed := false
+		for sd := 1; sd <= *seeds; sd++ {
+			o.Seed = uint64(sd)
+			rows := compare.Table(o)
+			fmt.Printf("seed %d:\n", sd)
+			compare.Summary(os.Stdout, rows)
+			fmt.Println()
+			failed = failed || slices.ContainsFunc(rows, func(r compare.Row) bool { return r.Err != nil })
+		}
+		fmt.Printf("seeds 1-%d in %.1f s\n", *seeds, time.Since(start).Seconds())
+		if failed {
+			os.Exit(1)
+		}
+		return
+	}
 	rows := compare.Table(o)
 	compare.Print(os.Stdout, rows)
 	fmt.Println()

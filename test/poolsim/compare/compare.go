@@ -63,6 +63,39 @@ type Row struct {
 	Bound float64
 }
 
+// IdleTarget is the most idle address-hours our default may hold on the
+// row: max(0.5× the reference default's, the bound + 10 % of the
+// reference's), so a row where the bound allows half must reach half and
+// the others must come within a tenth of the reference of what no policy
+// that makes no pod wait and calls no more can beat. Without a bound (NaN:
+// the reference made pods wait), half the reference's.
+func (r Row) IdleTarget() float64 {
+	ref := r.Results[0].IdleHours
+	if math.IsNaN(r.Bound) {
+		return 0.5 * ref
+	}
+	return max(0.5*ref, r.Bound+0.1*ref)
+}
+
+// Meets reports which per-row targets our default meets against the
+// reference default: idle address-hours at most IdleTarget, EC2 mutating
+// calls per pod start at most the reference's, and no more pods that
+// waited than the reference.
+func (r Row) Meets() (idle, calls, waits bool) {
+	ref, o := r.Results[0], r.Results[2]
+	return o.IdleHours <= r.IdleTarget(), o.CallsPer1000() <= ref.CallsPer1000(), o.Waited <= ref.Waited
+}
+
+// OnPath is the share of a run's pod starts whose first ADD found no free
+// address, so an EC2 call (assign, or create and attach an ENI) stood on
+// the pod's path: Waited / Starts, 0 for no starts.
+func OnPath(res poolsim.Result) float64 {
+	if res.Starts == 0 {
+		return 0
+	}
+	return float64(res.Waited) / float64(res.Starts)
+}
+
 // boundWork caps the work of MinIdleHours per row (calls × ENIs ×
 // segments², about a nanosecond each).
 const boundWork = 3e9
@@ -178,11 +211,13 @@ func Run(tr poolsim.Trace, typ poolsim.InstanceType, prefix bool, s Setup, lat p
 // 1,000 pod starts, then the ratios ours/reference for the defaults and
 // for WARM_IP_TARGET=5/MINIMUM_IP_TARGET=10.
 func Print(w io.Writer, rows []Row) {
-	fmt.Fprintf(w, "%-8s %-11s %-4s | %-34s | %-34s | %-34s | %-34s | %-11s | %-22s | %-22s\n", "trace", "type", "mode",
-		"ref default", "ref WARM_IP=5/MIN=10", "ours default", "ours WARM_IP=5/MIN=10", "bound", "ours/ref default", "ours/ref WARM5/MIN10")
+	fmt.Fprintf(w, "%-8s %-11s %-4s | %-34s | %-34s | %-34s | %-34s | %-11s | %-22s | %-22s | %-19s | %-11s\n", "trace", "type", "mode",
+		"ref default", "ref WARM_IP=5/MIN=10", "ours default", "ours WARM_IP=5/MIN=10", "bound", "ours/ref default", "ours/ref WARM5/MIN10",
+		"default: targets", "EC2 on path")
 	sub := "idle-h  waited  p50s  p99s  calls/k"
-	fmt.Fprintf(w, "%-8s %-11s %-4s | %-34s | %-34s | %-34s | %-34s | %-11s | %-22s | %-22s\n", "", "", "", sub, sub, sub, sub, "flr/r lb/r", "idle  wait  p99  calls", "idle  wait  p99  calls")
-	fmt.Fprintln(w, strings.Repeat("-", 8+1+11+1+4+4*37+14+2*25+2))
+	fmt.Fprintf(w, "%-8s %-11s %-4s | %-34s | %-34s | %-34s | %-34s | %-11s | %-22s | %-22s | %-19s | %-11s\n", "", "", "", sub, sub, sub, sub, "flr/r lb/r",
+		"idle  wait  p99  calls", "idle  wait  p99  calls", "tgt-h  idle  calls", "ref%  ours%")
+	fmt.Fprintln(w, strings.Repeat("-", 8+1+11+1+4+4*37+14+2*25+2+22+14))
 	for _, r := range rows {
 		mode := "ip"
 		if r.Prefix {
@@ -198,6 +233,9 @@ func Print(w io.Writer, rows []Row) {
 			fmt.Fprintf(w, " | %4s %5s %4s %5s", ratio(o.IdleHours, ref.IdleHours), ratio(float64(o.Waited), float64(ref.Waited)),
 				ratio(o.P(0.99), ref.P(0.99)), ratio(o.CallsPer1000(), ref.CallsPer1000()))
 		}
+		idle, calls, _ := r.Meets()
+		fmt.Fprintf(w, " | %6.1f %5s %5s", r.IdleTarget(), met(idle), met(calls))
+		fmt.Fprintf(w, " | %4.1f  %5.1f", 100*OnPath(r.Results[0]), 100*OnPath(r.Results[2]))
 		if r.Err != nil {
 			fmt.Fprintf(w, "  error: %v", r.Err)
 		}
@@ -256,8 +294,42 @@ func Summary(w io.Writer, rows []Row) {
 		idle, n, waited, n, p99, n, calls, n, ourW, refW)
 	fmt.Fprintf(w, "WARM_IP_TARGET=5/MINIMUM_IP_TARGET=10, rows meeting: waited ≤ 1× %d/%d, calls ≤ 1.5× %d/%d; pods that waited in all rows: ours %d, reference %d\n",
 		wWaited, n, wCalls, n, ourWW, refWW)
+	var idleMet, callsMet, both int
+	var missed, overPath []string
+	worstPath := 0.0
+	for _, r := range rows {
+		i, c, _ := r.Meets()
+		idleMet, callsMet, both = idleMet+b2i(i), callsMet+b2i(c), both+b2i(i && c)
+		if !i || !c {
+			missed = append(missed, rowName(r))
+		}
+		if p := OnPath(r.Results[2]); r.Trace != "fill" {
+			worstPath = max(worstPath, p)
+			if p > 0.01 {
+				overPath = append(overPath, rowName(r))
+			}
+		}
+	}
+	fmt.Fprintf(w, "per-row targets of the default (idle ≤ max(0.5× ref, bound + 0.1× ref), calls ≤ 1× ref): idle met %d/%d, calls met %d/%d, both %d/%d; not met: %v\n",
+		idleMet, n, callsMet, n, both, n, missed)
+	fmt.Fprintf(w, "pod starts with an EC2 call on their path, our default, traces but fill: at most %.2f %%; rows above 1 %%: %v\n", 100*worstPath, overPath)
 	fmt.Fprintf(w, "idle ≤ 0.5× out of reach for any pool (floor above half the reference's idle): %d/%d %v\n", beyond, n, beyondRows)
 	fmt.Fprintf(w, "idle ≤ 0.5× with no more waits and calls out of reach for any pool (bound above half the reference's idle): %d/%d %v\n", jointly, n, jointRows)
+}
+
+func rowName(r Row) string {
+	mode := "ip"
+	if r.Prefix {
+		mode = "pd"
+	}
+	return r.Trace + "/" + r.Type + "/" + mode
+}
+
+func met(b bool) string {
+	if b {
+		return "met"
+	}
+	return "NOT"
 }
 
 func b2i(b bool) int {

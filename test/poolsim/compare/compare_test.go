@@ -2,6 +2,7 @@ package compare
 
 import (
 	"bytes"
+	"math"
 	"strings"
 	"testing"
 
@@ -30,8 +31,21 @@ func TestTableSmoke(t *testing.T) {
 			}
 		}
 	}
+	for _, r := range a {
+		ref := r.Results[0]
+		if tgt := r.IdleTarget(); tgt < 0.5*ref.IdleHours || (!math.IsNaN(r.Bound) && tgt < r.Bound+0.1*ref.IdleHours) {
+			t.Errorf("%s: idle target %.1f below max(0.5× %.1f, bound %.1f + 10 %%)", rowName(r), tgt, ref.IdleHours, r.Bound)
+		}
+		if got, want := OnPath(ref), float64(ref.Waited)/float64(ref.Starts); got != want {
+			t.Errorf("%s: OnPath %v, want waited/starts %v", rowName(r), got, want)
+		}
+	}
 	var out bytes.Buffer
 	Print(&out, a)
+	Summary(&out, a)
+	if !strings.Contains(out.String(), "per-row targets of the default") || !strings.Contains(out.String(), "EC2 call on their path") {
+		t.Errorf("summary lacks the per-row targets or the on-path share:\n%s", out.String())
+	}
 	if got := strings.Count(out.String(), "rollout  m5.large"); got != 2 {
 		t.Errorf("table has %d rollout rows:\n%s", got, out.String())
 	}

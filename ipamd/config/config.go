@@ -74,12 +74,23 @@ type Config struct {
 	NodeName    string // MY_NODE_NAME, the Kubernetes node name (tagged on ENIs, shown by introspection); default empty
 	// Kubernetes (package ipamd/cluster; on when NodeName is set and an API
 	// server is configured: Kubeconfig, or in a pod KUBERNETES_SERVICE_HOST).
-	Kubeconfig            string        // VPCIP_KUBECONFIG (alias KUBECONFIG): kubeconfig file; default empty (in-cluster)
-	PodLeakGrace          time.Duration // VPCIP_POD_LEAK_GRACE: an address whose pod is gone from the API server this long is released; default 2 m
-	BudgetInterval        time.Duration // VPCIP_BUDGET_INTERVAL: least time between AddressBudget status writes; default 15 s
-	Socket                string        // VPCIP_SOCKET, plugin API unix socket; default /run/vpcip/ipamd.sock
-	Checkpoint            string        // VPCIP_CHECKPOINT, allocation state file; default /var/run/vpcip/ipam.json
-	MetricsAddr           string        // VPCIP_METRICS_ADDR (alias METRICS_BIND_ADDRESS); default :61678; "off" disables
+	Kubeconfig     string        // VPCIP_KUBECONFIG (alias KUBECONFIG): kubeconfig file; default empty (in-cluster)
+	PodLeakGrace   time.Duration // VPCIP_POD_LEAK_GRACE: an address whose pod is gone from the API server this long is released; default 2 m
+	BudgetInterval time.Duration // VPCIP_BUDGET_INTERVAL: least time between AddressBudget status writes; default 15 s
+	Socket         string        // VPCIP_SOCKET, plugin API unix socket; default /run/vpcip/ipamd.sock
+	Checkpoint     string        // VPCIP_CHECKPOINT, allocation state file; default /var/run/vpcip/ipam.json
+	MetricsAddr    string        // VPCIP_METRICS_ADDR (alias METRICS_BIND_ADDRESS); default :61678; "off" disables
+	// MetricsSecure is VPCIP_METRICS_SECURE: /metrics over HTTPS, only for
+	// scrapers whose bearer token the API server authenticates (TokenReview)
+	// and allows get on the non-resource URL /metrics (SubjectAccessReview);
+	// needs the Kubernetes API. Default false: plain HTTP, unauthenticated.
+	MetricsSecure bool
+	// MetricsTLSDir is VPCIP_METRICS_TLS_DIR: a directory holding tls.crt
+	// and tls.key (PEM; the keys of a kubernetes.io/tls Secret mounted
+	// there), the secure listener's certificate, read again when the files
+	// change. Unset (the default), the daemon makes a self-signed
+	// certificate in memory at start. Used only with MetricsSecure.
+	MetricsTLSDir         string
 	IntrospectionAddr     string        // VPCIP_INTROSPECTION_ADDR (alias INTROSPECTION_BIND_ADDRESS); default 127.0.0.1:61679; "off" disables
 	AWSCNIMetricNames     bool          // VPCIP_METRICS_AWSCNI_NAMES: also export the AWS VPC CNI's awscni_* series; default false
 	SubnetMetricsInterval time.Duration // VPCIP_SUBNET_METRICS_INTERVAL: how often to read the subnets' free addresses from EC2; default 30 m, at least 1 s
@@ -160,6 +171,9 @@ func (p *parser) crossChecks(c *Config) {
 	if c.Socket == c.Checkpoint && c.Socket != "" {
 		p.fail("VPCIP_SOCKET", c.Socket, "a path different from VPCIP_CHECKPOINT")
 	}
+	if c.MetricsSecure && c.MetricsAddr == "" {
+		p.fail("VPCIP_METRICS_SECURE", "true", "false while VPCIP_METRICS_ADDR=off (there is no metrics listener to secure)")
+	}
 }
 
 // AdaptivePool reports that no warm variable is set (WARM_ENI_TARGET,
@@ -175,6 +189,9 @@ func (c Config) Notes() []string {
 	var notes []string
 	if c.WarmPrefixTarget > 0 && !c.PrefixDelegation {
 		notes = append(notes, "WARM_PREFIX_TARGET is ignored unless ENABLE_PREFIX_DELEGATION=true")
+	}
+	if c.MetricsTLSDir != "" && !c.MetricsSecure {
+		notes = append(notes, "VPCIP_METRICS_TLS_DIR is ignored unless VPCIP_METRICS_SECURE=true (metrics are served over plain HTTP)")
 	}
 	if !c.HostNetwork {
 		notes = append(notes, "VPCIP_HOSTNET=false: no host networking is set up (test/dev mode)")

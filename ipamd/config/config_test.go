@@ -137,6 +137,18 @@ func TestParseRejectsSocketEqualCheckpoint(t *testing.T) {
 	}
 }
 
+// TestParseRejectsSecureMetricsWithoutMetrics: securing a listener that is
+// off is a mistake, not a no-op.
+func TestParseRejectsSecureMetricsWithoutMetrics(t *testing.T) {
+	if _, err := Parse(env(map[string]string{"VPCIP_METRICS_SECURE": "true"})); err != nil {
+		t.Errorf("VPCIP_METRICS_SECURE=true alone: %v", err)
+	}
+	_, err := Parse(env(map[string]string{"VPCIP_METRICS_SECURE": "true", "VPCIP_METRICS_ADDR": "off"}))
+	if err == nil || !strings.Contains(err.Error(), "VPCIP_METRICS_SECURE=") {
+		t.Errorf("VPCIP_METRICS_SECURE=true with VPCIP_METRICS_ADDR=off: err = %v, want one naming VPCIP_METRICS_SECURE", err)
+	}
+}
+
 // FuzzParse: no value of any variable panics Parse, and an error always
 // names the variable.
 func FuzzParse(f *testing.F) {

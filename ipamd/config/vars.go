@@ -93,6 +93,8 @@ var Vars = []Var{
 	setting("VPCIP_CHECKPOINT", "/run/x/ipam.json", func(c *Config) *string { return &c.Checkpoint }, path(DefaultCheckpoint), plain),
 	withAliases(setting("VPCIP_METRICS_ADDR", "127.0.0.1:9101", func(c *Config) *string { return &c.MetricsAddr }, addr(DefaultMetricsAddr), plain), "METRICS_BIND_ADDRESS"),
 	withAliases(setting("VPCIP_INTROSPECTION_ADDR", "127.0.0.1:9102", func(c *Config) *string { return &c.IntrospectionAddr }, addr(DefaultIntrospectionAddr), plain), "INTROSPECTION_BIND_ADDRESS"),
+	setting("VPCIP_METRICS_SECURE", "true", func(c *Config) *bool { return &c.MetricsSecure }, boolean(false), strconv.FormatBool),
+	setting("VPCIP_METRICS_TLS_DIR", "/etc/x/metrics-tls", func(c *Config) *string { return &c.MetricsTLSDir }, path(""), plain),
 	setting("VPCIP_METRICS_AWSCNI_NAMES", "true", func(c *Config) *bool { return &c.AWSCNIMetricNames }, boolean(false), strconv.FormatBool),
 	setting("VPCIP_SUBNET_METRICS_INTERVAL", "10m0s", func(c *Config) *time.Duration { return &c.SubnetMetricsInterval }, duration(30*time.Minute, time.Second), time.Duration.String),
 	setting("VPCIP_ADD_WAIT", "250ms", func(c *Config) *time.Duration { return &c.AddWait }, duration(5*time.Second, 0), time.Duration.String),

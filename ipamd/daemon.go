@@ -2,6 +2,7 @@ package ipamd
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -60,10 +61,22 @@ type Options struct {
 	// Kubernetes reports the Kubernetes part's state for introspection and
 	// `vpcipctl status`. nil: shown as disabled.
 	Kubernetes func() introspect.Kubernetes
+	// MetricsGuard, when set, serves the metrics listener over TLS only
+	// and lets a request reach /metrics only when the guard allows it
+	// (package ipamd/metricsauth: the scraper's token reviewed by the API
+	// server; VPCIP_METRICS_SECURE). nil: plain HTTP, unauthenticated.
+	MetricsGuard MetricsGuard
 	// NetnsDirs are the directories the runtime mounts sandboxes' netns in,
 	// as this process sees them: the witness that a pod went without a DEL
 	// (see netnsWitness). nil: DefaultNetnsDirs.
 	NetnsDirs []string
+}
+
+// MetricsGuard secures the metrics listener: its TLS configuration, and
+// the check every request passes before the handler.
+type MetricsGuard interface {
+	TLSConfig() *tls.Config
+	Wrap(http.Handler) http.Handler
 }
 
 // NoAddressRecorder is told about every ADD answered without an address,
@@ -78,6 +91,7 @@ type Daemon struct {
 	cfg      config.Config
 	log      *slog.Logger
 	gatherer prometheus.Gatherer
+	guard    MetricsGuard
 	store    *datastore.Store
 
 	life  *lifecycle
@@ -101,7 +115,7 @@ func New(o Options) (*Daemon, error) {
 	cfg, store := o.Config, datastore.New(o.Config.Cooldown)
 	store.SetMaxAssigned(cfg.MaxPods)
 	store.SetConntrackFlush(true)
-	d := &Daemon{cfg: cfg, log: o.Logger, gatherer: o.Gatherer, store: store, life: newLifecycle(), node: &nodeInfo{}}
+	d := &Daemon{cfg: cfg, log: o.Logger, gatherer: o.Gatherer, guard: o.MetricsGuard, store: store, life: newLifecycle(), node: &nodeInfo{}}
 	d.ckpt = &checkpointer{path: cfg.Checkpoint, store: store, log: o.Logger, metrics: o.Metrics, now: o.Clock}
 	d.hosts = newHostSync(o.Host, cfg, store, o.Logger, o.Metrics, o.Clock, o.NetnsDirs)
 	d.hosts.imds = newPodIMDS(o.Host, cfg, store, o.Logger)
@@ -291,7 +305,11 @@ func (d *Daemon) listen() ([]*http.Server, []net.Listener, error) {
 			closeAll(listeners)
 			return nil, nil, fmt.Errorf("listen %s on %s: %w", s.name, s.addr, err)
 		}
-		d.log.Info("serving", "what", s.name, "addr", ln.Addr().String())
+		scheme := "http"
+		if s.tls != nil {
+			ln, scheme = tls.NewListener(ln, s.tls), "https"
+		}
+		d.log.Info("serving", "what", s.name, "addr", ln.Addr().String(), "scheme", scheme)
 		lim := sideLimits
 		servers = append(servers, &http.Server{Handler: s.handler, ReadHeaderTimeout: lim.ReadHeader, ReadTimeout: lim.Read,
 			WriteTimeout: lim.Write, IdleTimeout: lim.Idle, MaxHeaderBytes: lim.MaxHeaderBytes})
@@ -321,6 +339,7 @@ func (d *Daemon) shutdown(servers []*http.Server) {
 type sideServer struct {
 	name, addr string
 	handler    http.Handler
+	tls        *tls.Config // nil: plain HTTP
 }
 
 func (d *Daemon) sideServers() []sideServer {
@@ -328,10 +347,14 @@ func (d *Daemon) sideServers() []sideServer {
 	if d.cfg.MetricsAddr != "" && d.gatherer != nil {
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", promhttp.HandlerFor(d.gatherer, promhttp.HandlerOpts{}))
-		out = append(out, sideServer{"metrics", d.cfg.MetricsAddr, mux})
+		s := sideServer{name: "metrics", addr: d.cfg.MetricsAddr, handler: mux}
+		if d.guard != nil {
+			s.handler, s.tls = d.guard.Wrap(mux), d.guard.TLSConfig()
+		}
+		out = append(out, s)
 	}
 	if d.cfg.IntrospectionAddr != "" {
-		out = append(out, sideServer{"introspection", d.cfg.IntrospectionAddr, introspect.Handler(d.view.state)})
+		out = append(out, sideServer{name: "introspection", addr: d.cfg.IntrospectionAddr, handler: introspect.Handler(d.view.state)})
 	}
 	return out
 }

@@ -172,6 +172,8 @@ type node struct {
 	// pods and sink, if set, stand in for the Kubernetes part.
 	pods PodFacts
 	sink StatusSink
+	// guard, if set, secures the metrics listener (Options.MetricsGuard).
+	guard MetricsGuard
 }
 
 func newNode(t testing.TB, c cloud, instanceType string, env map[string]string) *node {
@@ -208,7 +210,7 @@ func (n *node) startNoWait() {
 	n.prov = p
 	d, err := New(Options{Config: testConfig(n.t, n.dir, n.env), Provider: p, Host: n.host,
 		Metrics: m, Gatherer: n.reg, Clock: n.clock.Now, Pods: n.pods, Status: n.sink,
-		NetnsDirs: []string{n.netnsDir()}})
+		NetnsDirs: []string{n.netnsDir()}, MetricsGuard: n.guard})
 	if err != nil {
 		n.t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package ipamd
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -291,5 +292,71 @@ func TestSideListenersBoundConnections(t *testing.T) {
 	if resp, err := client.Get("http://" + metricsAddr + "/metrics"); err == nil {
 		resp.Body.Close()
 		t.Errorf("a third connection was served while two were open; want it held back (MaxConns 2)")
+	}
+}
+
+// tokenGuard stands in for metricsauth.Guard (tested against a real API
+// server in its package): TLS with httptest's certificate, and only
+// "Bearer good" passes.
+type tokenGuard struct{ cert tls.Certificate }
+
+func (g tokenGuard) TLSConfig() *tls.Config {
+	return &tls.Config{Certificates: []tls.Certificate{g.cert}}
+}
+
+func (g tokenGuard) Wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer good" {
+			http.Error(w, "Unauthorized", http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// TestSecureMetricsListener: with a MetricsGuard the metrics listener
+// speaks TLS with the guard's configuration and every request passes the
+// guard; plain HTTP gets no metrics. The introspection listener is
+// unchanged (plain HTTP, the probes' endpoint).
+func TestSecureMetricsListener(t *testing.T) {
+	ts := httptest.NewUnstartedServer(http.NotFoundHandler())
+	ts.StartTLS()
+	cert := ts.TLS.Certificates[0]
+	ts.Close()
+	c := startCloud(t)
+	metricsAddr, introAddr := freeAddr(t), freeAddr(t)
+	n := newNode(t, c, itypeSmall, map[string]string{"VPCIP_METRICS_ADDR": metricsAddr, "VPCIP_INTROSPECTION_ADDR": introAddr})
+	n.guard = tokenGuard{cert}
+	n.start()
+
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	do := func(url, auth string) (int, string) {
+		req, _ := http.NewRequest("GET", url, nil)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("GET %s: %v", url, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := do("https://"+metricsAddr+"/metrics", "Bearer good"); code != http.StatusOK || !strings.Contains(body, "vpcip_addresses_assigned") {
+		t.Errorf("https with a passing token: %d, metrics present %v; want 200 with the metrics", code, strings.Contains(body, "vpcip_addresses_assigned"))
+	}
+	if code, body := do("https://"+metricsAddr+"/metrics", ""); code != http.StatusUnauthorized || strings.Contains(body, "vpcip_") {
+		t.Errorf("https without a token: %d %q; want the guard's 401", code, body)
+	}
+	if resp, err := http.Get("http://" + metricsAddr + "/metrics"); err == nil {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK || strings.Contains(string(b), "vpcip_") {
+			t.Errorf("plain HTTP to the secure listener: %d %q; want no metrics", resp.StatusCode, b)
+		}
+	}
+	if code, _ := do("http://"+introAddr+"/healthz", ""); code != http.StatusOK {
+		t.Errorf("introspection /healthz over plain HTTP: %d, want 200", code)
 	}
 }

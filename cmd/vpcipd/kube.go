@@ -1,10 +1,14 @@
 package main
 
 import (
+	"errors"
+	"fmt"
 	"log/slog"
+	"net"
 	"os"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -14,6 +18,7 @@ import (
 	"github.com/vpcip/vpcip/ipamd/eniconfig"
 	"github.com/vpcip/vpcip/ipamd/fleetmetrics"
 	"github.com/vpcip/vpcip/ipamd/introspect"
+	"github.com/vpcip/vpcip/ipamd/metricsauth"
 	"github.com/vpcip/vpcip/ipamd/podsubnet"
 )
 
@@ -23,6 +28,7 @@ var (
 	_ ipamd.PodFacts          = (*cluster.Cluster)(nil)
 	_ ipamd.StatusSink        = (*cluster.Cluster)(nil)
 	_ ipamd.NoAddressRecorder = (*cluster.Cluster)(nil)
+	_ ipamd.MetricsGuard      = (*metricsauth.Guard)(nil)
 )
 
 // kubeConfig is how the Kubernetes part reaches the API server:
@@ -91,4 +97,38 @@ func newENIConfigs(cfg config.Config, log *slog.Logger, changed func()) *eniconf
 		return nil
 	}
 	return src
+}
+
+// newMetricsGuard is the secure metrics listener's guard
+// (VPCIP_METRICS_SECURE), or nil when it is off. Unlike the Kubernetes
+// part, it fails the daemon: without an API server to review tokens the
+// listener could only refuse every scrape or serve everyone, and an
+// operator who asked for authorization gets neither silently. Its client
+// is its own, limited to 5 requests/s (burst 10), so a flood of bogus
+// tokens never delays the Kubernetes part's watches and writes.
+func newMetricsGuard(cfg config.Config, log *slog.Logger) (*metricsauth.Guard, error) {
+	if !cfg.MetricsSecure {
+		return nil, nil
+	}
+	restCfg, err := kubeConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("VPCIP_METRICS_SECURE=true: the Kubernetes API configuration is unusable: %w", err)
+	}
+	if restCfg == nil {
+		return nil, errors.New("VPCIP_METRICS_SECURE=true needs the Kubernetes API to review scrapers' tokens: " +
+			"set VPCIP_KUBECONFIG, or run in a cluster (KUBERNETES_SERVICE_HOST), or set VPCIP_METRICS_SECURE=false")
+	}
+	restCfg = rest.CopyConfig(restCfg)
+	restCfg.QPS, restCfg.Burst = 5, 10
+	restCfg.UserAgent = "vpcipd/" + version + " metrics-auth"
+	cs, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return nil, fmt.Errorf("VPCIP_METRICS_SECURE=true: Kubernetes client: %w", err)
+	}
+	hosts := []string{cfg.NodeName}
+	if h, _, err := net.SplitHostPort(cfg.MetricsAddr); err == nil && h != "" {
+		hosts = append(hosts, h)
+	}
+	return metricsauth.New(metricsauth.Options{Client: cs, TLSDir: cfg.MetricsTLSDir, Hosts: hosts,
+		Logger: log.With("component", "metrics-auth")})
 }

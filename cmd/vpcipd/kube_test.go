@@ -2,6 +2,8 @@ package main
 
 import (
 	"log/slog"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -41,5 +43,24 @@ func TestDaemonAndClusterMetricsShareARegistry(t *testing.T) {
 		if !names[want] {
 			t.Errorf("%s not registered", want)
 		}
+	}
+}
+
+// TestSecureMetricsNeedsTheAPIServer: VPCIP_METRICS_SECURE without any way
+// to reach the API server stops vpcipd at start with the variable's name,
+// rather than serving everyone or no one; without it no guard is made.
+func TestSecureMetricsNeedsTheAPIServer(t *testing.T) {
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	log := slog.New(slog.DiscardHandler)
+	if g, err := newMetricsGuard(config.Config{MetricsAddr: ":61678"}, log); g != nil || err != nil {
+		t.Fatalf("secure off: guard %v, err %v; want neither", g, err)
+	}
+	_, err := newMetricsGuard(config.Config{MetricsAddr: ":61678", MetricsSecure: true}, log)
+	if err == nil || !strings.Contains(err.Error(), "VPCIP_METRICS_SECURE=true needs the Kubernetes API") {
+		t.Fatalf("secure on without an API server: err = %v, want a refusal naming VPCIP_METRICS_SECURE", err)
+	}
+	_, err = newMetricsGuard(config.Config{MetricsAddr: ":61678", MetricsSecure: true, Kubeconfig: filepath.Join(t.TempDir(), "missing")}, log)
+	if err == nil || !strings.Contains(err.Error(), "VPCIP_METRICS_SECURE=true") {
+		t.Fatalf("secure on with a missing kubeconfig: err = %v, want a refusal", err)
 	}
 }

@@ -57,6 +57,7 @@ import (
 	"github.com/vpcip/vpcip/ipamd/config"
 	"github.com/vpcip/vpcip/ipamd/fleetmetrics"
 	"github.com/vpcip/vpcip/ipamd/introspect"
+	"github.com/vpcip/vpcip/ipamd/metricsauth"
 	"github.com/vpcip/vpcip/ipamd/podsubnet"
 	"github.com/vpcip/vpcip/logfile"
 	awsprovider "github.com/vpcip/vpcip/provider/aws"
@@ -152,6 +153,12 @@ func daemon(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := ipamd.NewMetrics(reg)
+	// First, as it can refuse the configuration (VPCIP_METRICS_SECURE
+	// without an API server, a bad certificate).
+	guard, err := newMetricsGuard(cfg, log)
+	if err != nil {
+		return err
+	}
 	awsCfg, err := awsconfig.LoadDefaultConfig(ctx, awsconfig.WithEC2IMDSRegion())
 	if err != nil {
 		return fmt.Errorf("AWS configuration: %w", err)
@@ -202,7 +209,7 @@ func daemon(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	d, err := ipamd.New(ipamd.Options{
 		Config: cfg, Provider: &podsubnet.Provider{Provider: prov, Placer: placer}, Host: host, Logger: log,
 		Placement: placer.Last,
-		Metrics:   metrics, Gatherer: gatherer, Version: version,
+		Metrics:   metrics, Gatherer: gatherer, Version: version, MetricsGuard: guardOrNil(guard),
 		Pods: kube, Status: kube, Events: kube, Kubernetes: kubernetesState(kube), Wake: eniChanged,
 	})
 	if err != nil {
@@ -254,4 +261,13 @@ func cidrUse(st introspect.State) []fleetmetrics.CIDRUse {
 		}
 	}
 	return out
+}
+
+// guardOrNil keeps a nil *metricsauth.Guard from becoming a non-nil
+// ipamd.MetricsGuard.
+func guardOrNil(g *metricsauth.Guard) ipamd.MetricsGuard {
+	if g == nil {
+		return nil
+	}
+	return g
 }

@@ -141,3 +141,25 @@ func TestClusterPartIsAGuest(t *testing.T) {
 		}
 	}
 }
+
+// TestMetricsGuardStandsAlone: ipamd/metricsauth, the secure metrics
+// listener's token check (client-go), links no package of vpcip's: the
+// daemon takes it through ipamd.MetricsGuard and stays free of client-go.
+func TestMetricsGuardStandsAlone(t *testing.T) {
+	full := module + "/ipamd/metricsauth"
+	deps := goList(t, full)
+	if !deps[full] {
+		t.Fatalf("go list -deps %s did not list the package itself", full)
+	}
+	for dep := range deps {
+		if dep != full && strings.HasPrefix(dep, module+"/") {
+			t.Errorf("ipamd/metricsauth links %s: it must stand alone (docs/design.md §3)", dep)
+		}
+	}
+	for dep := range goList(t, module+"/ipamd") {
+		if strings.HasPrefix(dep, "k8s.io/") {
+			t.Errorf("the daemon (ipamd) links %s: Kubernetes code reaches it only through its interfaces", dep)
+			break
+		}
+	}
+}

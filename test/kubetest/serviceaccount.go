@@ -141,3 +141,17 @@ func (s *Server) PodTokenConfig(ctx context.Context, namespace, pod string) (*re
 		QPS:             s.Config.QPS, Burst: s.Config.Burst,
 	}, nil
 }
+
+// ReadRulesFromObject returns the rules of a decoded ClusterRole (or Role),
+// as helm template renders it (a map from a YAML decoder).
+func ReadRulesFromObject(obj map[string]any) ([]rbacv1.PolicyRule, error) {
+	data, err := yaml.Marshal(obj["rules"])
+	if err != nil {
+		return nil, err
+	}
+	var rules []rbacv1.PolicyRule
+	if err := yaml.UnmarshalStrict(data, &rules); err != nil {
+		return nil, fmt.Errorf("rules: %w", err)
+	}
+	return rules, nil
+}

@@ -14,6 +14,12 @@ unchanged (files/env.yaml explains the rules) and returns nothing.
 {{- if and (eq $name "AWS_VPC_K8S_CNI_LOG_FILE") (not (has $v (list "" "stdout" "stderr"))) (not (hasPrefix "/host/var/log/aws-routed-eni/" $v)) (not (hasPrefix "/var/log/vpcip/" $v)) -}}
 {{- fail (printf "env.AWS_VPC_K8S_CNI_LOG_FILE=%q: vpcipd's container sees the host's log directories at /host/var/log/aws-routed-eni/ and /var/log/vpcip/ only; put the file under one of them (or use stdout or stderr)" $v) -}}
 {{- end -}}
+{{- if and (eq $name "VPCIP_GC_GRACE") (ne $v "") -}}
+{{- $secs := include "vpcip.seconds" $v -}}
+{{- if or (eq $secs "invalid") (lt (float64 $secs) 10.0) -}}
+{{- fail (printf "env.VPCIP_GC_GRACE=%q: want a duration like 30s or 2m, at least 10s: a CNI GC's list of valid attachments can predate an ADD in flight, and a shorter grace lets that GC remove the new pod's veth and release its address (vpcipd refuses to start with it)" $v) -}}
+{{- end -}}
+{{- end -}}
 {{- if and (eq $name "AWS_VPC_K8S_PLUGIN_LOG_FILE") (eq $v "stdout") -}}
 {{- fail "env.AWS_VPC_K8S_PLUGIN_LOG_FILE=\"stdout\": the plugin's stdout carries its CNI result; use stderr or a host path" -}}
 {{- end -}}
@@ -73,8 +79,10 @@ unchanged (files/env.yaml explains the rules) and returns nothing.
   value: /host/opt/cni/bin
 - name: VPCIP_CNI_CONF_DIR
   value: /host/etc/cni/net.d
+{{- $skip := list -}}
+{{- if .Values.metrics.bindNodeAddress }}{{- $skip = list "VPCIP_METRICS_ADDR" "METRICS_BIND_ADDRESS" }}{{- end }}
 {{- range $name, $value := .Values.env }}
-{{- if and (or (has $name $rules.supported) (has $name $rules.sdk)) (not (kindIs "invalid" $value)) }}
+{{- if and (or (has $name $rules.supported) (has $name $rules.sdk)) (not (kindIs "invalid" $value)) (not (has $name $skip)) }}
 - name: {{ $name }}
   value: {{ toString $value | quote }}
 {{- end }}
@@ -92,5 +100,53 @@ unchanged (files/env.yaml explains the rules) and returns nothing.
 {{- end }}
 {{- with .Values.extraEnv }}
 {{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/*
+vpcip.seconds is a Go duration string (time.ParseDuration's form: "0", or
+numbers with units ns, us, µs, ms, s, m, h, such as 1m30s) in seconds, or
+"invalid".
+*/}}
+{{- define "vpcip.seconds" -}}
+{{- $v := toString . -}}
+{{- $part := "([0-9]+\\.?[0-9]*|\\.[0-9]+)(ns|us|µs|μs|ms|s|m|h)" -}}
+{{- if eq $v "0" -}}0
+{{- else if not (regexMatch (printf "^(%s)+$" $part) $v) -}}invalid
+{{- else -}}
+{{- $unit := dict "ns" 0.000000001 "us" 0.000001 "µs" 0.000001 "μs" 0.000001 "ms" 0.001 "s" 1.0 "m" 60.0 "h" 3600.0 -}}
+{{- $total := 0.0 -}}
+{{- range regexFindAll $part $v -1 -}}
+{{- $num := regexFind "^([0-9]+\\.?[0-9]*|\\.[0-9]+)" . -}}
+{{- $total = addf $total (mulf (float64 $num) (get $unit (trimPrefix $num .))) -}}
+{{- end -}}
+{{- $total -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+vpcip.metricsEnv is the vpcipd container's metrics settings from values
+metrics: with bindNodeAddress, HOST_IP (the pod's status.hostIP: the node's
+primary address, as the pod uses the host network) and VPCIP_METRICS_ADDR
+$(HOST_IP):<port>; with secure, VPCIP_METRICS_SECURE and, with a
+tlsSecretName, VPCIP_METRICS_TLS_DIR where that Secret is mounted.
+*/}}
+{{- define "vpcip.metricsEnv" -}}
+{{- $port := include "vpcip.metricsPort" . -}}
+{{- if and .Values.metrics.bindNodeAddress $port }}
+- name: HOST_IP
+  valueFrom:
+    fieldRef:
+      fieldPath: status.hostIP
+- name: VPCIP_METRICS_ADDR
+  value: {{ printf "$(HOST_IP):%s" $port | quote }}
+{{- end }}
+{{- if .Values.metrics.secure }}
+- name: VPCIP_METRICS_SECURE
+  value: "true"
+{{- if .Values.metrics.tlsSecretName }}
+- name: VPCIP_METRICS_TLS_DIR
+  value: /etc/vpcip/metrics-tls
+{{- end }}
 {{- end }}
 {{- end -}}

@@ -82,11 +82,64 @@ every address. The daemon's own default is passed as the second element.
 {{- include "vpcip.listen" (list $addr) -}}
 {{- end -}}
 
+{{/* The metrics listen address as env sets it (default ":61678"), or "off". */}}
+{{- define "vpcip.metricsAddr" -}}
+{{- coalesce (get .Values.env "VPCIP_METRICS_ADDR") (get .Values.env "METRICS_BIND_ADDRESS") ":61678" | toString -}}
+{{- end -}}
+
 {{/* The metrics port, or "" when metrics are off. */}}
 {{- define "vpcip.metricsPort" -}}
-{{- $addr := coalesce (get .Values.env "VPCIP_METRICS_ADDR") (get .Values.env "METRICS_BIND_ADDRESS") ":61678" | toString -}}
+{{- $addr := include "vpcip.metricsAddr" . -}}
 {{- if ne $addr "off" -}}
 {{- include "vpcip.listen" (list $addr) | splitList " " | last -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+vpcip.checkMetrics fails the render on values metrics that cannot work
+together with env, and returns nothing.
+*/}}
+{{- define "vpcip.checkMetrics" -}}
+{{- $addr := include "vpcip.metricsAddr" . -}}
+{{- $m := .Values.metrics -}}
+{{- if and (or $m.bindNodeAddress $m.secure) (eq $addr "off") -}}
+{{- fail (printf "metrics.bindNodeAddress and metrics.secure need the daemon's metrics, but env.VPCIP_METRICS_ADDR is off; turn them off or give VPCIP_METRICS_ADDR a port") -}}
+{{- end -}}
+{{- if $m.bindNodeAddress -}}
+{{- $host := trimSuffix (printf ":%s" (regexFind "[0-9]+$" $addr)) $addr | trimPrefix "[" | trimSuffix "]" -}}
+{{- if not (has $host (list "" "0.0.0.0" "::")) -}}
+{{- fail (printf "metrics.bindNodeAddress: env.VPCIP_METRICS_ADDR=%q names an address; the chart binds the node's primary address itself, so give only the port (\":61678\") or turn bindNodeAddress off" $addr) -}}
+{{- end -}}
+{{- end -}}
+{{- if and $m.tlsSecretName (not $m.secure) -}}
+{{- fail "metrics.tlsSecretName is used only with metrics.secure: true (the plain listener serves no TLS); set secure or remove tlsSecretName" -}}
+{{- end -}}
+{{- if and $m.secure (or .Values.podMonitor.enabled .Values.podMonitor.create .Values.serviceMonitor.enabled) (not $m.scrapeTokenSecret.name) -}}
+{{- if not .Values.rbac.create -}}
+{{- fail "metrics.secure with a PodMonitor or ServiceMonitor and rbac.create: false: the chart cannot bind its own scraper to the metrics reader role; name a Secret holding an authorized token in metrics.scrapeTokenSecret.name" -}}
+{{- end -}}
+{{- if and (or .Values.podMonitor.enabled .Values.podMonitor.create) .Values.podMonitor.namespace (ne .Values.podMonitor.namespace .Release.Namespace) -}}
+{{- fail (printf "metrics.secure with podMonitor.namespace %q: the PodMonitor's token Secret must be in its own namespace, and the chart makes its scraper's in %q; name a Secret of %q in metrics.scrapeTokenSecret.name" .Values.podMonitor.namespace .Release.Namespace .Values.podMonitor.namespace) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* vpcip.scrapeTokenSecret is the name of the Secret whose token the monitors send (metrics.secure). */}}
+{{- define "vpcip.scrapeTokenSecret" -}}
+{{- .Values.metrics.scrapeTokenSecret.name | default (printf "%s-metrics-scraper-token" (include "vpcip.fullname" .)) -}}
+{{- end -}}
+
+{{/* vpcip.scrapeSecurity is a monitor endpoint's https scheme, TLS settings and bearer token when metrics.secure is on. */}}
+{{- define "vpcip.scrapeSecurity" -}}
+{{- if .Values.metrics.secure -}}
+scheme: https
+tlsConfig:
+  {{- toYaml .Values.metrics.scrapeTLSConfig | nindent 2 }}
+authorization:
+  type: Bearer
+  credentials:
+    name: {{ include "vpcip.scrapeTokenSecret" . }}
+    key: {{ .Values.metrics.scrapeTokenSecret.key | default "token" }}
 {{- end -}}
 {{- end -}}
 

@@ -153,12 +153,14 @@ func TestScrapersAreReviewedByTheAPIServer(t *testing.T) {
 		resp.Body.Close()
 	}
 
-	// Plain HTTP to the TLS listener: no metrics.
-	if resp, err := http.Get("http://" + addr + "/metrics"); err == nil {
+	// Plain HTTP to the TLS listener: Go's TLS server answers 400, no metrics.
+	if resp, err := http.Get("http://" + addr + "/metrics"); err != nil {
+		t.Errorf("plain HTTP: %v, want a 400 answer", err)
+	} else {
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode == http.StatusOK || strings.Contains(string(b), "vpcip_test") {
-			t.Errorf("plain HTTP: %d %q, want a refusal without metrics", resp.StatusCode, b)
+		if resp.StatusCode != http.StatusBadRequest || strings.Contains(string(b), "vpcip_test") {
+			t.Errorf("plain HTTP: %d %q, want 400 without metrics", resp.StatusCode, b)
 		}
 	}
 

@@ -305,15 +305,18 @@ func (d *Daemon) listen() ([]*http.Server, []net.Listener, error) {
 			closeAll(listeners)
 			return nil, nil, fmt.Errorf("listen %s on %s: %w", s.name, s.addr, err)
 		}
-		scheme := "http"
+		lim := sideLimits
+		ln, scheme := netutil.LimitListener(ln, lim.MaxConns), "http"
 		if s.tls != nil {
+			// Outside the limit, so the server sees *tls.Conn: it then
+			// bounds the handshake by its read timeout and answers plain
+			// HTTP with 400.
 			ln, scheme = tls.NewListener(ln, s.tls), "https"
 		}
 		d.log.Info("serving", "what", s.name, "addr", ln.Addr().String(), "scheme", scheme)
-		lim := sideLimits
 		servers = append(servers, &http.Server{Handler: s.handler, ReadHeaderTimeout: lim.ReadHeader, ReadTimeout: lim.Read,
 			WriteTimeout: lim.Write, IdleTimeout: lim.Idle, MaxHeaderBytes: lim.MaxHeaderBytes})
-		listeners = append(listeners, netutil.LimitListener(ln, lim.MaxConns))
+		listeners = append(listeners, ln)
 	}
 	return servers, listeners, nil
 }

@@ -349,11 +349,13 @@ func TestSecureMetricsListener(t *testing.T) {
 	if code, body := do("https://"+metricsAddr+"/metrics", ""); code != http.StatusUnauthorized || strings.Contains(body, "vpcip_") {
 		t.Errorf("https without a token: %d %q; want the guard's 401", code, body)
 	}
-	if resp, err := http.Get("http://" + metricsAddr + "/metrics"); err == nil {
+	if resp, err := http.Get("http://" + metricsAddr + "/metrics"); err != nil {
+		t.Errorf("plain HTTP to the secure listener: %v; want a 400 answer", err)
+	} else {
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode == http.StatusOK || strings.Contains(string(b), "vpcip_") {
-			t.Errorf("plain HTTP to the secure listener: %d %q; want no metrics", resp.StatusCode, b)
+		if resp.StatusCode != http.StatusBadRequest || strings.Contains(string(b), "vpcip_") {
+			t.Errorf("plain HTTP to the secure listener: %d %q; want 400 without metrics", resp.StatusCode, b)
 		}
 	}
 	if code, _ := do("http://"+introAddr+"/healthz", ""); code != http.StatusOK {

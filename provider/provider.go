@@ -40,6 +40,11 @@ var (
 	// ErrUnauthorized: the caller's credentials do not allow the call
 	// (EC2 UnauthorizedOperation).
 	ErrUnauthorized = errors.New("cloud call not authorized")
+	// ErrAddressInUse: an address asked for by name is held by another ENI
+	// (EC2 InvalidIPAddress.InUse). EC2 also refuses such a request with
+	// InvalidParameterValue ("Address ... is in use"), which stays
+	// unclassified: callers that name addresses fall back on any refusal.
+	ErrAddressInUse = errors.New("address already in use")
 	// ErrNotVisible: the cloud made the change (an ENI attached, addresses
 	// assigned), but instance metadata did not show it within the backend's
 	// wait bound. The change stands and the method also returns what it made;
@@ -173,6 +178,19 @@ type Provider interface {
 	// prefixes (prefix true) to an ENI (EC2 AssignPrivateIpAddresses) and
 	// returns what was added, as /32 or /28 prefixes, once metadata shows it.
 	AssignAddresses(ctx context.Context, eniID string, n int, prefix bool) ([]netip.Prefix, error)
+	// AssignAddressesAt adds the named secondary addresses to an ENI (EC2
+	// AssignPrivateIpAddresses with PrivateIpAddresses) and returns them as
+	// /32 prefixes, sorted, once metadata shows them. Nothing is assigned
+	// when EC2 refuses one of them (held by another ENI: ErrAddressInUse or
+	// an unclassified InvalidParameterValue). A backend that cannot name
+	// addresses returns an error wrapping errors.ErrUnsupported.
+	AssignAddressesAt(ctx context.Context, eniID string, addrs []netip.Addr) ([]netip.Prefix, error)
+	// SubnetUsage lists what every ENI in a subnet holds: primary and
+	// secondary addresses as /32s and delegated /28 prefixes, sorted (EC2
+	// DescribeNetworkInterfaces filtered by subnet-id, every page; one call
+	// per page against the describe budget). A backend that cannot list a
+	// subnet returns an error wrapping errors.ErrUnsupported.
+	SubnetUsage(ctx context.Context, subnetID string) ([]netip.Prefix, error)
 	// UnassignAddresses removes the given /32 addresses and /28 prefixes from
 	// an ENI (EC2 UnassignPrivateIpAddresses).
 	UnassignAddresses(ctx context.Context, eniID string, addrs []netip.Prefix) error

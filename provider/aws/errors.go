@@ -40,6 +40,8 @@ func classify(op string, err error) error {
 		sentinel = provider.ErrNotFound
 	case "UnauthorizedOperation", "AuthFailure":
 		sentinel = provider.ErrUnauthorized
+	case "InvalidIPAddress.InUse":
+		sentinel = provider.ErrAddressInUse
 	default:
 		return fmt.Errorf("EC2 %s: %w", op, err)
 	}
@@ -66,6 +68,8 @@ func outcome(err error) string {
 		return "not_found"
 	case errors.Is(err, provider.ErrUnauthorized):
 		return "unauthorized"
+	case errors.Is(err, provider.ErrAddressInUse):
+		return "address_in_use"
 	default:
 		return "error"
 	}

@@ -29,6 +29,7 @@ func TestClassify(t *testing.T) {
 		{"InvalidSubnetID.NotFound", provider.ErrNotFound, "not_found"},
 		{"InvalidInstanceType", provider.ErrNotFound, "not_found"},
 		{"UnauthorizedOperation", provider.ErrUnauthorized, "unauthorized"},
+		{"InvalidIPAddress.InUse", provider.ErrAddressInUse, "address_in_use"},
 		{"InvalidParameterValue", nil, "error"},
 	}
 	for _, tt := range tests {

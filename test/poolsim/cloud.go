@@ -2,6 +2,7 @@ package poolsim
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -272,4 +273,15 @@ func (c *Cloud) DeleteLeakedENIs(context.Context, time.Duration) ([]string, erro
 // Subnets lists the instance's one subnet, with room to spare.
 func (c *Cloud) Subnets(context.Context, provider.SubnetQuery) ([]provider.Subnet, error) {
 	return []provider.Subnet{{ID: "subnet-sim", VPCID: "vpc-sim", Tags: map[string]string{}, CIDR: netip.MustParsePrefix("10.0.0.0/8"), AvailabilityZone: "us-west-2a", FreeAddresses: 1 << 20}}, nil
+}
+
+// AssignAddressesAt is not modeled: the simulated subnet is one instance's
+// and never fragmented, so the pool lets it choose addresses.
+func (c *Cloud) AssignAddressesAt(context.Context, string, []netip.Addr) ([]netip.Prefix, error) {
+	return nil, fmt.Errorf("poolsim: naming addresses: %w", errors.ErrUnsupported)
+}
+
+// SubnetUsage is not modeled (see AssignAddressesAt).
+func (c *Cloud) SubnetUsage(context.Context, string) ([]netip.Prefix, error) {
+	return nil, fmt.Errorf("poolsim: listing the subnet: %w", errors.ErrUnsupported)
 }

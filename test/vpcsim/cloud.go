@@ -110,6 +110,10 @@ type SubnetInfo struct {
 	CIDR             netip.Prefix
 	AvailabilityZone string
 	FreeAddresses    int // EC2's AvailableIpAddressCount: not reserved, not held
+	// FreePrefixes is how many aligned /28s of the subnet are entirely
+	// free: what prefix assignments can still get before EC2 answers
+	// InsufficientCidrBlocks. EC2 itself does not report it.
+	FreePrefixes int
 	Tags             map[string]string
 }
 

@@ -158,7 +158,7 @@ func (c *Cloud) InstanceByAddress(a netip.Addr) (string, bool) {
 }
 
 func subnetInfo(s *subnet) SubnetInfo {
-	return SubnetInfo{ID: s.id, CIDR: s.cidr, AvailabilityZone: s.az, FreeAddresses: s.free, Tags: copyTags(s.tags)}
+	return SubnetInfo{ID: s.id, CIDR: s.cidr, AvailabilityZone: s.az, FreeAddresses: s.free, FreePrefixes: s.freeBlocks(), Tags: copyTags(s.tags)}
 }
 
 func (c *Cloud) instanceInfoLocked(inst *instance) InstanceInfo {

@@ -89,6 +89,17 @@ func (s *subnet) blockFree(off int) bool {
 	return true
 }
 
+// freeBlocks counts the subnet's aligned /28s that are entirely free.
+func (s *subnet) freeBlocks() int {
+	n := 0
+	for off := 0; off+prefixSize <= len(s.used); off += prefixSize {
+		if s.blockFree(off) {
+			n++
+		}
+	}
+	return n
+}
+
 // takePrefixes holds n aligned, entirely free /28s, lowest first. It holds
 // none and returns nil when fewer than n exist (fragmentation or a full subnet).
 func (s *subnet) takePrefixes(n int) []netip.Prefix {

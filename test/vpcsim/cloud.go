@@ -114,7 +114,7 @@ type SubnetInfo struct {
 	// free: what prefix assignments can still get before EC2 answers
 	// InsufficientCidrBlocks. EC2 itself does not report it.
 	FreePrefixes int
-	Tags             map[string]string
+	Tags         map[string]string
 }
 
 // Observer is told of every change the fabric must mirror, in order, after

@@ -6,7 +6,7 @@ export GOFLAGS ?= -buildvcs=false
 
 BINARIES := vpcipd vpcip-cni vpcipctl vpcsim
 
-.PHONY: all build deps test-deps containerd-setup k8s-tools image demo demo-containerd demo-cluster test lint bench bench-pool soak fleet chaos clean dashboards readme-picture
+.PHONY: all build deps test-deps containerd-setup k8s-tools image demo demo-containerd demo-cluster test lint bench bench-pool bench-frag soak fleet chaos clean dashboards readme-picture
 
 all: build
 
@@ -136,6 +136,11 @@ bench: deps build containerd-setup
 	$(GO) run ./test/bench --bin $(BIN) --out $(CURDIR)/results
 	$(GO) test -run '^$$' -bench RunPodSandbox -benchtime 3x ./test/containerd/
 	$(MAKE) bench-pool
+
+## bench-frag: /28 fragmentation of one subnet shared by churning secondary-IP and prefix-mode nodes, with and without the /28-aware choice of single addresses (vpcsim, virtual clock; FRAG_HOURS simulated hours).
+FRAG_HOURS ?= 4
+bench-frag:
+	$(GO) test -count=1 -run 'TestFragmentationScenario$$' -v ./ipamd/pool/ -frag.hours=$(FRAG_HOURS)
 
 ## bench-pool: warm-pool policies side by side on churn traces (virtual clock, in-memory EC2): idle address-hours, waits, EC2 calls.
 bench-pool:

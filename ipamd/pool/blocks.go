@@ -169,12 +169,17 @@ func PickRelease(free []netip.Addr, n int, held []netip.Addr, others map[netip.A
 // others or by EC2's reservation), so that a single-address assignment
 // (EC2 AssignPrivateIpAddresses with PrivateIpAddresses) breaks no whole
 // /28. held is every address the node holds in the subnet, others every
-// address the other ENIs hold (a view, possibly stale). Fullest blocks come
-// first (they are the least likely to become whole again), then blocks the
-// node already holds addresses in, then by address. It returns nil when
+// address the other ENIs hold (a view, possibly stale). Blocks the node
+// already holds addresses in come first (it refills the holes its own
+// releases left, which other nodes are least likely to name at the same
+// time), then the others; within each, fullest first (least likely to
+// become whole again), ties in an order given by salt (callers pass a
+// value of their own, such as a hash of the ENI id, so that nodes reading
+// the same view do not all name the same addresses; 0: address order). It
+// returns nil when
 // others is nil (no view), subnet is invalid or fewer than n such addresses
 // are free: the caller then lets EC2 choose.
-func PickAssign(n int, held []netip.Addr, others map[netip.Addr]bool, subnet netip.Prefix) []netip.Addr {
+func PickAssign(n int, held []netip.Addr, others map[netip.Addr]bool, subnet netip.Prefix, salt uint64) []netip.Addr {
 	if n <= 0 || others == nil || !subnet.IsValid() || !subnet.Addr().Is4() || subnet.Bits() > 28 {
 		return nil
 	}
@@ -208,12 +213,29 @@ func PickAssign(n int, held []netip.Addr, others map[netip.Addr]bool, subnet net
 	for b, u := range used {
 		broken = append(broken, blk{b, u})
 	}
+	mix := func(b netip.Prefix) uint64 {
+		if salt == 0 {
+			return 0
+		}
+		v := b.Addr().As4()
+		h := salt ^ (uint64(v[0])<<24 | uint64(v[1])<<16 | uint64(v[2])<<8 | uint64(v[3]))
+		h ^= h >> 33
+		h *= 0xff51afd7ed558ccd
+		h ^= h >> 33
+		return h
+	}
 	slices.SortFunc(broken, func(x, y blk) int {
+		if own[x.base] != own[y.base] {
+			if own[x.base] {
+				return -1
+			}
+			return 1
+		}
 		if x.used != y.used {
 			return y.used - x.used
 		}
-		if own[x.base] != own[y.base] {
-			if own[x.base] {
+		if hx, hy := mix(x.base), mix(y.base); hx != hy {
+			if hx < hy {
 				return -1
 			}
 			return 1

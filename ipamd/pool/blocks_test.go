@@ -93,28 +93,59 @@ func TestPickAssign(t *testing.T) {
 		others[a] = true
 	}
 	held := ips("10.0.0.33")
-	if got, want := PickAssign(2, held, others, subnet20), ips("10.0.0.30", "10.0.0.31"); !slices.Equal(got, want) {
-		t.Errorf("PickAssign(2) = %v, want the fullest block's %v", got, want)
+	// The node's own broken block first: it refills its own holes.
+	if got, want := PickAssign(2, held, others, subnet20, 0), ips("10.0.0.32", "10.0.0.34"); !slices.Equal(got, want) {
+		t.Errorf("PickAssign(2) = %v, want the node's own block's %v", got, want)
 	}
-	// Three: .16/28's two, then the network block (5 taken) before the
-	// node's own .32/28 (1 taken).
-	if got, want := PickAssign(3, held, others, subnet20), ips("10.0.0.5", "10.0.0.30", "10.0.0.31"); !slices.Equal(got, want) {
-		t.Errorf("PickAssign(3) = %v, want %v", got, want)
+	// Seventeen: the own block's 15, then the fullest other block
+	// (.16/28, 14 taken) before the network block (5 taken).
+	want := ips("10.0.0.30", "10.0.0.31", "10.0.0.32")
+	for i := 34; i < 48; i++ {
+		want = append(want, netip.AddrFrom4([4]byte{10, 0, 0, byte(i)}))
 	}
-	if got := PickAssign(2, held, nil, subnet20); got != nil {
+	if got := PickAssign(17, held, others, subnet20, 0); !slices.Equal(got, want) {
+		t.Errorf("PickAssign(17) = %v, want %v", got, want)
+	}
+	// Without own addresses: fullest first.
+	if got, want := PickAssign(3, nil, others, subnet20, 0), ips("10.0.0.5", "10.0.0.30", "10.0.0.31"); !slices.Equal(got, want) {
+		t.Errorf("PickAssign(3) with no own address = %v, want %v", got, want)
+	}
+	// Salts spread equally full blocks: two nodes naming one address each
+	// among ten blocks with six taken addresses each (fuller than the
+	// network block's four reserved) rarely agree.
+	tens := map[netip.Addr]bool{}
+	for b := 1; b <= 10; b++ {
+		for i := range 6 {
+			tens[netip.AddrFrom4([4]byte{10, 0, 1, byte(16*b + i)})] = true
+		}
+	}
+	agree := 0
+	for salt := uint64(1); salt <= 50; salt++ {
+		x, y := PickAssign(1, nil, tens, subnet20, salt), PickAssign(1, nil, tens, subnet20, salt+1000)
+		if len(x) != 1 || len(y) != 1 {
+			t.Fatalf("PickAssign(1) = %v, %v", x, y)
+		}
+		if x[0] == y[0] {
+			agree++
+		}
+	}
+	if agree > 15 {
+		t.Errorf("differently salted picks agreed %d times in 50", agree)
+	}
+	if got := PickAssign(2, held, nil, subnet20, 0); got != nil {
 		t.Errorf("PickAssign without a view = %v, want nil", got)
 	}
 	// A /27 subnet: .0/28 (reserved + .4), .16/28 (broadcast): 26 free in
 	// broken blocks; 27 cannot be had.
 	small := netip.MustParsePrefix("10.0.1.0/27")
-	if got := PickAssign(26, nil, set("10.0.1.4"), small); len(got) != 26 || slices.Contains(got, netip.MustParseAddr("10.0.1.31")) {
+	if got := PickAssign(26, nil, set("10.0.1.4"), small, 0); len(got) != 26 || slices.Contains(got, netip.MustParseAddr("10.0.1.31")) {
 		t.Errorf("PickAssign(26) in a /27 = %v", got)
 	}
-	if got := PickAssign(27, nil, set("10.0.1.4"), small); got != nil {
+	if got := PickAssign(27, nil, set("10.0.1.4"), small, 0); got != nil {
 		t.Errorf("PickAssign(27) in a /27 with 26 free = %v, want nil", got)
 	}
 	// Nothing broken but the reserved blocks of a /20: whole blocks stay.
-	if got := PickAssign(30, nil, set(), subnet20); got != nil {
+	if got := PickAssign(30, nil, set(), subnet20, 0); got != nil {
 		for _, a := range got {
 			if b := blockOf(a); b != blockOf(subnet20.Addr()) && b != blockOf(lastOf(subnet20)) {
 				t.Fatalf("PickAssign broke the whole block %s: %v", b, got)
@@ -212,7 +243,7 @@ func TestPickAssignProperty(t *testing.T) {
 			}
 		}
 		n := 1 + rng.IntN(20)
-		got := PickAssign(n, held, others, subnet)
+		got := PickAssign(n, held, others, subnet, rng.Uint64())
 		if got != nil && len(got) != n {
 			t.Fatalf("iter %d: %d named, want %d or none", iter, len(got), n)
 		}

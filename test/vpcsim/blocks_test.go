@@ -72,3 +72,54 @@ func TestNamedAddressHeldElsewhere(t *testing.T) {
 	}
 	assignExplicit(t, cli, b.PrimaryENI.ID, "100.64.0.41") // .41 was given back
 }
+
+// TestScatterAddresses checks Config.ScatterAddresses: EC2's own choice
+// spreads over the subnet (not the lowest free addresses), is repeatable
+// with a seed, and never hands out a held or reserved address.
+func TestScatterAddresses(t *testing.T) {
+	run := func() []string {
+		cfg := testConfig()
+		cfg.ScatterAddresses = true
+		l := vpcsimtest.Start(t, cfg)
+		cli := ec2Client(l)
+		inst := launchIn(t, l, "m5.large", subnetBig)
+		out, err := cli.AssignPrivateIpAddresses(ctx, &ec2.AssignPrivateIpAddressesInput{NetworkInterfaceId: aws.String(inst.PrimaryENI.ID), SecondaryPrivateIpAddressCount: aws.Int32(9)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := []string{inst.PrimaryENI.PrimaryIP.String()}
+		for _, a := range out.AssignedPrivateIpAddresses {
+			got = append(got, aws.ToString(a.PrivateIpAddress))
+		}
+		return got
+	}
+	a, b := run(), run()
+	if len(a) != 10 || !slicesEqual(a, b) {
+		t.Fatalf("seeded scatter not repeatable: %v vs %v", a, b)
+	}
+	blocks := map[string]bool{}
+	for _, s := range a {
+		ip := addrs([]string{s})[0]
+		o := ip.As4()
+		if o[2] == 0 && o[3] < 4 || o[2] == 15 && o[3] == 255 {
+			t.Fatalf("reserved address %s handed out", s)
+		}
+		o[3] &^= 15
+		blocks[string(o[:])] = true
+	}
+	if len(blocks) < 5 {
+		t.Fatalf("10 scattered addresses fall in only %d /28s: %v", len(blocks), a)
+	}
+}
+
+func slicesEqual(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

@@ -54,8 +54,16 @@ type Config struct {
 	// before it is "attached" (and the fabric and IMDS see the ENI).
 	// 0 attaches at once.
 	AttachDelay time.Duration
-	// Seed makes ids, MACs and tokens deterministic when non-zero.
+	// Seed makes ids, MACs and tokens deterministic when non-zero (and
+	// ScatterAddresses' choice).
 	Seed int64
+	// ScatterAddresses makes EC2's own choice of addresses (a count of
+	// secondary addresses, a new ENI's primary) random among the subnet's
+	// free addresses, instead of lowest first. EC2 documents no order; the
+	// field's InsufficientCidrBlocks on subnets with thousands of free
+	// addresses shows single addresses scattered over the aligned /28s.
+	// Named addresses and /28 prefixes are unaffected.
+	ScatterAddresses bool
 	// Clock is the time the request-rate buckets refill by (Faults'
 	// SetRequestLimits and SetThrottle); nil: time.Now. Tests set a fake
 	// clock to measure refill exactly.
@@ -312,6 +320,13 @@ func (c *Cloud) addSubnet(s SubnetSpec) error {
 		return fmt.Errorf("vpcsim: duplicate subnet id %s", id)
 	}
 	c.subnets[id] = newSubnet(id, p, s.AvailabilityZone, s.Tags)
+	if c.cfg.ScatterAddresses {
+		seed := uint64(c.cfg.Seed)
+		if seed == 0 {
+			seed = rand.Uint64()
+		}
+		c.subnets[id].scatter = rand.New(rand.NewPCG(seed, uint64(len(c.subnetIDs))))
+	}
 	c.subnetIDs = append(c.subnetIDs, id)
 	return nil
 }

@@ -1,6 +1,7 @@
 package vpcsim
 
 import (
+	"math/rand/v2"
 	"net/netip"
 )
 
@@ -19,6 +20,9 @@ type subnet struct {
 	tags   map[string]string
 	used   []bool // by offset from the network address
 	free   int
+	// scatter, when set, picks takeAddrs' addresses at random
+	// (Config.ScatterAddresses).
+	scatter *rand.Rand
 }
 
 func newSubnet(id string, cidr netip.Prefix, az string, tags map[string]string) *subnet {
@@ -56,13 +60,28 @@ func (s *subnet) reserved(off int) bool {
 	return off < 4 || off == len(s.used)-1
 }
 
-// takeAddrs holds n free addresses, lowest first, and returns them; it holds
-// none and returns nil when fewer than n are free.
+// takeAddrs holds n free addresses, lowest first (at random with scatter),
+// and returns them; it holds none and returns nil when fewer than n are free.
 func (s *subnet) takeAddrs(n int) []netip.Addr {
 	if n > s.free {
 		return nil
 	}
 	out := make([]netip.Addr, 0, n)
+	if s.scatter != nil {
+		var free []int
+		for off, u := range s.used {
+			if !u {
+				free = append(free, off)
+			}
+		}
+		for i := range n {
+			j := i + s.scatter.IntN(len(free)-i)
+			free[i], free[j] = free[j], free[i]
+			s.setRange(free[i], 1, true)
+			out = append(out, s.addrAt(free[i]))
+		}
+		return out
+	}
 	for off := range s.used {
 		if len(out) == n {
 			break

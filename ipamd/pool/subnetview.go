@@ -1,0 +1,186 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"hash/fnv"
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/vpcip/vpcip/provider"
+	"github.com/vpcip/vpcip/warmpool"
+)
+
+// subnetView is the pool's cached view of what every ENI of one subnet
+// holds (Provider.SubnetUsage), kept current between reads with the
+// pool's own assignments and releases. Other nodes' changes show only at
+// the next read, so the view may be stale: an address it shows free may be
+// taken, and EC2 then refuses the named assignment (the pool falls back to
+// letting EC2 choose).
+type subnetView struct {
+	used        map[netip.Addr]bool // nil: never read successfully
+	read        time.Time           // last read attempt
+	unsupported bool                // the provider cannot list a subnet
+}
+
+// subnetOf returns the subnet ID and CIDR of an ENI the datastore knows,
+// and every address the node holds in that subnet (ENI primaries, single
+// addresses and the addresses of /28 prefixes, on every ENI in it).
+func (p *Pool) subnetOf(eniID string) (id string, cidr netip.Prefix, held []netip.Addr) {
+	enis := p.o.Store.ENIs()
+	for _, e := range enis {
+		if e.ID == eniID {
+			id, cidr = e.SubnetID, e.SubnetCIDR
+		}
+	}
+	if id == "" {
+		return "", netip.Prefix{}, nil
+	}
+	for _, e := range enis {
+		if e.SubnetID != id {
+			continue
+		}
+		if e.PrimaryIP.IsValid() {
+			held = append(held, e.PrimaryIP)
+		}
+		for _, sl := range e.Slots {
+			for a := sl.Masked().Addr(); sl.Contains(a); a = a.Next() {
+				held = append(held, a)
+			}
+		}
+	}
+	return id, cidr, held
+}
+
+// others returns the addresses other ENIs hold in the subnet, from the view
+// (read first when it is older than Options.SubnetView), or nil when there
+// is no view.
+func (p *Pool) others(ctx context.Context, subnetID string, held []netip.Addr) map[netip.Addr]bool {
+	if p.o.SubnetView < 0 || subnetID == "" {
+		return nil
+	}
+	v := p.views[subnetID]
+	if v == nil {
+		v = &subnetView{}
+		p.views[subnetID] = v
+	}
+	now := p.o.Clock()
+	if !v.unsupported && (v.read.IsZero() || now.Sub(v.read) >= p.o.SubnetView) {
+		v.read = now
+		used, err := p.o.Provider.SubnetUsage(ctx, subnetID)
+		switch {
+		case errors.Is(err, errors.ErrUnsupported):
+			v.unsupported = true
+		case err != nil:
+			p.o.Logger.Warn("reading the subnet's addresses for the /28-aware choice failed; keeping the last view", "subnet", subnetID, "err", err)
+		default:
+			v.used = map[netip.Addr]bool{}
+			for _, pf := range used {
+				for a := pf.Masked().Addr(); pf.Contains(a); a = a.Next() {
+					v.used[a] = true
+				}
+			}
+		}
+	}
+	if v.used == nil {
+		return nil
+	}
+	out := make(map[netip.Addr]bool, len(v.used))
+	for a := range v.used {
+		out[a] = true
+	}
+	for _, a := range held {
+		delete(out, a)
+	}
+	return out
+}
+
+// noteHeld keeps the view of the ENI's subnet current with the pool's own
+// change: slots assigned (added true) or released.
+func (p *Pool) noteHeld(eniID string, slots []netip.Prefix, added bool) {
+	id, _, _ := p.subnetOf(eniID)
+	v := p.views[id]
+	if v == nil || v.used == nil {
+		return
+	}
+	for _, sl := range slots {
+		for a := sl.Masked().Addr(); sl.Contains(a); a = a.Next() {
+			if added {
+				v.used[a] = true
+			} else {
+				delete(v.used, a)
+			}
+		}
+	}
+}
+
+// assign executes an Assign plan. Single addresses are named from /28s of
+// the subnet that are already broken when the view shows enough of them
+// free (PickAssign, EC2 AssignPrivateIpAddresses with PrivateIpAddresses);
+// when EC2 refuses the named ones for any reason but throttling or a
+// stale ENI, the same count is asked for with EC2 choosing.
+func (p *Pool) assign(ctx context.Context, plan warmpool.Plan) ([]netip.Prefix, error) {
+	if plan.Prefixes || p.o.AddressOrder {
+		return p.o.Provider.AssignAddresses(ctx, plan.ENI, plan.Count, plan.Prefixes)
+	}
+	subnetID, cidr, held := p.subnetOf(plan.ENI)
+	salt := fnv.New64a()
+	salt.Write([]byte(plan.ENI))
+	names := PickAssign(plan.Count, held, p.others(ctx, subnetID, held), cidr, salt.Sum64()|1)
+	if names == nil {
+		return p.o.Provider.AssignAddresses(ctx, plan.ENI, plan.Count, false)
+	}
+	got, err := p.o.Provider.AssignAddressesAt(ctx, plan.ENI, names)
+	if err == nil || errors.Is(err, provider.ErrNotVisible) || errors.Is(err, provider.ErrThrottled) ||
+		errors.Is(err, provider.ErrNotFound) || errors.Is(err, provider.ErrAddressLimit) || ctx.Err() != nil {
+		return got, err
+	}
+	p.namedRefused++
+	p.o.Logger.Info("EC2 refused the addresses named from broken /28s; letting EC2 choose", "eni", plan.ENI, "addresses", names, "err", err)
+	if v := p.views[subnetID]; v != nil && v.used != nil {
+		for _, a := range names {
+			v.used[a] = true // possibly taken since the view was read: not named again before the next read
+		}
+	}
+	return p.o.Provider.AssignAddresses(ctx, plan.ENI, plan.Count, false)
+}
+
+// chooseRelease returns the slots to release for a Release plan. When the
+// plan gives back single addresses, as many are chosen among all the ENI's
+// idle single addresses (none assigned, none cooling: those warmpool could
+// have picked, each worth one address to the targets) by PickRelease; a
+// plan with prefixes is kept as it is.
+func (p *Pool) chooseRelease(ctx context.Context, plan warmpool.Plan) []netip.Prefix {
+	if p.o.AddressOrder || len(plan.Release) == 0 {
+		return plan.Release
+	}
+	for _, r := range plan.Release {
+		if r.Bits() != 32 {
+			return plan.Release
+		}
+	}
+	var free []netip.Addr
+	for _, e := range p.o.Store.Snapshot(p.o.Clock()) {
+		if e.ID != plan.ENI {
+			continue
+		}
+		for _, sl := range e.Slots {
+			if sl.Size() == 1 && sl.Assigned <= 0 && sl.Cooling <= 0 {
+				free = append(free, sl.Prefix.Addr())
+			}
+		}
+	}
+	for _, r := range plan.Release {
+		if !slices.Contains(free, r.Addr()) {
+			return plan.Release // not as the snapshot shows: keep the plan, MarkRelease decides
+		}
+	}
+	subnetID, cidr, held := p.subnetOf(plan.ENI)
+	picked := PickRelease(free, len(plan.Release), held, p.others(ctx, subnetID, held), cidr)
+	out := make([]netip.Prefix, len(picked))
+	for i, a := range picked {
+		out[i] = netip.PrefixFrom(a, 32)
+	}
+	return out
+}

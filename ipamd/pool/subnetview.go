@@ -22,6 +22,12 @@ type subnetView struct {
 	used        map[netip.Addr]bool // nil: never read successfully
 	read        time.Time           // last read attempt
 	unsupported bool                // the provider cannot list a subnet
+	// refused: EC2 refused addresses named from this view since it was
+	// read. Nothing is named again until the next read, which is then due
+	// a tenth of Options.SubnetView after the last (one refused call per
+	// read at most: a refused call spends a mutating token, a read a
+	// describe token, of which EC2 refills four times as many).
+	refused bool
 }
 
 // subnetOf returns the subnet ID and CIDR of an ENI the datastore knows,
@@ -54,8 +60,9 @@ func (p *Pool) subnetOf(eniID string) (id string, cidr netip.Prefix, held []neti
 }
 
 // others returns the addresses other ENIs hold in the subnet, from the view
-// (read first when it is older than Options.SubnetView), or nil when there
-// is no view.
+// (read first when it is older than Options.SubnetView, or a tenth of it
+// after a refusal), or nil when there is no view or the view led to a
+// refusal since it was read.
 func (p *Pool) others(ctx context.Context, subnetID string, held []netip.Addr) map[netip.Addr]bool {
 	if p.o.SubnetView < 0 || subnetID == "" {
 		return nil
@@ -66,7 +73,11 @@ func (p *Pool) others(ctx context.Context, subnetID string, held []netip.Addr) m
 		p.views[subnetID] = v
 	}
 	now := p.o.Clock()
-	if !v.unsupported && (v.read.IsZero() || now.Sub(v.read) >= p.o.SubnetView) {
+	due := p.o.SubnetView
+	if v.refused {
+		due /= 10
+	}
+	if !v.unsupported && (v.read.IsZero() || now.Sub(v.read) >= due) {
 		v.read = now
 		used, err := p.o.Provider.SubnetUsage(ctx, subnetID)
 		switch {
@@ -75,6 +86,7 @@ func (p *Pool) others(ctx context.Context, subnetID string, held []netip.Addr) m
 		case err != nil:
 			p.o.Logger.Warn("reading the subnet's addresses for the /28-aware choice failed; keeping the last view", "subnet", subnetID, "err", err)
 		default:
+			v.refused = false
 			v.used = map[netip.Addr]bool{}
 			for _, pf := range used {
 				for a := pf.Masked().Addr(); pf.Contains(a); a = a.Next() {
@@ -83,7 +95,7 @@ func (p *Pool) others(ctx context.Context, subnetID string, held []netip.Addr) m
 			}
 		}
 	}
-	if v.used == nil {
+	if v.used == nil || v.refused {
 		return nil
 	}
 	out := make(map[netip.Addr]bool, len(v.used))
@@ -138,10 +150,8 @@ func (p *Pool) assign(ctx context.Context, plan warmpool.Plan) ([]netip.Prefix, 
 	}
 	p.namedRefused++
 	p.o.Logger.Info("EC2 refused the addresses named from broken /28s; letting EC2 choose", "eni", plan.ENI, "addresses", names, "err", err)
-	if v := p.views[subnetID]; v != nil && v.used != nil {
-		for _, a := range names {
-			v.used[a] = true // possibly taken since the view was read: not named again before the next read
-		}
+	if v := p.views[subnetID]; v != nil {
+		v.refused = true
 	}
 	return p.o.Provider.AssignAddresses(ctx, plan.ENI, plan.Count, false)
 }

@@ -173,9 +173,10 @@ func PickRelease(free []netip.Addr, n int, held []netip.Addr, others map[netip.A
 // already holds addresses in come first (it refills the holes its own
 // releases left, which other nodes are least likely to name at the same
 // time), then the others; within each, fullest first (least likely to
-// become whole again), ties in an order given by salt (callers pass a
-// value of their own, such as a hash of the ENI id, so that nodes reading
-// the same view do not all name the same addresses; 0: address order). It
+// become whole again), ties in an order given by salt, and inside a block
+// from an offset given by salt (callers pass a value of their own, such as
+// a hash of the ENI id, so that nodes reading the same view do not all name
+// the same addresses; 0: address order). It
 // returns nil when
 // others is nil (no view), subnet is invalid or fewer than n such addresses
 // are free: the caller then lets EC2 choose.
@@ -244,9 +245,22 @@ func PickAssign(n int, held []netip.Addr, others map[netip.Addr]bool, subnet net
 	})
 	var out []netip.Addr
 	for _, b := range broken {
-		for a := b.base.Addr(); b.base.Contains(a) && len(out) < n; a = a.Next() {
+		// Within the block, start at a salted offset too: nodes filling
+		// the same block do not all name its lowest hole.
+		start := b.base.Addr()
+		for range mix(b.base) % 16 {
+			start = start.Next()
+		}
+		a := start
+		for range 16 {
+			if len(out) == n {
+				break
+			}
 			if !taken[a] {
 				out = append(out, a)
+			}
+			if a = a.Next(); !b.base.Contains(a) {
+				a = b.base.Addr()
 			}
 		}
 		if len(out) == n {

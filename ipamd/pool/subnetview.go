@@ -22,12 +22,15 @@ type subnetView struct {
 	used        map[netip.Addr]bool // nil: never read successfully
 	read        time.Time           // last read attempt
 	unsupported bool                // the provider cannot list a subnet
-	// refused: EC2 refused addresses named from this view since it was
-	// read. Nothing is named again until the next read, which is then due
-	// a tenth of Options.SubnetView after the last (one refused call per
-	// read at most: a refused call spends a mutating token, a read a
-	// describe token, of which EC2 refills four times as many).
-	refused bool
+	// After EC2 refused addresses named from the view (taken since it was
+	// read), nothing is named until pauseUntil, and the view is read again
+	// first. The pause is Options.SubnetView, doubled for each further
+	// refusal in a row (at most 8×), so a subnet where named addresses keep
+	// being taken (EC2 handing out its lowest free addresses, which are the
+	// very holes named) costs few refused calls; a named assignment that
+	// succeeds ends the streak.
+	pauseUntil time.Time
+	strikes    int
 }
 
 // subnetOf returns the subnet ID and CIDR of an ENI the datastore knows,
@@ -60,9 +63,8 @@ func (p *Pool) subnetOf(eniID string) (id string, cidr netip.Prefix, held []neti
 }
 
 // others returns the addresses other ENIs hold in the subnet, from the view
-// (read first when it is older than Options.SubnetView, or a tenth of it
-// after a refusal), or nil when there is no view or the view led to a
-// refusal since it was read.
+// (read first when it is older than Options.SubnetView), or nil when there
+// is no view or naming is paused after a refusal.
 func (p *Pool) others(ctx context.Context, subnetID string, held []netip.Addr) map[netip.Addr]bool {
 	if p.o.SubnetView < 0 || subnetID == "" {
 		return nil
@@ -73,11 +75,10 @@ func (p *Pool) others(ctx context.Context, subnetID string, held []netip.Addr) m
 		p.views[subnetID] = v
 	}
 	now := p.o.Clock()
-	due := p.o.SubnetView
-	if v.refused {
-		due /= 10
+	if now.Before(v.pauseUntil) {
+		return nil
 	}
-	if !v.unsupported && (v.read.IsZero() || now.Sub(v.read) >= due) {
+	if !v.unsupported && (v.read.IsZero() || now.Sub(v.read) >= p.o.SubnetView) {
 		v.read = now
 		used, err := p.o.Provider.SubnetUsage(ctx, subnetID)
 		switch {
@@ -86,7 +87,6 @@ func (p *Pool) others(ctx context.Context, subnetID string, held []netip.Addr) m
 		case err != nil:
 			p.o.Logger.Warn("reading the subnet's addresses for the /28-aware choice failed; keeping the last view", "subnet", subnetID, "err", err)
 		default:
-			v.refused = false
 			v.used = map[netip.Addr]bool{}
 			for _, pf := range used {
 				for a := pf.Masked().Addr(); pf.Contains(a); a = a.Next() {
@@ -95,7 +95,7 @@ func (p *Pool) others(ctx context.Context, subnetID string, held []netip.Addr) m
 			}
 		}
 	}
-	if v.used == nil || v.refused {
+	if v.used == nil {
 		return nil
 	}
 	out := make(map[netip.Addr]bool, len(v.used))
@@ -144,6 +144,9 @@ func (p *Pool) assign(ctx context.Context, plan warmpool.Plan) ([]netip.Prefix, 
 		return p.o.Provider.AssignAddresses(ctx, plan.ENI, plan.Count, false)
 	}
 	got, err := p.o.Provider.AssignAddressesAt(ctx, plan.ENI, names)
+	if v := p.views[subnetID]; v != nil && (err == nil || errors.Is(err, provider.ErrNotVisible)) {
+		v.strikes = 0
+	}
 	if err == nil || errors.Is(err, provider.ErrNotVisible) || errors.Is(err, provider.ErrThrottled) ||
 		errors.Is(err, provider.ErrNotFound) || errors.Is(err, provider.ErrAddressLimit) || ctx.Err() != nil {
 		return got, err
@@ -151,7 +154,9 @@ func (p *Pool) assign(ctx context.Context, plan warmpool.Plan) ([]netip.Prefix, 
 	p.namedRefused++
 	p.o.Logger.Info("EC2 refused the addresses named from broken /28s; letting EC2 choose", "eni", plan.ENI, "addresses", names, "err", err)
 	if v := p.views[subnetID]; v != nil {
-		v.refused = true
+		v.strikes = min(v.strikes+1, 4)
+		v.pauseUntil = p.o.Clock().Add(p.o.SubnetView << (v.strikes - 1))
+		v.read = time.Time{} // read again before naming again
 	}
 	return p.o.Provider.AssignAddresses(ctx, plan.ENI, plan.Count, false)
 }

@@ -149,4 +149,27 @@ func TestNamedAssignFallsBack(t *testing.T) {
 	if got := cloud.Cloud.Faults().Calls("DescribeNetworkInterfaces"); got != describes {
 		t.Errorf("the subnet was read again within Options.SubnetView (%d → %d describes)", describes, got)
 	}
+	// Naming pauses for Options.SubnetView after the refusal: the next
+	// growth lets EC2 choose, without reading the subnet.
+	for range 3 {
+		n.start(clock.Now())
+	}
+	clock.Advance(time.Minute)
+	assigns = cloud.Cloud.Faults().Calls("AssignPrivateIpAddresses")
+	n.pool.Cycle(ctx)
+	if got := cloud.Cloud.Faults().Calls("AssignPrivateIpAddresses") - assigns; got != 1 || n.pool.namedRefused != 1 {
+		t.Errorf("growth during the pause: %d calls, %d refused in all; want 1 call, no new refusal", got, n.pool.namedRefused)
+	}
+	if got := cloud.Cloud.Faults().Calls("DescribeNetworkInterfaces"); got != describes {
+		t.Errorf("the subnet was read during the pause (%d → %d describes)", describes, got)
+	}
+	// After the pause the subnet is read again before naming.
+	clock.Advance(DefaultSubnetView)
+	for range 3 {
+		n.start(clock.Now())
+	}
+	n.pool.Cycle(ctx)
+	if got := cloud.Cloud.Faults().Calls("DescribeNetworkInterfaces"); got != describes+1 {
+		t.Errorf("after the pause: %d describes, want %d (one read)", got, describes+1)
+	}
 }

@@ -24,11 +24,11 @@ type subnetView struct {
 	unsupported bool                // the provider cannot list a subnet
 	// After EC2 refused addresses named from the view (taken since it was
 	// read), nothing is named until pauseUntil, and the view is read again
-	// first. The pause is Options.SubnetView, doubled for each further
-	// refusal in a row (at most 8×), so a subnet where named addresses keep
-	// being taken (EC2 handing out its lowest free addresses, which are the
-	// very holes named) costs few refused calls; a named assignment that
-	// succeeds ends the streak.
+	// first. The pause is a tenth of Options.SubnetView, doubled for each
+	// further refusal in a row (at most 8×), so a subnet where named
+	// addresses keep being taken (EC2 handing out its lowest free
+	// addresses, which are the very holes named) costs fewer refused
+	// calls; a named assignment that succeeds ends the streak.
 	pauseUntil time.Time
 	strikes    int
 }
@@ -155,7 +155,7 @@ func (p *Pool) assign(ctx context.Context, plan warmpool.Plan) ([]netip.Prefix, 
 	p.o.Logger.Info("EC2 refused the addresses named from broken /28s; letting EC2 choose", "eni", plan.ENI, "addresses", names, "err", err)
 	if v := p.views[subnetID]; v != nil {
 		v.strikes = min(v.strikes+1, 4)
-		v.pauseUntil = p.o.Clock().Add(p.o.SubnetView << (v.strikes - 1))
+		v.pauseUntil = p.o.Clock().Add(p.o.SubnetView / 10 << (v.strikes - 1))
 		v.read = time.Time{} // read again before naming again
 	}
 	return p.o.Provider.AssignAddresses(ctx, plan.ENI, plan.Count, false)

@@ -149,12 +149,12 @@ func TestNamedAssignFallsBack(t *testing.T) {
 	if got := cloud.Cloud.Faults().Calls("DescribeNetworkInterfaces"); got != describes {
 		t.Errorf("the subnet was read again within Options.SubnetView (%d → %d describes)", describes, got)
 	}
-	// Naming pauses for Options.SubnetView after the refusal: the next
-	// growth lets EC2 choose, without reading the subnet.
+	// Naming pauses for a tenth of Options.SubnetView after the refusal:
+	// growth within it lets EC2 choose, without reading the subnet.
 	for range 3 {
 		n.start(clock.Now())
 	}
-	clock.Advance(time.Minute)
+	clock.Advance(DefaultSubnetView/10 - 2*time.Second)
 	assigns = cloud.Cloud.Faults().Calls("AssignPrivateIpAddresses")
 	n.pool.Cycle(ctx)
 	if got := cloud.Cloud.Faults().Calls("AssignPrivateIpAddresses") - assigns; got != 1 || n.pool.namedRefused != 1 {
@@ -164,7 +164,7 @@ func TestNamedAssignFallsBack(t *testing.T) {
 		t.Errorf("the subnet was read during the pause (%d → %d describes)", describes, got)
 	}
 	// After the pause the subnet is read again before naming.
-	clock.Advance(DefaultSubnetView)
+	clock.Advance(DefaultSubnetView / 10)
 	for range 3 {
 		n.start(clock.Now())
 	}

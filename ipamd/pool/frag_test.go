@@ -24,7 +24,7 @@ import (
 // fragHours is the simulated length of TestFragmentationScenario (make
 // bench-frag); the default is the short variant of every go test run.
 var (
-	fragHours   = flag.Float64("frag.hours", 0.5, "simulated hours of TestFragmentationScenario")
+	fragHours   = flag.Float64("frag.hours", 1.5, "simulated hours of TestFragmentationScenario")
 	fragScatter = flag.Bool("frag.scatter", true, "TestFragmentationScenario: EC2 picks addresses at random (vpcsim ScatterAddresses); false: lowest first")
 )
 
@@ -243,9 +243,11 @@ func runFragScenario(t *testing.T, d time.Duration, aware, scatter bool, reportE
 
 // TestFragmentationScenario runs the churn of runFragScenario without and
 // with the /28-aware choice of single addresses and asserts that the
-// subnet keeps more whole /28s with it. The short variant runs 30
-// simulated minutes; `make bench-frag` runs hours (-frag.hours) and prints
-// the whole /28s every 15 simulated minutes.
+// subnet keeps more whole /28s with it, and the prefix-mode nodes fall back
+// to fewer single addresses. The short variant runs 90 simulated minutes
+// (the pools read no subnet view in their first 5–15 minutes); `make
+// bench-frag` runs hours (-frag.hours) and prints the whole /28s every 15
+// simulated minutes.
 func TestFragmentationScenario(t *testing.T) {
 	d := time.Duration(*fragHours * float64(time.Hour))
 	every := 15 * time.Minute

@@ -104,9 +104,10 @@ type Options struct {
 }
 
 // DefaultSubnetView is Options.SubnetView's default: at most one
-// DescribeNetworkInterfaces (per page) per node every 10 minutes, so 5,000
-// nodes that all assign or release single addresses make at most 8.3 calls
-// a second, 42 % of the 20 a second EC2 refills for filtered describes.
+// DescribeNetworkInterfaces (per page) per node every 10 minutes, none in
+// the first 5 to 15 minutes after the start, so 5,000 nodes that all assign
+// or release single addresses make at most 8.3 calls a second, 42 % of the
+// 20 a second EC2 refills for filtered describes.
 const DefaultSubnetView = 10 * time.Minute
 
 // Pool is the warm-pool component. Use New.
@@ -121,6 +122,7 @@ type Pool struct {
 	history      warmpool.History       // arrivals and levels, for the adaptive policy
 	views        map[string]*subnetView // by subnet ID (Cycle's goroutine only)
 	namedRefused int                    // named assignments EC2 refused (Cycle's goroutine only)
+	started      time.Time              // when New ran, on Options.Clock
 }
 
 // New returns a pool; it does no I/O.
@@ -146,7 +148,7 @@ func New(o Options) (*Pool, error) {
 	if o.SubnetView == 0 {
 		o.SubnetView = DefaultSubnetView
 	}
-	pl := &Pool{o: o, strikes: map[warmpool.RefusalKind]int{}, history: warmpool.NewHistory(o.Config), views: map[string]*subnetView{}}
+	pl := &Pool{o: o, strikes: map[warmpool.RefusalKind]int{}, history: warmpool.NewHistory(o.Config), views: map[string]*subnetView{}, started: o.Clock()}
 	if o.Config.Adaptive {
 		// The adaptive policy judges surplus by the demand it remembers,
 		// and a start remembers none: the addresses the node holds were

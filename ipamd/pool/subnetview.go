@@ -64,17 +64,25 @@ func (p *Pool) subnetOf(eniID string) (id string, cidr netip.Prefix, held []neti
 
 // others returns the addresses other ENIs hold in the subnet, from the view
 // (read first when it is older than Options.SubnetView), or nil when there
-// is no view or naming is paused after a refusal.
-func (p *Pool) others(ctx context.Context, subnetID string, held []netip.Addr) map[netip.Addr]bool {
+// is no view yet (none is read in the pool's first half Options.SubnetView)
+// or naming is paused after a refusal.
+func (p *Pool) others(ctx context.Context, eniID, subnetID string, held []netip.Addr) map[netip.Addr]bool {
 	if p.o.SubnetView < 0 || subnetID == "" {
 		return nil
 	}
+	now := p.o.Clock()
 	v := p.views[subnetID]
 	if v == nil {
-		v = &subnetView{}
+		// No read at start: a fleet starting together would add one
+		// describe per node to the start-up's (field failure B08). The
+		// first is due between half and one and a half Options.SubnetView
+		// after the pool started, spread by a hash of the ENI id.
+		h := fnv.New64a()
+		h.Write([]byte(eniID))
+		spread := time.Duration(h.Sum64()%1000) * p.o.SubnetView / 1000
+		v = &subnetView{read: p.started.Add(spread - p.o.SubnetView/2)}
 		p.views[subnetID] = v
 	}
-	now := p.o.Clock()
 	if now.Before(v.pauseUntil) {
 		return nil
 	}
@@ -139,7 +147,7 @@ func (p *Pool) assign(ctx context.Context, plan warmpool.Plan) ([]netip.Prefix, 
 	subnetID, cidr, held := p.subnetOf(plan.ENI)
 	salt := fnv.New64a()
 	salt.Write([]byte(plan.ENI))
-	names := PickAssign(plan.Count, held, p.others(ctx, subnetID, held), cidr, salt.Sum64()|1)
+	names := PickAssign(plan.Count, held, p.others(ctx, plan.ENI, subnetID, held), cidr, salt.Sum64()|1)
 	if names == nil {
 		return p.o.Provider.AssignAddresses(ctx, plan.ENI, plan.Count, false)
 	}
@@ -192,7 +200,7 @@ func (p *Pool) chooseRelease(ctx context.Context, plan warmpool.Plan) []netip.Pr
 		}
 	}
 	subnetID, cidr, held := p.subnetOf(plan.ENI)
-	picked := PickRelease(free, len(plan.Release), held, p.others(ctx, subnetID, held), cidr)
+	picked := PickRelease(free, len(plan.Release), held, p.others(ctx, plan.ENI, subnetID, held), cidr)
 	out := make([]netip.Prefix, len(picked))
 	for i, a := range picked {
 		out[i] = netip.PrefixFrom(a, 32)

@@ -62,6 +62,9 @@ func TestAssignNamesAddressesInBrokenBlocks(t *testing.T) {
 	if got := wholeBlocks(t, cloud); got != before && got != before-1 {
 		t.Fatalf("launch: %d whole /28s, had %d", got, before) // the node's primary may break one
 	}
+	// No subnet read in the first half view interval after the start
+	// (B08): the first growth after it names addresses.
+	clock.Advance(3 * DefaultSubnetView / 2)
 	before = wholeBlocks(t, cloud)
 	n.pool.Cycle(context.Background())
 	singles, _ := n.holdings()
@@ -85,7 +88,8 @@ func TestNamedAssignFallsBack(t *testing.T) {
 	clock := &virtualClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	n := launchNode(t, cloud, clock, "m5.xlarge", viewSubnet, Options{Config: warmpool.Config{WarmIPTarget: 3}})
 	ctx := context.Background()
-	n.pool.Cycle(ctx) // reads the view, names 3
+	clock.Advance(3 * DefaultSubnetView / 2) // past the start's quiet time (B08)
+	n.pool.Cycle(ctx)                        // reads the view, names 3
 	describes := cloud.Cloud.Faults().Calls("DescribeNetworkInterfaces")
 	// Out of band, other instances take every free address of every
 	// broken /28: whatever the node names next from its view is taken.

@@ -75,6 +75,10 @@ func TestSubnetsFollowEC2(t *testing.T) {
 	if got, _ := sample(t, reg, "vpcip_subnet_usable_addresses", labels); got != 27 {
 		t.Errorf("usable = %v, want 27 (a /27 less the 5 AWS reserves)", got)
 	}
+	// A /27: .0/28 holds the reserved addresses, .16/28 the broadcast.
+	if got, ok := sample(t, reg, "vpcip_subnet_free_prefixes", labels); !ok || got != 0 {
+		t.Errorf("free prefixes of a /27 = %v (present %v), want 0", got, ok)
+	}
 	if _, err := prov.AssignAddresses(t.Context(), inst.PrimaryENI.ID, 3, false); err != nil {
 		t.Fatal(err)
 	}
@@ -90,6 +94,69 @@ func TestSubnetsFollowEC2(t *testing.T) {
 	}
 	if problems, err := testutil.GatherAndLint(reg); err != nil || len(problems) > 0 {
 		t.Errorf("lint: %v %v", problems, err)
+	}
+}
+
+// TestSubnetFreePrefixesFollowEC2: vpcip_subnet_free_prefixes is the
+// subnet's whole aligned /28s as vpcsim models them (through
+// aws-sdk-go-v2), and drops when a single address breaks one.
+func TestSubnetFreePrefixesFollowEC2(t *testing.T) {
+	sim := vpcsimtest.Start(t, vpcsim.Config{Subnets: []vpcsim.SubnetSpec{
+		{ID: "subnet-frag", CIDR: netip.MustParsePrefix("100.64.0.0/24"), AvailabilityZone: "us-west-2a"},
+	}})
+	inst := sim.Launch(t, "m5.large")
+	dir := t.TempDir()
+	for _, kv := range append(sim.Env(inst.ID), "AWS_CONFIG_FILE="+filepath.Join(dir, "c"), "AWS_SHARED_CREDENTIALS_FILE="+filepath.Join(dir, "s")) {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v)
+	}
+	prov, err := awsprovider.New(t.Context(), awsprovider.Options{ClusterName: "fleetmetrics"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	s := NewSubnets(reg, prov, 0, slog.New(slog.DiscardHandler))
+	labels := map[string]string{"subnet_id": "subnet-frag", "availability_zone": "us-west-2a"}
+	check := func(when string) {
+		t.Helper()
+		if err := s.Refresh(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		want, _ := sim.Cloud.Subnet("subnet-frag")
+		if got, ok := sample(t, reg, "vpcip_subnet_free_prefixes", labels); !ok || int(got) != want.FreePrefixes {
+			t.Errorf("%s: free prefixes = %v (present %v), want vpcsim's %d", when, got, ok, want.FreePrefixes)
+		}
+	}
+	check("fresh") // 16 /28s, less the reserved ones' (primary .4 shares one)
+	if _, err := prov.AssignAddressesAt(t.Context(), inst.PrimaryENI.ID, []netip.Addr{netip.MustParseAddr("100.64.0.100")}); err != nil {
+		t.Fatal(err)
+	}
+	check("one address in .96/28")
+	if _, err := prov.AssignAddresses(t.Context(), inst.PrimaryENI.ID, 1, true); err != nil {
+		t.Fatal(err)
+	}
+	check("one /28 delegated")
+	if s, _ := sim.Cloud.Subnet("subnet-frag"); s.FreePrefixes != 12 {
+		t.Errorf("setup: vpcsim shows %d whole /28s, want 12", s.FreePrefixes)
+	}
+}
+
+func TestWholePrefixes(t *testing.T) {
+	p := netip.MustParsePrefix
+	for _, tc := range []struct {
+		cidr string
+		used []netip.Prefix
+		want int
+	}{
+		{"10.0.0.0/24", nil, 14},
+		{"10.0.0.0/24", []netip.Prefix{p("10.0.0.4/32"), p("10.0.0.250/32")}, 14}, // in the reserved blocks
+		{"10.0.0.0/24", []netip.Prefix{p("10.0.0.17/32"), p("10.0.0.18/32"), p("10.0.0.32/28"), p("10.0.1.5/32")}, 12},
+		{"10.0.0.0/28", nil, 0},
+		{"10.0.0.0/30", nil, 0},
+	} {
+		if got := WholePrefixes(p(tc.cidr), tc.used); got != tc.want {
+			t.Errorf("WholePrefixes(%s, %v) = %d, want %d", tc.cidr, tc.used, got, tc.want)
+		}
 	}
 }
 

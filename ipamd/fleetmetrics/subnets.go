@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"math/rand/v2"
+	"net/netip"
 	"slices"
 	"sync"
 	"time"
@@ -19,7 +20,9 @@ import (
 // region with a bucket of 100 requests refilled at 20 per second
 // (docs.aws.amazon.com/ec2/latest/devguide/ec2-api-throttling.html): 5,000
 // nodes asking every 30 minutes make 2.8 DescribeSubnets calls per second,
-// 14% of that refill, one call per node naming all its subnets. A subnet
+// 14% of that refill, one call per node naming all its subnets, and as many
+// DescribeNetworkInterfaces per subnet (filtered by subnet-id, a bucket of
+// its own of the same size) for the whole free /28s. A subnet
 // shared by n nodes is still seen every 30/n minutes somewhere in the fleet,
 // which is what the dashboards and alerts read (the lowest value across
 // nodes).
@@ -30,23 +33,26 @@ const DefaultSubnetInterval = 30 * time.Minute
 const awsReserved = 5
 
 // SubnetSource is what Subnets needs from the cloud: the node's ENIs from
-// instance metadata (cheap, not rate-limited) and one DescribeSubnets.
+// instance metadata (cheap, not rate-limited), one DescribeSubnets, and per
+// subnet what its ENIs hold (DescribeNetworkInterfaces by subnet-id).
 type SubnetSource interface {
 	MetadataENIs(ctx context.Context) ([]provider.ENI, error)
 	Subnets(ctx context.Context, q provider.SubnetQuery) ([]provider.Subnet, error)
+	SubnetUsage(ctx context.Context, subnetID string) ([]netip.Prefix, error)
 }
 
 // Subnets keeps the free and usable address counts of the subnets holding
-// the node's ENIs, refreshed every interval (jittered ±50% so that nodes
-// started together spread their calls), and exports them as
-// vpcip_subnet_free_addresses and vpcip_subnet_usable_addresses, labelled
-// subnet_id and availability_zone.
+// the node's ENIs, and their whole free /28s, refreshed every interval
+// (jittered ±50% so that nodes started together spread their calls), and
+// exports them as vpcip_subnet_free_addresses, vpcip_subnet_usable_addresses
+// and vpcip_subnet_free_prefixes, labelled subnet_id and availability_zone.
 type Subnets struct {
 	src      SubnetSource
 	interval time.Duration
 	log      *slog.Logger
 	free     *prometheus.GaugeVec
 	usable   *prometheus.GaugeVec
+	prefixes *prometheus.GaugeVec
 
 	mu     sync.Mutex // guards the fields below
 	latest []provider.Subnet
@@ -70,8 +76,12 @@ func NewSubnets(reg prometheus.Registerer, src SubnetSource, interval time.Durat
 			Name: "vpcip_subnet_usable_addresses",
 			Help: "Addresses of a subnet holding this node's ENIs that instances can use: its CIDR's size less the 5 AWS reserves.",
 		}, labels),
+		prefixes: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "vpcip_subnet_free_prefixes",
+			Help: "Aligned /28s of a subnet holding this node's ENIs in which no address is held or reserved: the prefixes EC2 can still delegate before it answers InsufficientCidrBlocks (from DescribeNetworkInterfaces by subnet-id), refreshed at VPCIP_SUBNET_METRICS_INTERVAL.",
+		}, labels),
 	}
-	reg.MustRegister(s.free, s.usable)
+	reg.MustRegister(s.free, s.usable, s.prefixes)
 	return s
 }
 
@@ -115,16 +125,51 @@ func (s *Subnets) Refresh(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	whole := map[string]int{}
+	for _, sn := range subnets {
+		used, err := s.src.SubnetUsage(ctx, sn.ID)
+		if err != nil {
+			s.log.Warn("subnet metrics: reading the subnet's addresses failed; no free /28 count", "subnet", sn.ID, "err", err)
+			continue
+		}
+		whole[sn.ID] = WholePrefixes(sn.CIDR, used)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.free.Reset()
 	s.usable.Reset()
+	s.prefixes.Reset()
 	for _, sn := range subnets {
 		s.free.WithLabelValues(sn.ID, sn.AvailabilityZone).Set(float64(sn.FreeAddresses))
 		s.usable.WithLabelValues(sn.ID, sn.AvailabilityZone).Set(float64(Usable(sn)))
+		if w, ok := whole[sn.ID]; ok {
+			s.prefixes.WithLabelValues(sn.ID, sn.AvailabilityZone).Set(float64(w))
+		}
 	}
 	s.latest, s.at = subnets, time.Now()
 	return nil
+}
+
+// WholePrefixes counts the aligned /28s of cidr in which no address of used
+// (/32 addresses and /28 prefixes held by the subnet's ENIs) lies and none
+// is one of the five AWS reserves (the first four and the last address):
+// what EC2 AssignPrivateIpAddresses with Ipv4PrefixCount can still delegate.
+// 0 for an invalid or non-IPv4 CIDR, or one smaller than a /28.
+func WholePrefixes(cidr netip.Prefix, used []netip.Prefix) int {
+	if !cidr.IsValid() || !cidr.Addr().Is4() || cidr.Bits() > 28 {
+		return 0
+	}
+	cidr = cidr.Masked()
+	broken := map[netip.Prefix]bool{netip.PrefixFrom(cidr.Addr(), 28): true} // network, router, DNS, reserved
+	b := cidr.Addr().As4()
+	v := (uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])) | (uint32(1)<<(32-cidr.Bits()) - 1)
+	broken[netip.PrefixFrom(netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}), 28).Masked()] = true // broadcast
+	for _, p := range used {
+		if p.Addr().Is4() && p.Bits() >= 28 && cidr.Contains(p.Addr()) {
+			broken[netip.PrefixFrom(p.Addr(), 28).Masked()] = true
+		}
+	}
+	return 1<<(28-cidr.Bits()) - len(broken)
 }
 
 // Latest returns the subnets of the last successful refresh and its time

@@ -1,6 +1,9 @@
 package provider
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 // TestPodENIs: B19's small type (3 ENIs × 10 addresses) gives pods 3 ENIs
 // (29 pods), 2 under custom networking (20 pods); MAX_ENI caps before the
@@ -25,5 +28,31 @@ func TestPodENIs(t *testing.T) {
 		if got != tt.enis || got*small.PodAddressesPerENI()+2 != tt.wantPods {
 			t.Errorf("PodENIs(maxENI %d, custom %v) = %d (%d pods), want %d (%d pods)", tt.maxENI, tt.custom, got, got*small.PodAddressesPerENI()+2, tt.enis, tt.wantPods)
 		}
+	}
+}
+
+// TestRetryWait: waits double from base up to limit, stay within [d/2, d]
+// and differ between draws (B08), without overflow at large n.
+func TestRetryWait(t *testing.T) {
+	base, limit := 100*time.Millisecond, 2*time.Second
+	seen := map[time.Duration]bool{}
+	for n := -1; n <= 70; n++ {
+		d := min(base<<min(max(n, 1)-1, 20), limit)
+		for range 20 {
+			got := RetryWait(base, limit, n)
+			if got < d/2 || got > d {
+				t.Fatalf("RetryWait(n=%d) = %v, want within [%v, %v]", n, got, d/2, d)
+			}
+			seen[got] = true
+		}
+	}
+	if len(seen) < 1000 {
+		t.Errorf("only %d distinct waits in %d draws: not jittered", len(seen), 72*20)
+	}
+	if got := RetryWait(0, limit, 1); got < limit/2 || got > limit {
+		t.Errorf("RetryWait with base 0 = %v, want within [%v, %v]", got, limit/2, limit)
+	}
+	if got := RetryWait(base, -time.Second, 3); got != 0 {
+		t.Errorf("RetryWait with a negative limit = %v, want 0", got)
 	}
 }

@@ -2,7 +2,6 @@ package pool
 
 import (
 	"errors"
-	"math/rand/v2"
 	"slices"
 	"time"
 
@@ -11,7 +10,7 @@ import (
 )
 
 // Backoff after a cloud refusal, by kind: first wait and cap. Each wait is
-// jittered over [d/2, d) so nodes do not retry in lock-step (B08).
+// jittered over [d/2, d] so nodes do not retry in lock-step (B08).
 var refusalBackoff = map[warmpool.RefusalKind][2]time.Duration{
 	warmpool.RefusedThrottled:    {time.Second, time.Minute},
 	warmpool.RefusedSubnetFull:   {5 * time.Second, 2 * time.Minute},
@@ -24,18 +23,12 @@ var refusalBackoff = map[warmpool.RefusalKind][2]time.Duration{
 var genericBackoff = [2]time.Duration{time.Second, 2 * time.Minute}
 
 // RetryBackoff is the n-th (n ≥ 1) wait after an unclassified cloud error:
-// 1 s doubling up to 2 m, jittered over [d/2, d).
+// 1 s doubling up to 2 m, jittered over [d/2, d].
 func RetryBackoff(n int) time.Duration { return backoff(genericBackoff, n) }
 
-// backoff is the n-th (n ≥ 1) jittered wait of an exponential series.
-func backoff(b [2]time.Duration, n int) time.Duration {
-	d := b[0]
-	for i := 1; i < n && d < b[1]; i++ {
-		d *= 2
-	}
-	d = min(d, b[1])
-	return d/2 + rand.N(d/2+1)
-}
+// backoff is the n-th (n ≥ 1) jittered wait of the series b (first wait,
+// cap): provider.RetryWait.
+func backoff(b [2]time.Duration, n int) time.Duration { return provider.RetryWait(b[0], b[1], n) }
 
 // refusalKinds maps the provider's refusal errors to warmpool's kinds.
 var refusalKinds = []struct {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -102,20 +101,10 @@ func budgetName(a action) string {
 }
 
 // backoff is the wait before retry number attempt (1-based): d/2 plus a
-// uniformly random part of d/2, with d = min(RetryMax, RetryBase·2^(attempt-1)).
+// uniformly random part of d/2, with d = min(RetryMax, RetryBase·2^(attempt-1))
+// (provider.RetryWait).
 func (c *Client) backoff(attempt int) time.Duration {
-	return jittered(c.opts.RetryBase, c.opts.RetryMax, attempt)
-}
-
-func jittered(base, limit time.Duration, attempt int) time.Duration {
-	d := limit
-	if attempt < 31 {
-		if e := base << (attempt - 1); e > 0 && e < limit {
-			d = e
-		}
-	}
-	half := d / 2
-	return half + rand.N(d-half+1)
+	return provider.RetryWait(c.opts.RetryBase, c.opts.RetryMax, attempt)
 }
 
 // sleep waits d or until ctx ends, and then returns ctx.Err().

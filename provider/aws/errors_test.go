@@ -5,7 +5,6 @@ import (
 	"errors"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/aws/smithy-go"
 
@@ -51,17 +50,5 @@ func TestClassify(t *testing.T) {
 	}
 	if err := classify("X", context.Canceled); !errors.Is(err, context.Canceled) || outcome(err) != "error" {
 		t.Errorf("classify(context.Canceled) = %v", err)
-	}
-}
-
-func TestJitteredBackoff(t *testing.T) {
-	for attempt := 1; attempt <= 40; attempt++ {
-		d := min(100*time.Millisecond<<min(attempt-1, 20), 2*time.Second)
-		for range 50 {
-			got := jittered(100*time.Millisecond, 2*time.Second, attempt)
-			if got < d/2 || got > d {
-				t.Fatalf("attempt %d: wait %v outside [%v, %v]", attempt, got, d/2, d)
-			}
-		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"slices"
 
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -92,20 +93,17 @@ func via(h *netlink.Handle) *netlink.Handle {
 
 // listRules lists the IPv4 rules of h's netns (the current one when h is
 // nil). The kernel marks a dump interrupted when rules change during it;
-// it is retried, as containernetworking's netlinksafe does.
+// netlinksafe's handle retries it and, when every attempt was interrupted,
+// returns the error rather than a possibly incomplete list (its
+// package-level RuleList would return the list): a rule missing from it
+// would be a rule left behind.
 func listRules(h *netlink.Handle) ([]netlink.Rule, error) {
-	var err error
-	for range 5 {
-		var rs []netlink.Rule
-		rs, err = via(h).RuleList(netlink.FAMILY_V4)
-		if !errors.Is(err, netlink.ErrDumpInterrupted) {
-			if err != nil {
-				return nil, fmt.Errorf("list rules: %w", err)
-			}
-			return rs, nil
-		}
+	nh := netlinksafe.Handle{Handle: via(h)}
+	rs, err := nh.RuleList(netlink.FAMILY_V4)
+	if err != nil {
+		return nil, fmt.Errorf("list rules: %w", err)
 	}
-	return nil, fmt.Errorf("list rules: %w", err)
+	return rs, nil
 }
 
 // FindPodRules lists the pod rules of addr (PodRuleAddr) in the current

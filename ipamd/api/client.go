@@ -49,6 +49,8 @@ func NewClient(socket string, timeout time.Duration) *Client {
 		},
 		DisableKeepAlives:      true,
 		MaxResponseHeaderBytes: maxHeader,
+		// Proxy stays nil: HTTP_PROXY in the runtime's environment must
+		// not send a call for the socket elsewhere.
 	}
 	return &Client{socket: socket, timeout: timeout, http: &http.Client{Transport: tr}}
 }

@@ -43,7 +43,10 @@ type Options struct {
 	InstanceType string // default "m5.large"
 	Image        string // vpcip's OCI archive (make image), imported into every node
 	MaxPods      int    // kubelet maxPods; default 110 (above an m5.large's addresses, as on EKS without max-pods tuning)
-	Logf         func(format string, args ...any)
+	// Sim is the simulated VPC (subnets, security groups); the zero value
+	// gives vpcsim's defaults. Nodes start in its first subnet.
+	Sim  vpcsim.Config
+	Logf func(format string, args ...any)
 }
 
 // Cluster is a running cluster.
@@ -104,16 +107,27 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if err := c.prepareMounts(ctx); err != nil {
 		return c, err
 	}
-	for i := range opts.Nodes {
-		if err := c.startNode(ctx, i); err != nil {
+	for range opts.Nodes {
+		if _, err := c.startNode(ctx, ""); err != nil {
 			return c, err
 		}
 	}
 	return c, c.waitNodesRegistered(ctx, 3*time.Minute)
 }
 
+// AddNode launches one more instance in subnetID ("" for the first subnet)
+// and starts a node on it, as a node group scaling out does, and waits until
+// it is registered. The DaemonSet's pod then starts on it by itself.
+func (c *Cluster) AddNode(ctx context.Context, subnetID string) (*Node, error) {
+	n, err := c.startNode(ctx, subnetID)
+	if err != nil {
+		return nil, err
+	}
+	return n, c.waitNodesRegistered(ctx, 3*time.Minute)
+}
+
 func (c *Cluster) startCloud() (err error) {
-	if c.Cloud, err = vpcsim.New(vpcsim.Config{}); err != nil {
+	if c.Cloud, err = vpcsim.New(c.Sim); err != nil {
 		return err
 	}
 	if c.Fabric, err = fabric.New(c.Prefix); err != nil {
@@ -207,24 +221,26 @@ func (c *Cluster) mkdirAll(dir string) error {
 	return nil
 }
 
-func (c *Cluster) startNode(ctx context.Context, i int) error {
-	inst, err := c.Cloud.LaunchInstance(c.InstanceType, "")
+func (c *Cluster) startNode(ctx context.Context, subnetID string) (*Node, error) {
+	i := len(c.Nodes)
+	inst, err := c.Cloud.LaunchInstance(c.InstanceType, subnetID)
 	if err != nil {
-		return fmt.Errorf("launch instance %d: %w", i, err)
+		return nil, fmt.Errorf("launch instance %d: %w", i, err)
 	}
 	n := &Node{
 		Name: fmt.Sprintf("node-%d", i+1), InstanceID: inst.ID, PrimaryIP: inst.PrimaryENI.PrimaryIP.String(),
+		Zone: inst.AvailabilityZone, Region: c.Cloud.Region(),
 		Netns: c.Fabric.NodeNetns(inst.ID), Dir: filepath.Join(c.Dir, fmt.Sprintf("n%d", i+1)),
 	}
 	c.Nodes = append(c.Nodes, n)
 	if err := os.MkdirAll(n.Dir, 0o755); err != nil {
-		return err
+		return n, err
 	}
 	if err := n.makeMountns(ctx, c.mntDir); err != nil {
-		return err
+		return n, err
 	}
 	if err := n.serveAPI(c.API); err != nil {
-		return err
+		return n, err
 	}
 	n.CRI, err = crinode.Start(ctx, crinode.Config{
 		Dir: n.path("ctd"), Netns: n.Netns, Mountns: n.Mountns, Tools: c.Tools,
@@ -232,18 +248,18 @@ func (c *Cluster) startNode(ctx context.Context, i int) error {
 		HostNetnsDir: true, // where the DaemonSet's netns witness looks, as on a real node
 	})
 	if err != nil {
-		return fmt.Errorf("containerd of %s: %w", n.Name, err)
+		return n, fmt.Errorf("containerd of %s: %w", n.Name, err)
 	}
 	if c.Image != "" {
 		if err := n.importImage(ctx, c.Tools.Ctr, c.Image); err != nil {
-			return err
+			return n, err
 		}
 	}
 	if err := n.startKubelet(c.API.BinDir, c.API.Config, c.MaxPods); err != nil {
-		return err
+		return n, err
 	}
-	c.Logf("%s: instance %s (%s), primary %s, netns %s, kubelet + containerd %d started", n.Name, inst.ID, c.InstanceType, n.PrimaryIP, n.Netns, n.CRI.Major)
-	return nil
+	c.Logf("%s: instance %s (%s) in %s, primary %s, netns %s, kubelet + containerd %d started", n.Name, inst.ID, c.InstanceType, n.Zone, n.PrimaryIP, n.Netns, n.CRI.Major)
+	return n, nil
 }
 
 // waitNodesRegistered waits until every node object exists.

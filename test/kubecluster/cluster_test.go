@@ -99,8 +99,16 @@ func TestClusterScenario(t *testing.T) {
 // them.
 func startCluster(t *testing.T, ctx context.Context, letters, image string) *Cluster {
 	t.Helper()
-	prefix := fmt.Sprintf("%s%04x", letters, os.Getpid()&0xffff)
-	c, err := Start(ctx, Options{Prefix: prefix, Image: image, Logf: t.Logf})
+	return startClusterWith(t, ctx, letters, Options{Image: image})
+}
+
+// startClusterWith is startCluster with further options (Prefix and Logf
+// are set here).
+func startClusterWith(t *testing.T, ctx context.Context, letters string, opts Options) *Cluster {
+	t.Helper()
+	opts.Prefix = fmt.Sprintf("%s%04x", letters, os.Getpid()&0xffff)
+	opts.Logf = t.Logf
+	c, err := Start(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

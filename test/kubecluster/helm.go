@@ -46,6 +46,17 @@ func (c *Cluster) Helm(h chart.Helm, args ...string) (string, error) {
 // extra --set arguments, on top of the cluster's own values. It returns
 // Helm's output (the NOTES).
 func (c *Cluster) InstallChart(h chart.Helm, upgrade bool, userValues string, set ...string) (string, error) {
+	var files []string
+	if userValues != "" {
+		files = append(files, userValues)
+	}
+	return c.InstallChartFiles(h, upgrade, files, set...)
+}
+
+// InstallChartFiles is InstallChart with the user's values files layered in
+// order (`-f a -f b`: later files win key by key), as a user layers a
+// feature's values over a release's defaults.
+func (c *Cluster) InstallChartFiles(h chart.Helm, upgrade bool, userValues []string, set ...string) (string, error) {
 	own := filepath.Join(c.Dir, "cluster-values.yaml")
 	if err := os.WriteFile(own, []byte(c.clusterValues()), 0o644); err != nil {
 		return "", err
@@ -55,8 +66,8 @@ func (c *Cluster) InstallChart(h chart.Helm, upgrade bool, userValues string, se
 		verb = "upgrade"
 	}
 	args := []string{verb, Release, chart.ChartDir(), "-n", "kube-system"}
-	if userValues != "" {
-		args = append(args, "-f", userValues)
+	for _, f := range userValues {
+		args = append(args, "-f", f)
 	}
 	args = append(args, "-f", own)
 	for _, s := range set {

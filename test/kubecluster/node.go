@@ -42,6 +42,8 @@ type Node struct {
 	Name       string // Kubernetes node name, e.g. "node-1"
 	InstanceID string
 	PrimaryIP  string
+	Zone       string // the instance's availability zone, e.g. "us-west-2a"
+	Region     string // e.g. "us-west-2"
 	Netns      string // the instance's named network namespace
 	Mountns    string // file holding the node's mount namespace
 	Dir        string // everything the node writes, on the host
@@ -164,6 +166,10 @@ func (n *Node) startKubelet(binDir string, admin *rest.Config, maxPods int) erro
 		filepath.Join(binDir, "kubelet"),
 		"--config="+n.path("kubelet.yaml"), "--kubeconfig="+n.path("kubelet.kubeconfig"),
 		"--hostname-override="+n.Name, "--node-ip="+n.PrimaryIP,
+		// The well-known topology labels an EKS node carries from its
+		// instance (ENI_CONFIG_LABEL_DEF=topology.kubernetes.io/zone
+		// chooses the ENIConfig by it).
+		"--node-labels=topology.kubernetes.io/zone="+n.Zone+",topology.kubernetes.io/region="+n.Region,
 		"--root-dir="+n.path("kubelet"), "--cert-dir="+n.path("kubelet", "pki"), "--v=1")
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // a Ctrl-C reaches us, not it: we stop it in order

@@ -192,7 +192,8 @@ func TestLint(t *testing.T) {
 }
 
 // The default render: the DaemonSet as the issue specifies it, RBAC tied to
-// its ServiceAccount, no monitoring objects.
+// its ServiceAccount and its two admission policies with their bindings, no
+// monitoring objects.
 func TestTemplateDefault(t *testing.T) {
 	for _, h := range helms(t) {
 		t.Run(h.Name, func(t *testing.T) {
@@ -205,7 +206,8 @@ func TestTemplateDefault(t *testing.T) {
 				kinds = append(kinds, o.Kind())
 			}
 			slices.Sort(kinds)
-			if want := []string{"ClusterRole", "ClusterRoleBinding", "DaemonSet", "ServiceAccount"}; !slices.Equal(kinds, want) {
+			if want := []string{"ClusterRole", "ClusterRoleBinding", "DaemonSet", "ServiceAccount",
+				"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicyBinding"}; !slices.Equal(kinds, want) {
 				t.Errorf("kinds %v, want %v", kinds, want)
 			}
 			ds := find(t, objs, "DaemonSet")

@@ -1,8 +1,9 @@
 // Command vpcipctl shows an operator what a node's vpcipd holds: pool
-// counts, ENIs, pod assignments and capacity, read from the daemon's
+// counts, ENIs, pod assignments, capacity and the effective configuration
+// (every variable vpcipd reads, as it parsed them), read from the daemon's
 // introspection endpoint (default 127.0.0.1:61679, docs/design.md §5).
 //
-//	vpcipctl [--addr host:port] [--timeout 5s] status|pool|enis|pods|capacity [-o table|json]
+//	vpcipctl [--addr host:port] [--timeout 5s] status|pool|enis|pods|capacity|config [-o table|json]
 //	vpcipctl max-pods --instance-type T [--prefix-delegation] [--custom-networking] [-o table|json]
 //	vpcipctl capacity --cluster [--kubeconfig f] [--context c] [-o table|json|yaml]
 //
@@ -52,9 +53,10 @@ var commands = map[string]command{
 	"enis":     {"attached ENIs and their addresses", writeENIs, func(s introspect.State) any { return s.ENIs }},
 	"pods":     {"addresses held by pods and addresses in cooldown", writePods, podsJSON},
 	"capacity": {"addresses used / warm / cooling / budget and ENIs used / max", writeCapacity, func(s introspect.State) any { return capacityOf(s) }},
+	"config":   {"the daemon's effective configuration, by variable", writeConfig, func(s introspect.State) any { return s.Config }},
 }
 
-var commandOrder = []string{"status", "pool", "enis", "pods", "capacity"}
+var commandOrder = []string{"status", "pool", "enis", "pods", "capacity", "config"}
 
 const (
 	exitOK    = 0

@@ -38,6 +38,15 @@ func TestTables(t *testing.T) {
 NODE            ADDRESSES USED  WARM  COOLING  CAPACITY  BUDGET  USED/BUDGET  ENIS USED  MAX ENIS
 ip-100-64-0-10  3               9     1        18        27      11%          2          3
 `},
+		{"config", `
+VARIABLE                      VALUE
+AWS_VPC_ENI_MTU               9001
+AWS_VPC_K8S_CNI_EXTERNALSNAT  false
+IP_COOLDOWN_PERIOD            30
+MINIMUM_IP_TARGET             -
+WARM_ENI_TARGET               1
+WARM_IP_TARGET                -
+`},
 		{"pool", `
 ASSIGNED  WARM  COOLING  CAPACITY  BUDGET  ENIS  MAX ENIS
 3         9     1        18        27      2     3
@@ -110,6 +119,12 @@ func TestJSON(t *testing.T) {
 	var p api.Counts
 	if err := json.Unmarshal([]byte(out), &p); err != nil || p != s.Pool {
 		t.Errorf("pool -o json: %+v, %v; want %+v", p, err, s.Pool)
+	}
+
+	out, _, _ = runCtl(t, "--addr", addr, "config", "-o", "json")
+	var cfg map[string]string
+	if err := json.Unmarshal([]byte(out), &cfg); err != nil || !cmp.Equal(cfg, s.Config) {
+		t.Errorf("config -o json: %v, %v; want %v", cfg, err, s.Config)
 	}
 
 	out, _, _ = runCtl(t, "--addr", addr, "pods", "-o", "json")

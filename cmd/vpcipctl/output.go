@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -93,6 +95,17 @@ func addrString(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// writeConfig lists the effective configuration (introspect.State.Config:
+// variable name to value as the daemon parsed it; "-" for an unset one
+// without a default), by name.
+func writeConfig(w io.Writer, s introspect.State) error {
+	rows := [][]string{{"VARIABLE", "VALUE"}}
+	for _, k := range slices.Sorted(maps.Keys(s.Config)) {
+		rows = append(rows, []string{k, orDash(s.Config[k])})
+	}
+	return table(w, rows)
 }
 
 func writePool(w io.Writer, s introspect.State) error {

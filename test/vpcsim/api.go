@@ -27,6 +27,8 @@ var actions = map[string]action{
 	"ModifyNetworkInterfaceAttribute": (*Cloud).modifyENIActionLocked,
 	"AssignPrivateIpAddresses":        (*Cloud).assignActionLocked,
 	"UnassignPrivateIpAddresses":      (*Cloud).unassignActionLocked,
+	"AssignIpv6Addresses":             (*Cloud).assignIPv6ActionLocked,
+	"UnassignIpv6Addresses":           (*Cloud).unassignIPv6ActionLocked,
 	"CreateTags":                      (*Cloud).createTagsLocked,
 	"DeleteTags":                      (*Cloud).deleteTagsLocked,
 	"TerminateInstances":              (*Cloud).terminateActionLocked,

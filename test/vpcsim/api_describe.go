@@ -118,6 +118,12 @@ func (c *Cloud) eniFieldLocked(e *eni) fieldFunc {
 			return addrsOf(e), true
 		case "ipv4-prefixes.ipv4-prefix":
 			return prefixStrings(e.prefixes), true
+		case "ipv6-addresses.ipv6-address":
+			out := make([]string, len(e.ipv6))
+			for i, a := range e.ipv6 {
+				out[i] = a.String()
+			}
+			return out, true
 		case "group-id":
 			return e.groups, true
 		case "status":

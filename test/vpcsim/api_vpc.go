@@ -24,6 +24,18 @@ type xmlSubnet struct {
 	DefaultForAz            bool     `xml:"defaultForAz"`
 	MapPublicIPOnLaunch     bool     `xml:"mapPublicIpOnLaunch"`
 	TagSet                  []xmlTag `xml:"tagSet>item"`
+	// Ipv6CidrBlocks is the subnet's /64, when it has one.
+	Ipv6CidrBlocks []xmlSubnetIPv6 `xml:"ipv6CidrBlockAssociationSet>item"`
+}
+
+type xmlSubnetIPv6 struct {
+	AssociationID string          `xml:"associationId"`
+	Ipv6CidrBlock string          `xml:"ipv6CidrBlock"`
+	State         xmlCidrBlockSet `xml:"ipv6CidrBlockState"`
+}
+
+type xmlCidrBlockSet struct {
+	State string `xml:"state"`
 }
 
 // describeSubnetsLocked is EC2 DescribeSubnets (MaxResults 5..1000).
@@ -43,11 +55,15 @@ func (c *Cloud) describeSubnetsLocked(p params) (reply, *Error) {
 	r := &describeSubnetsReply{NextToken: next}
 	for _, id := range ids {
 		s := c.subnets[id]
-		r.Subnets = append(r.Subnets, xmlSubnet{
+		x := xmlSubnet{
 			SubnetID: s.id, SubnetArn: "arn:aws:ec2:" + c.cfg.Region + ":" + AccountID + ":subnet/" + s.id,
 			State: "available", OwnerID: AccountID, VpcID: c.vpc.id, CidrBlock: s.cidr.String(),
 			AvailableIPAddressCount: s.free, AvailabilityZone: s.az, TagSet: tagSet(s.tags),
-		})
+		}
+		if s.v6 != nil {
+			x.Ipv6CidrBlocks = []xmlSubnetIPv6{{AssociationID: "subnet-cidr-assoc-" + strings.TrimPrefix(s.id, "subnet-"), Ipv6CidrBlock: s.v6.cidr.String(), State: xmlCidrBlockSet{"associated"}}}
+		}
+		r.Subnets = append(r.Subnets, x)
 	}
 	return r, nil
 }
@@ -70,6 +86,11 @@ func (c *Cloud) subnetFieldLocked(s *subnet) fieldFunc {
 			return one(AccountID)
 		case "available-ip-address-count":
 			return one(strconv.Itoa(s.free))
+		case "ipv6-cidr-block-association.ipv6-cidr-block":
+			if s.v6 == nil {
+				return nil, true
+			}
+			return one(s.v6.cidr.String())
 		}
 		return tagField(s.tags, name)
 	}

@@ -41,6 +41,12 @@ type Config struct {
 	VPCCIDR netip.Prefix // default 100.64.0.0/16
 	// SecondaryVPCCIDRs are further IPv4 CIDR blocks associated with the VPC.
 	SecondaryVPCCIDRs []netip.Prefix
+	// VPCIPv6CIDR is the VPC's IPv6 CIDR block, a /56 as EC2 hands out
+	// ("Amazon-provided IPv6 CIDR block"). Default: a /56 inside
+	// 2600:1f14::/32, chosen by Seed (random when Seed is 0).
+	VPCIPv6CIDR netip.Prefix
+	// NoIPv6 leaves the VPC, and so every subnet, without an IPv6 CIDR.
+	NoIPv6 bool
 	// Subnets default to one /20 per availability zone a, b, c:
 	// 100.64.0.0/20, 100.64.16.0/20, 100.64.32.0/20.
 	Subnets []SubnetSpec
@@ -76,6 +82,12 @@ type SubnetSpec struct {
 	CIDR             netip.Prefix
 	AvailabilityZone string
 	Tags             map[string]string
+	// IPv6CIDR is the subnet's IPv6 CIDR block, a /64 of the VPC's /56.
+	// Default: the lowest /64 of the VPC's /56 no earlier subnet has.
+	IPv6CIDR netip.Prefix
+	// NoIPv6 creates the subnet without an IPv6 CIDR block, as EC2 allows
+	// in a VPC that has one: IPv6 assignments in it are refused.
+	NoIPv6 bool
 }
 
 // SecurityGroupSpec is one security group of the VPC.
@@ -105,6 +117,8 @@ type ENIInfo struct {
 	PrimaryIP                      netip.Addr
 	SecondaryIPs                   []netip.Addr   // in assignment order
 	Prefixes                       []netip.Prefix // /28s, in assignment order
+	IPv6Addresses                  []netip.Addr   // in assignment order
+	IPv6Prefixes                   []netip.Prefix // /80s, in assignment order
 	SubnetCIDR                     netip.Prefix
 	Gateway                        netip.Addr // subnet network address + 1
 	Tags                           map[string]string
@@ -122,7 +136,9 @@ type SubnetInfo struct {
 	// free: what prefix assignments can still get before EC2 answers
 	// InsufficientCidrBlocks. EC2 itself does not report it.
 	FreePrefixes int
-	Tags         map[string]string
+	// IPv6CIDR is the subnet's /64; not valid when it has none.
+	IPv6CIDR netip.Prefix
+	Tags     map[string]string
 }
 
 // Observer is told of every change the fabric must mirror, in order, after
@@ -168,6 +184,7 @@ type Cloud struct {
 type vpc struct {
 	id    string
 	cidrs []netip.Prefix
+	ipv6  netip.Prefix // the /56; not valid without IPv6
 	tags  map[string]string
 }
 
@@ -190,6 +207,8 @@ type eni struct {
 	primary                        netip.Addr
 	secondaries                    []netip.Addr
 	prefixes                       []netip.Prefix
+	ipv6                           []netip.Addr   // IPv6 addresses
+	ipv6Prefixes                   []netip.Prefix // /80s
 	groups                         []string
 	tags                           map[string]string
 	// attachment; inst == nil when unattached
@@ -274,6 +293,9 @@ func (c *Cloud) buildVPC(cfg Config) error {
 		}
 	}
 	c.vpc = &vpc{id: c.newIDLocked("vpc"), cidrs: cidrs, tags: map[string]string{}}
+	if err := c.setVPCIPv6(cfg); err != nil {
+		return err
+	}
 	sg := &securityGroup{id: c.newIDLocked("sg"), name: "default", description: "default VPC security group", tags: map[string]string{}}
 	c.groups[sg.id] = sg
 	for _, g := range cfg.SecurityGroups {
@@ -319,7 +341,11 @@ func (c *Cloud) addSubnet(s SubnetSpec) error {
 	if _, dup := c.subnets[id]; dup {
 		return fmt.Errorf("vpcsim: duplicate subnet id %s", id)
 	}
-	c.subnets[id] = newSubnet(id, p, s.AvailabilityZone, s.Tags)
+	sub := newSubnet(id, p, s.AvailabilityZone, s.Tags)
+	if err := c.setSubnetIPv6(sub, s); err != nil {
+		return err
+	}
+	c.subnets[id] = sub
 	if c.cfg.ScatterAddresses {
 		seed := uint64(c.cfg.Seed)
 		if seed == 0 {
@@ -386,6 +412,10 @@ func (c *Cloud) Region() string { return c.cfg.Region }
 
 // VPCID returns the id of the simulated VPC.
 func (c *Cloud) VPCID() string { return c.vpc.id }
+
+// VPCIPv6CIDR returns the VPC's IPv6 CIDR block (a /56), or an invalid
+// prefix when the VPC has none (Config.NoIPv6).
+func (c *Cloud) VPCIPv6CIDR() netip.Prefix { return c.vpc.ipv6 }
 
 // VPCCIDRs returns the VPC's IPv4 CIDR blocks, primary first.
 func (c *Cloud) VPCCIDRs() []netip.Prefix {

@@ -54,6 +54,7 @@ var (
 	typeNames     []string // sorted
 	typesErr      error
 	maxIPv4PerENI int
+	maxIPv6PerENI int
 )
 
 // LookupInstanceType returns the limits of the named EC2 instance type from
@@ -70,6 +71,7 @@ func loadTypes() {
 		for n, t := range typesByName {
 			typeNames = append(typeNames, n)
 			maxIPv4PerENI = max(maxIPv4PerENI, t.IPv4PerENI)
+			maxIPv6PerENI = max(maxIPv6PerENI, t.IPv6PerENI)
 		}
 		sort.Strings(typeNames)
 	})

@@ -173,6 +173,9 @@ func (c *Cloud) attachLocked(eniID, instanceID string, device, card int) (*eni, 
 	if len(e.prefixes) > 0 && !inst.itype.PrefixDelegation() {
 		return nil, errorf("InvalidParameterValue", "Prefix delegation is not supported for instance type %s.", inst.typ)
 	}
+	if err := checkIPv6OnAttach(e, inst); err != nil {
+		return nil, err
+	}
 	c.attachNowLocked(e, inst, device, card)
 	if c.cfg.AttachDelay <= 0 {
 		c.notifyAttachedLocked(e)
@@ -263,6 +266,7 @@ func (c *Cloud) freeENILocked(e *eni) {
 	for _, p := range e.prefixes {
 		s.releasePrefix(p)
 	}
+	s.v6.releaseAll(e.ipv6, e.ipv6Prefixes)
 	delete(c.enis, e.id)
 	for t, ct := range c.tokens {
 		if ct.eniID == e.id {

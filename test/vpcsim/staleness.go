@@ -103,6 +103,8 @@ func (c *Cloud) recordENIsLocked() {
 		cp := *e
 		cp.secondaries = slices.Clone(e.secondaries)
 		cp.prefixes = slices.Clone(e.prefixes)
+		cp.ipv6 = slices.Clone(e.ipv6)
+		cp.ipv6Prefixes = slices.Clone(e.ipv6Prefixes)
 		cp.groups = slices.Clone(e.groups)
 		cp.tags = maps.Clone(e.tags)
 		snap.enis[id] = &cp

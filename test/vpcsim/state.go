@@ -158,7 +158,7 @@ func (c *Cloud) InstanceByAddress(a netip.Addr) (string, bool) {
 }
 
 func subnetInfo(s *subnet) SubnetInfo {
-	return SubnetInfo{ID: s.id, CIDR: s.cidr, AvailabilityZone: s.az, FreeAddresses: s.free, FreePrefixes: s.freeBlocks(), Tags: copyTags(s.tags)}
+	return SubnetInfo{ID: s.id, CIDR: s.cidr, AvailabilityZone: s.az, FreeAddresses: s.free, FreePrefixes: s.freeBlocks(), IPv6CIDR: s.ipv6CIDR(), Tags: copyTags(s.tags)}
 }
 
 func (c *Cloud) instanceInfoLocked(inst *instance) InstanceInfo {
@@ -175,11 +175,13 @@ func (c *Cloud) eniInfoLocked(e *eni) ENIInfo {
 	s := c.subnets[e.subnetID]
 	info := ENIInfo{
 		ID: e.id, MAC: e.mac, SubnetID: e.subnetID, Description: e.description,
-		Status:       "available",
-		PrimaryIP:    e.primary,
-		SecondaryIPs: slices.Clone(e.secondaries),
-		Prefixes:     slices.Clone(e.prefixes),
-		SubnetCIDR:   s.cidr, Gateway: s.gateway(),
+		Status:        "available",
+		PrimaryIP:     e.primary,
+		SecondaryIPs:  slices.Clone(e.secondaries),
+		Prefixes:      slices.Clone(e.prefixes),
+		IPv6Addresses: slices.Clone(e.ipv6),
+		IPv6Prefixes:  slices.Clone(e.ipv6Prefixes),
+		SubnetCIDR:    s.cidr, Gateway: s.gateway(),
 		Tags:           copyTags(e.tags),
 		SecurityGroups: slices.Clone(e.groups),
 	}

@@ -23,6 +23,8 @@ type subnet struct {
 	// scatter, when set, picks takeAddrs' addresses at random
 	// (Config.ScatterAddresses).
 	scatter *rand.Rand
+	// v6 is the subnet's IPv6 side; nil when it has no IPv6 CIDR block.
+	v6 *subnet6
 }
 
 func newSubnet(id string, cidr netip.Prefix, az string, tags map[string]string) *subnet {

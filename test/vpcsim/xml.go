@@ -177,6 +177,17 @@ type xmlENI struct {
 	TagSet             []xmlTag       `xml:"tagSet>item"`
 	PrivateIPAddresses []xmlPrivateIP `xml:"privateIpAddressesSet>item"`
 	Ipv4Prefixes       []xmlPrefix    `xml:"ipv4PrefixSet>item"`
+	Ipv6Addresses      []xmlIPv6Addr  `xml:"ipv6AddressesSet>item"`
+	Ipv6Prefixes       []xmlIPv6Pfx   `xml:"ipv6PrefixSet>item"`
+}
+
+type xmlIPv6Addr struct {
+	Ipv6Address   string `xml:"ipv6Address"`
+	IsPrimaryIpv6 bool   `xml:"isPrimaryIpv6"`
+}
+
+type xmlIPv6Pfx struct {
+	Ipv6Prefix string `xml:"ipv6Prefix"`
 }
 
 func (c *Cloud) eniXMLLocked(e *eni, inInstance bool) xmlENI {
@@ -213,6 +224,12 @@ func (c *Cloud) eniXMLLocked(e *eni, inInstance bool) xmlENI {
 	}
 	for _, p := range e.prefixes {
 		x.Ipv4Prefixes = append(x.Ipv4Prefixes, xmlPrefix{p.String()})
+	}
+	for _, a := range e.ipv6 {
+		x.Ipv6Addresses = append(x.Ipv6Addresses, xmlIPv6Addr{Ipv6Address: a.String()})
+	}
+	for _, p := range e.ipv6Prefixes {
+		x.Ipv6Prefixes = append(x.Ipv6Prefixes, xmlIPv6Pfx{p.String()})
 	}
 	return x
 }

@@ -360,6 +360,15 @@ func TestIPv6Refusals(t *testing.T) {
 				return err
 			}
 		}},
+		{"attach an ENI with more IPv6 addresses than the type holds", "InvalidParameterValue", func(t *testing.T, l *vpcsimtest.Local, cli *ec2.Client) func() error {
+			inst := launchIn(t, l, "m5.large", subnetBig) // 10 IPv6 per ENI
+			eni := createENI(t, cli, subnetBig)
+			must(t, assignCount(cli, eni, 11)) // unattached: any type's limit applies
+			return func() error {
+				_, err := cli.AttachNetworkInterface(ctx, &ec2.AttachNetworkInterfaceInput{NetworkInterfaceId: aws.String(eni), InstanceId: aws.String(inst.ID), DeviceIndex: aws.Int32(1)})
+				return err
+			}
+		}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -8,7 +8,9 @@
 // subnet's network address + 1; an ENI holds at most the instance type's
 // "IPv4 addresses per interface", its primary address and each /28 prefix
 // included; /28 prefixes are aligned, on Nitro or bare-metal types only; no
-// address is ever held twice in the VPC. Instance-type limits come from a
+// address is ever held twice in the VPC. The VPC has an IPv6 /56 and each
+// subnet a /64 of it (unless made without IPv6); the fabric and IMDS do not
+// carry IPv6 yet (see ipv6.go). Instance-type limits come from a
 // table of real EC2 figures embedded in the package.
 //
 // EC2Handler answers DescribeInstances, DescribeInstanceTypes,
@@ -17,7 +19,8 @@
 // CreateNetworkInterface (ClientToken idempotency, TagSpecification),
 // Attach/Detach/DeleteNetworkInterface, ModifyNetworkInterfaceAttribute,
 // Assign/UnassignPrivateIpAddresses (addresses and /28 prefixes, by count or
-// explicitly), CreateTags, DeleteTags and TerminateInstances, with EC2's
+// explicitly), Assign/UnassignIpv6Addresses (IPv6 addresses and /80
+// prefixes from the subnet's /64, by count or explicitly), CreateTags, DeleteTags and TerminateInstances, with EC2's
 // error codes and HTTP statuses (400 for client errors, 503 for
 // RequestLimitExceeded, 403 for UnauthorizedOperation). IMDSHandler serves
 // IMDSv2. Faults adds latency, errors, throttling, IMDS and describe lag.

@@ -205,6 +205,28 @@ type Provider interface {
 	DeleteLeakedENIs(ctx context.Context, grace time.Duration) ([]string, error)
 }
 
+// IPv6Assigner is the IPv6 side of a backend, for a Provider that also
+// implements it: IPv6 addresses and /80 prefixes from the subnet's IPv6 CIDR
+// block (a /64) on an ENI. EC2 delegates /80 prefixes on Nitro and
+// bare-metal types only, and counts each /80 as one of the type's "IPv6
+// addresses per interface".
+type IPv6Assigner interface {
+	// AssignIPv6 adds n IPv6 addresses (prefix false) or n /80 prefixes
+	// (prefix true) to an ENI (EC2 AssignIpv6Addresses with
+	// Ipv6AddressCount or Ipv6PrefixCount) and returns what was added, as
+	// /128s or /80s, sorted, once the cloud answers; it does not wait for
+	// instance metadata. Refusals: ErrNotFound (no such ENI),
+	// ErrInsufficientCIDR (no free /80), ErrUnauthorized, ErrThrottled; a
+	// subnet without an IPv6 CIDR block, a type without IPv6 or without
+	// prefix delegation and the per-ENI limit come back unclassified (EC2
+	// answers them all with InvalidParameterValue).
+	AssignIPv6(ctx context.Context, eniID string, n int, prefix bool) ([]netip.Prefix, error)
+	// UnassignIPv6 removes /128 addresses and /80 prefixes from an ENI (EC2
+	// UnassignIpv6Addresses, one call). An empty list does nothing; anything
+	// else than an IPv6 /128 or aligned /80 is refused before calling EC2.
+	UnassignIPv6(ctx context.Context, eniID string, addrs []netip.Prefix) error
+}
+
 // CallObserver receives one report per cloud call: the operation name
 // (e.g. "AssignPrivateIpAddresses", "imds"), the outcome ("ok", "throttled",
 // "error", or the sentinel's short name) and the latency including retries.

@@ -30,6 +30,8 @@ var (
 	actDeleteNetworkInterface    = action{"DeleteNetworkInterface", true, true}
 	actAssignPrivateIPs          = action{"AssignPrivateIpAddresses", true, false}
 	actUnassignPrivateIPs        = action{"UnassignPrivateIpAddresses", true, true}
+	actAssignIPv6                = action{"AssignIpv6Addresses", true, false}
+	actUnassignIPv6              = action{"UnassignIpv6Addresses", true, true}
 )
 
 // transient reports whether the SDK considers err retryable (5xx, broken

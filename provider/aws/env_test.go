@@ -144,6 +144,7 @@ func (c simCloud) ENI(id string) (providertest.CloudENI, bool) {
 		Status: e.Status, InstanceID: e.InstanceID, DeviceNumber: e.DeviceIndex,
 		DeleteOnTermination: e.DeleteOnTermination, SubnetID: e.SubnetID, PrimaryIP: e.PrimaryIP,
 		SecondaryIPs: e.SecondaryIPs, Prefixes: e.Prefixes, Tags: e.Tags,
+		IPv6Addresses: e.IPv6Addresses, IPv6Prefixes: e.IPv6Prefixes,
 	}, true
 }
 

@@ -86,6 +86,8 @@ type CloudENI struct {
 	PrimaryIP           netip.Addr
 	SecondaryIPs        []netip.Addr
 	Prefixes            []netip.Prefix
+	IPv6Addresses       []netip.Addr   // in assignment order
+	IPv6Prefixes        []netip.Prefix // /80s, in assignment order
 	Tags                map[string]string
 }
 

@@ -9,8 +9,9 @@
 // "IPv4 addresses per interface", its primary address and each /28 prefix
 // included; /28 prefixes are aligned, on Nitro or bare-metal types only; no
 // address is ever held twice in the VPC. The VPC has an IPv6 /56 and each
-// subnet a /64 of it (unless made without IPv6); the fabric and IMDS do not
-// carry IPv6 yet (see ipv6.go). Instance-type limits come from a
+// subnet a /64 of it (unless made without IPv6); IMDS lists ENIs' IPv6
+// addresses and /80 prefixes, the fabric does not route IPv6 yet (see
+// ipv6.go). Instance-type limits come from a
 // table of real EC2 figures embedded in the package.
 //
 // EC2Handler answers DescribeInstances, DescribeInstanceTypes,

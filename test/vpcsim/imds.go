@@ -44,6 +44,7 @@ type imdsView struct {
 	id, typ, az, region, vpcID string
 	launched                   time.Time
 	vpcCIDRs                   []netip.Prefix
+	vpcIPv6                    netip.Prefix // not valid without IPv6
 	enis                       []imdsENI
 }
 
@@ -55,6 +56,9 @@ type imdsENI struct {
 	primary            netip.Addr
 	secondaries        []netip.Addr
 	prefixes           []netip.Prefix
+	subnetIPv6         netip.Prefix // not valid without IPv6
+	ipv6               []netip.Addr
+	ipv6Prefixes       []netip.Prefix
 	groups, groupNames []string
 }
 
@@ -65,7 +69,7 @@ func (c *Cloud) recordIMDSLocked(inst *instance) {
 		return
 	}
 	v := imdsView{id: inst.id, typ: inst.typ, az: inst.az, region: c.cfg.Region, vpcID: c.vpc.id,
-		launched: inst.launched, vpcCIDRs: c.vpc.cidrs}
+		launched: inst.launched, vpcCIDRs: c.vpc.cidrs, vpcIPv6: c.vpc.ipv6}
 	for _, e := range inst.enis {
 		if e.attachStatus != "attached" {
 			continue
@@ -75,7 +79,8 @@ func (c *Cloud) recordIMDSLocked(inst *instance) {
 			device: e.deviceIndex, card: e.networkCard,
 			primaryDevice: e.deviceIndex == 0 && e.networkCard == inst.itype.DefaultNetworkCard,
 			primary:       e.primary, secondaries: slices.Clone(e.secondaries), prefixes: slices.Clone(e.prefixes),
-			groups: e.groups,
+			groups:     e.groups,
+			subnetIPv6: c.subnets[e.subnetID].ipv6CIDR(), ipv6: slices.Clone(e.ipv6), ipv6Prefixes: slices.Clone(e.ipv6Prefixes),
 		}
 		for _, g := range e.groups {
 			ie.groupNames = append(ie.groupNames, c.groups[g].name)
@@ -128,6 +133,25 @@ func (v *imdsView) tree() map[string]string {
 		t[base+"vpc-id"] = v.vpcID
 		t[base+"vpc-ipv4-cidr-block"] = cidrs[0]
 		t[base+"vpc-ipv4-cidr-blocks"] = strings.Join(cidrs, "\n")
+		if e.subnetIPv6.IsValid() {
+			t[base+"subnet-ipv6-cidr-blocks"] = e.subnetIPv6.String()
+		}
+		if v.vpcIPv6.IsValid() {
+			t[base+"vpc-ipv6-cidr-blocks"] = v.vpcIPv6.String()
+		}
+		if len(e.ipv6) > 0 {
+			v6 := make([]string, len(e.ipv6))
+			for i, a := range e.ipv6 {
+				v6[i] = a.String()
+			}
+			t[base+"ipv6s"] = strings.Join(v6, "\n")
+			if e.primaryDevice {
+				t["meta-data/ipv6"] = v6[0]
+			}
+		}
+		if len(e.ipv6Prefixes) > 0 {
+			t[base+"ipv6-prefix"] = strings.Join(prefixStrings(e.ipv6Prefixes), "\n")
+		}
 		t[base+"security-group-ids"] = strings.Join(e.groups, "\n")
 		t[base+"security-groups"] = strings.Join(e.groupNames, "\n")
 	}

@@ -13,7 +13,9 @@ import (
 // (AssignIpv6Addresses). EC2 reserves the first four and the last address
 // of every subnet's IPv6 CIDR block, as for IPv4. IPv6 addresses are
 // chosen at random in the /64, as EC2's are; /80 prefixes are aligned.
-// The fabric and IMDS do not see IPv6 yet: the Observer is not told of it.
+// IMDS lists them (ipv6s, ipv6-prefix, subnet-ipv6-cidr-blocks,
+// vpc-ipv6-cidr-blocks, ipv6). The fabric does not route IPv6 yet: the
+// Observer is not told of it.
 
 const (
 	vpcIPv6Bits    = 56 // EC2's Amazon-provided VPC IPv6 CIDR block
@@ -339,6 +341,7 @@ func (c *Cloud) assignIPv6Locked(req assign6Request) ([]netip.Addr, []netip.Pref
 	}
 	e.ipv6 = append(e.ipv6, addrs...)
 	e.ipv6Prefixes = append(e.ipv6Prefixes, prefixes...)
+	c.recordIMDSLocked(e.inst)
 	return addrs, prefixes, nil
 }
 
@@ -369,6 +372,7 @@ func (c *Cloud) unassignIPv6Locked(eniID string, addrs []netip.Addr, prefixes []
 	c.subnets[e.subnetID].v6.releaseAll(addrs, prefixes)
 	e.ipv6 = slices.DeleteFunc(e.ipv6, func(a netip.Addr) bool { return slices.Contains(addrs, a) })
 	e.ipv6Prefixes = slices.DeleteFunc(e.ipv6Prefixes, func(p netip.Prefix) bool { return slices.Contains(prefixes, p) })
+	c.recordIMDSLocked(e.inst)
 	return nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
@@ -388,5 +389,45 @@ func TestIPv6Refusals(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestIMDSIPv6: instance metadata lists an ENI's IPv6 addresses and /80
+// prefixes (ipv6s, ipv6-prefix), the subnet's /64 and the VPC's /56, as an
+// IPv6 node reads them, and drops what is unassigned.
+func TestIMDSIPv6(t *testing.T) {
+	l := vpcsimtest.Start(t, ipv6Config(11))
+	cli := ec2Client(l)
+	inst := launchIn(t, l, "m5.large", subnetBig)
+	md := imdsClient(l, inst.ID)
+	base := "network/interfaces/macs/" + inst.PrimaryENI.MAC + "/"
+	if got, want := imdsGet(t, md, base+"subnet-ipv6-cidr-blocks"), mustSubnet(t, l.Cloud, subnetBig).IPv6CIDR.String(); got != want {
+		t.Fatalf("subnet-ipv6-cidr-blocks = %q, want %q", got, want)
+	}
+	if got, want := imdsGet(t, md, base+"vpc-ipv6-cidr-blocks"), l.Cloud.VPCIPv6CIDR().String(); got != want {
+		t.Fatalf("vpc-ipv6-cidr-blocks = %q, want %q", got, want)
+	}
+	pfx, err := cli.AssignIpv6Addresses(ctx, &ec2.AssignIpv6AddressesInput{NetworkInterfaceId: aws.String(inst.PrimaryENI.ID), Ipv6PrefixCount: aws.Int32(1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	one, err := cli.AssignIpv6Addresses(ctx, &ec2.AssignIpv6AddressesInput{NetworkInterfaceId: aws.String(inst.PrimaryENI.ID), Ipv6AddressCount: aws.Int32(1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := imdsGet(t, md, base+"ipv6-prefix"); got != pfx.AssignedIpv6Prefixes[0] {
+		t.Fatalf("ipv6-prefix = %q, want %q", got, pfx.AssignedIpv6Prefixes[0])
+	}
+	if got := imdsGet(t, md, base+"ipv6s"); got != one.AssignedIpv6Addresses[0] {
+		t.Fatalf("ipv6s = %q, want %q", got, one.AssignedIpv6Addresses[0])
+	}
+	if got := imdsGet(t, md, "ipv6"); got != one.AssignedIpv6Addresses[0] {
+		t.Fatalf("ipv6 = %q, want %q", got, one.AssignedIpv6Addresses[0])
+	}
+	if _, err := cli.UnassignIpv6Addresses(ctx, &ec2.UnassignIpv6AddressesInput{NetworkInterfaceId: aws.String(inst.PrimaryENI.ID), Ipv6Prefixes: pfx.AssignedIpv6Prefixes}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := md.GetMetadata(ctx, &imds.GetMetadataInput{Path: base + "ipv6-prefix"}); err == nil {
+		t.Fatal("ipv6-prefix still served after the /80 was unassigned")
 	}
 }

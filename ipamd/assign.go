@@ -138,7 +138,7 @@ func (s *apiServer) flushBeforeUse(ctx context.Context, a datastore.Assignment) 
 		s.log.Error("conntrack flush of a reused address failed", "address", a.Address, "err", err)
 		return
 	}
-	s.store.Flushed([]netip.Addr{a.Address}, a.FlushMark)
+	s.store.Conntrack().Flushed([]netip.Addr{a.Address}, a.FlushMark)
 }
 
 // refused counts and logs an ADD answered without an address, and has the
@@ -206,14 +206,14 @@ func (s *apiServer) adopt(key api.Key, pod api.Pod, hostVeth string) (datastore.
 // GC releases every assignment of req.Network not listed in req.Valid and
 // older than VPCIP_GC_GRACE (CNI spec 1.1 §GC): the one-step /v1/gc.
 func (s *apiServer) GC(req api.GCRequest) (api.GCResponse, error) {
-	return s.gcRelease(req, s.store.GC(req.Network, gcValid(req), s.cfg.GCGrace, s.now()))
+	return s.gcRelease(req, s.store.Collector().GC(req.Network, gcValid(req), s.cfg.GCGrace, s.now()))
 }
 
 // GCPlan lists what GC would release now and releases nothing
 // (/v1/gc/plan): the plugin removes their host state first.
 func (s *apiServer) GCPlan(req api.GCRequest) (api.GCResponse, error) {
 	out := api.GCResponse{Version: api.Version, Released: []api.Assignment{}}
-	for _, a := range s.store.Stale(req.Network, gcValid(req), s.cfg.GCGrace, s.now()) {
+	for _, a := range s.store.Collector().Stale(req.Network, gcValid(req), s.cfg.GCGrace, s.now()) {
 		out.Released = append(out.Released, s.wire(a))
 	}
 	return out, nil
@@ -226,7 +226,7 @@ func (s *apiServer) GCRelease(req api.GCRequest) (api.GCResponse, error) {
 	for _, t := range req.Release {
 		only[t.Key] = t.Address
 	}
-	return s.gcRelease(req, s.store.GCOnly(req.Network, gcValid(req), s.cfg.GCGrace, s.now(), only))
+	return s.gcRelease(req, s.store.Collector().GCOnly(req.Network, gcValid(req), s.cfg.GCGrace, s.now(), only))
 }
 
 func gcValid(req api.GCRequest) map[api.Key]bool {

@@ -93,7 +93,7 @@ func (f *conntrackFlusher) dumpLoop() {
 func (f *conntrackFlusher) run(ctx context.Context) {
 	for {
 		changed := f.store.Changed()
-		due, mark, next := f.store.FlushDue(f.now())
+		due, mark, next := f.store.Conntrack().FlushDue(f.now())
 		wait := time.Duration(0)
 		if len(due) > 0 {
 			if err := f.flush(ctx, due); ctx.Err() != nil {
@@ -103,7 +103,7 @@ func (f *conntrackFlusher) run(ctx context.Context) {
 					"addresses", len(due), "err", err)
 				wait = flushRetry
 			} else {
-				f.store.Flushed(due, mark)
+				f.store.Conntrack().Flushed(due, mark)
 				continue
 			}
 		} else if !next.IsZero() {

@@ -114,7 +114,7 @@ func New(o Options) (*Daemon, error) {
 	o = withDefaults(o)
 	cfg, store := o.Config, datastore.New(o.Config.Cooldown)
 	store.SetMaxAssigned(cfg.MaxPods)
-	store.SetConntrackFlush(true)
+	store.Conntrack().SetFlushing(true)
 	d := &Daemon{cfg: cfg, log: o.Logger, gatherer: o.Gatherer, guard: o.MetricsGuard, store: store, life: newLifecycle(), node: &nodeInfo{}}
 	d.ckpt = &checkpointer{path: cfg.Checkpoint, store: store, log: o.Logger, metrics: o.Metrics, now: o.Clock}
 	d.hosts = newHostSync(o.Host, cfg, store, o.Logger, o.Metrics, o.Clock, o.NetnsDirs)

@@ -207,7 +207,7 @@ func (h *hostSync) checkPods(first bool) {
 		host = append(host, datastore.HostRoute{Address: r.Address, HostVeth: r.HostVeth,
 			Sandbox: api.Key{Network: r.Sandbox.Network, ContainerID: r.Sandbox.ContainerID, IfName: r.Sandbox.IfName}})
 	}
-	h.report(h.store.FromHost(host, now))
+	h.report(h.store.Recovery().FromHost(host, now))
 	if first {
 		assigned := h.store.Assignments()
 		h.setWitness(h.witness.state(h.witness.seen(assigned, byAddr)))

@@ -33,22 +33,22 @@ func (h *hostSync) removeStaleRules(byAddr map[netip.Addr]string) {
 	// An address left fenced by a removal that reported an error whose
 	// rules are gone now (the error came after the kernel deleted them, or
 	// someone else removed them) is handed out again.
-	for _, a := range h.store.FencedBy(fenceStaleRules) {
+	for _, a := range h.store.Fences().FencedBy(fenceStaleRules) {
 		if !slices.Contains(addrs, a) {
-			h.store.Unfence(a, fenceStaleRules)
+			h.store.Fences().Unfence(a, fenceStaleRules)
 		}
 	}
 	for _, a := range addrs {
 		if _, routed := byAddr[a]; routed {
 			continue
 		}
-		fenced := h.store.Fence(a, fenceStaleRules)
+		fenced := h.store.Fences().Fence(a, fenceStaleRules)
 		if _, held := h.store.Holder(a); !fenced && held {
 			continue // a pod's: its rules are its own
 		}
 		// The vanished pod's conntrack entries go before the address is
 		// handed out again.
-		h.store.MarkUnflushed(a)
+		h.store.Conntrack().MarkUnflushed(a)
 		n, err := h.host.RemovePodRules(a)
 		if err != nil {
 			// Fenced until a later check removes them.
@@ -56,7 +56,7 @@ func (h *hostSync) removeStaleRules(byAddr map[netip.Addr]string) {
 			continue
 		}
 		if fenced {
-			h.store.Unfence(a, fenceStaleRules)
+			h.store.Fences().Unfence(a, fenceStaleRules)
 		}
 		if n > 0 {
 			h.metrics.repaired("stale_pod_rules", n)
@@ -99,10 +99,10 @@ func (h *hostSync) releaseRouteless(byAddr map[netip.Addr]string, now time.Time)
 // address is neither released nor an error. what is the log message of a
 // release. No lock is held across the host call.
 func (h *hostSync) releaseGone(a datastore.Assignment, now time.Time, by datastore.Fencer, what string) (released bool, err error) {
-	if !h.store.FenceHeld(a.Key, a.Address, by) {
+	if !h.store.Fences().FenceHeld(a.Key, a.Address, by) {
 		return false, nil // released meanwhile (a late DEL)
 	}
-	defer h.store.Unfence(a.Address, by)
+	defer h.store.Fences().Unfence(a.Address, by)
 	rules, err := h.host.RemovePodRules(a.Address)
 	if err != nil {
 		h.log.Error("removing the pod rules of an address whose pod is gone failed; kept held, tried again at the next check",

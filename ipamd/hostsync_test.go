@@ -32,7 +32,7 @@ var testENI = provider.ENI{
 // link, table and rule facts plus the MTU.
 func TestENIConversions(t *testing.T) {
 	s := datastore.New(0)
-	s.Sync([]provider.ENI{testENI}, time.Now())
+	s.Cloud().Sync([]provider.ENI{testENI}, time.Now())
 	got := cloudENI(s.ENIs()[0])
 	if got.ID != testENI.ID || got.MAC != testENI.MAC || got.DeviceNumber != 1 || got.SubnetCIDR != testENI.SubnetCIDR ||
 		got.Gateway != testENI.Gateway || got.PrimaryIP != testENI.PrimaryIP || got.SubnetID != testENI.SubnetID || !got.Attached.Equal(testENI.Attached) ||
@@ -77,7 +77,7 @@ func (h *lockProbeHost) RemovePodRules(a netip.Addr) (int, error) {
 func TestReleaseRoutelessHoldsNoLock(t *testing.T) {
 	store := datastore.New(0)
 	now := time.Now()
-	store.Sync([]provider.ENI{testENI}, now)
+	store.Cloud().Sync([]provider.ENI{testENI}, now)
 	k := api.Key{Network: "vpcip", ContainerID: "c1", IfName: "eth0"}
 	netnsDir := t.TempDir() // the pod's netns file is gone from it
 	a, _, err := store.AssignIn(k, api.Pod{Namespace: "default", Name: "p"}, filepath.Join(netnsDir, "cni-c1"), now.Add(-time.Hour))
@@ -129,7 +129,7 @@ func (h *orderProbeHost) RemovePodRules(a netip.Addr) (int, error) {
 func TestReleaseRoutelessRemovesRulesFirst(t *testing.T) {
 	store := datastore.New(0)
 	now := time.Now()
-	store.Sync([]provider.ENI{testENI}, now)
+	store.Cloud().Sync([]provider.ENI{testENI}, now)
 	k := api.Key{Network: "vpcip", ContainerID: "c1", IfName: "eth0"}
 	netnsDir := t.TempDir()
 	if _, _, err := store.AssignIn(k, api.Pod{Namespace: "default", Name: "p"}, filepath.Join(netnsDir, "cni-c1"), now.Add(-time.Hour)); err != nil {
@@ -196,7 +196,7 @@ func oneFreeAddress(t *testing.T) (*datastore.Store, netip.Addr) {
 	t.Helper()
 	store := datastore.New(0)
 	now := time.Now()
-	store.Sync([]provider.ENI{testENI}, now)
+	store.Cloud().Sync([]provider.ENI{testENI}, now)
 	var last netip.Addr
 	for i := 0; ; i++ {
 		a, _, err := store.Assign(api.Key{Network: "vpcip", ContainerID: fmt.Sprint("c", i), IfName: "eth0"}, api.Pod{}, now)
@@ -302,7 +302,7 @@ func (h *lateDELHost) RemovePodRules(a netip.Addr) (int, error) {
 func TestRoutelessReleaseFencedAgainstLateDEL(t *testing.T) {
 	store := datastore.New(0)
 	now := time.Now()
-	store.Sync([]provider.ENI{testENI}, now)
+	store.Cloud().Sync([]provider.ENI{testENI}, now)
 	k := api.Key{Network: "vpcip", ContainerID: "c1", IfName: "eth0"}
 	netnsDir := t.TempDir() // the pod's netns file is gone from it
 	a, _, err := store.AssignIn(k, api.Pod{Namespace: "default", Name: "p"}, filepath.Join(netnsDir, "cni-c1"), now.Add(-time.Hour))

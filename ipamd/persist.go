@@ -70,7 +70,7 @@ func (c *checkpointer) load() (restoreOutcome, error) {
 		c.log.Error("checkpoint entry dropped", "path", c.path, "reason", why)
 	}
 	c.metrics.repaired("checkpoint_entry_dropped", len(dropped))
-	if err := c.store.Restore(st); err != nil {
+	if err := c.store.Recovery().Restore(st); err != nil {
 		return 0, err
 	}
 	c.mu.Lock()
@@ -98,7 +98,7 @@ func (c *checkpointer) adoptInstance(self string) bool {
 	if from == "" || from == self {
 		return false
 	}
-	c.store.Reset()
+	c.store.Recovery().Reset()
 	to, err := checkpoint.Quarantine(c.path, c.now())
 	c.log.Error("checkpoint was written on another instance: discarded, rebuilding from the cloud and host pod routes",
 		"checkpointInstance", from, "instance", self, "movedTo", to, "moveErr", err)
@@ -115,7 +115,7 @@ func (c *checkpointer) persist() error {
 	if g := c.store.Generation(); g == c.savedGen && g != 0 {
 		return nil
 	}
-	st, gen := c.store.Checkpoint(c.now())
+	st, gen := c.store.Recovery().Checkpoint(c.now())
 	if gen == c.savedGen && gen != 0 {
 		return nil
 	}

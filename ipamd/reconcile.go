@@ -84,7 +84,7 @@ func (r *reconciler) startOnce(ctx context.Context, restored restoreOutcome) err
 	if restored == restoredCorrupt {
 		// Release times were lost with the checkpoint: treat every free
 		// address as just released, so none is reused before the cooldown.
-		r.store.CoolFree(r.now())
+		r.store.Recovery().CoolFree(r.now())
 	}
 	r.hosts.checkPods(true)
 	// Before the first ADD is served: a daemon that cannot keep pods from
@@ -152,7 +152,7 @@ func (r *reconciler) applyENIs(enis []provider.ENI) {
 		r.hosts.ENIAttached(e)
 	}
 	enis = r.keepOnFirstMiss(enis, before)
-	rep := r.store.Sync(enis, r.now())
+	rep := r.store.Cloud().Sync(enis, r.now())
 	for _, id := range rep.ForgottenENIs {
 		r.hosts.forget(before[id], "removing host setup of a vanished ENI failed")
 	}

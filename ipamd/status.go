@@ -138,7 +138,7 @@ func (v *statusView) reason(now time.Time, subnet string) string {
 func (v *statusView) state() introspect.State {
 	snap := v.snapshot()
 	now, self, lim, st := snap.Time, snap.Instance, snap.Limits, snap.Status
-	cp, _ := v.store.Checkpoint(now)
+	cp, _ := v.store.Recovery().Checkpoint(now)
 	links := v.hosts.linkNames()
 	mode := introspect.ModeSecondaryIP
 	if snap.PrefixMode {

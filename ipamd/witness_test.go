@@ -33,7 +33,7 @@ func newWitnessNode(t *testing.T, n int, nsDir string, dirs []string, live, rout
 	store := datastore.New(0)
 	now := time.Now()
 	w := &witnessNode{store: store, host: newMemHost(), metrics: NewMetrics(prometheus.NewRegistry())}
-	store.Sync([]provider.ENI{uniqueIPs(testENI, n)}, now)
+	store.Cloud().Sync([]provider.ENI{uniqueIPs(testENI, n)}, now)
 	for i := range n {
 		k := api.Key{Network: "vpcip", ContainerID: fmt.Sprint("c", i), IfName: "eth0"}
 		path := filepath.Join(nsDir, fmt.Sprint("cni-", i))

@@ -22,9 +22,14 @@ import (
 // another node or pod, and this node's entries would still send a
 // client's retransmissions to it.
 
-// SetConntrackFlush turns the bookkeeping on (the daemon, which flushes);
+// Conntrack is the conntrack flush bookkeeping described above. Get it
+// from Store.Conntrack; it works under the store's lock.
+type Conntrack struct{ s *state }
+
+// SetFlushing turns the bookkeeping on (the daemon, which flushes);
 // off, no address is ever unflushed. Set it before use.
-func (s *Store) SetConntrackFlush(on bool) {
+func (c Conntrack) SetFlushing(on bool) {
+	s := c.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.flushing = on
@@ -32,7 +37,7 @@ func (s *Store) SetConntrackFlush(on bool) {
 
 // unflushedLocked marks a as unflushed by a mark newer than any flush
 // started before now.
-func (s *Store) unflushedLocked(a *address) {
+func (s *state) unflushedLocked(a *address) {
 	if !s.flushing {
 		return
 	}
@@ -42,7 +47,7 @@ func (s *Store) unflushedLocked(a *address) {
 
 // forgetLocked drops addr, free, from the store; unflushed, it stays due
 // for a flush until Flushed covers its mark.
-func (s *Store) forgetLocked(addr netip.Addr, a *address) {
+func (s *state) forgetLocked(addr netip.Addr, a *address) {
 	if a.unflushed != 0 {
 		s.gone[addr] = a.unflushed
 	}
@@ -51,7 +56,8 @@ func (s *Store) forgetLocked(addr netip.Addr, a *address) {
 
 // MarkUnflushed marks addr, if the store knows it and no one holds it, as
 // needing a conntrack flush before it is handed out.
-func (s *Store) MarkUnflushed(addr netip.Addr) {
+func (c Conntrack) MarkUnflushed(addr netip.Addr) {
+	s := c.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if a := s.addrs[addr]; a != nil && a.owner == nil {
@@ -63,7 +69,7 @@ func (s *Store) MarkUnflushed(addr netip.Addr) {
 // dueLocked reports whether free address a waits for a flush at now: it
 // is unflushed and out of cooldown (a released address with no cooldown
 // waits for the Assign that hands it out).
-func (s *Store) dueLocked(a *address, now time.Time) bool {
+func (s *state) dueLocked(a *address, now time.Time) bool {
 	if a.owner != nil || a.unflushed == 0 || a.releasing {
 		return false
 	}
@@ -74,7 +80,8 @@ func (s *Store) dueLocked(a *address, now time.Time) bool {
 // and those that left the node unflushed (sorted), the mark to give Flushed once they are flushed, and the
 // earliest time another address becomes due (zero: none is cooling
 // unflushed).
-func (s *Store) FlushDue(now time.Time) (due []netip.Addr, mark uint64, next time.Time) {
+func (c Conntrack) FlushDue(now time.Time) (due []netip.Addr, mark uint64, next time.Time) {
+	s := c.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for addr, a := range s.addrs {
@@ -97,7 +104,8 @@ func (s *Store) FlushDue(now time.Time) (due []netip.Addr, mark uint64, next tim
 // Flushed records that a conntrack flush of addrs began after FlushDue (or
 // Assign) returned mark: those not marked again since are clean, and
 // waiting Assigns look again.
-func (s *Store) Flushed(addrs []netip.Addr, mark uint64) {
+func (c Conntrack) Flushed(addrs []netip.Addr, mark uint64) {
+	s := c.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, addr := range addrs {

@@ -21,7 +21,6 @@ package datastore
 import (
 	"errors"
 	"net/netip"
-	"slices"
 	"sync"
 	"time"
 
@@ -91,39 +90,75 @@ type address struct {
 	unflushed    uint64    // conntrack not flushed since it was marked (the mark); 0: clean
 }
 
-// Store is the datastore. The zero value is not usable; use New.
-type Store struct {
-	cooldown    time.Duration
-	maxAssigned int // 0: no limit (VPCIP_MAX_PODS)
+// state is the store's data, guarded by its one mutex. Store and the
+// parts it hands out (Cloud, Fences, Collector, Conntrack, Recovery) each
+// work on it under that mutex; its methods named *Locked need it held.
+type state struct {
+	cooldown time.Duration
 
-	mu        sync.Mutex              // guards the fields below
-	enis      map[string]*ENI         // by ENI id
-	addrs     map[netip.Addr]*address // every address we know, assigned or not
-	byKey     map[api.Key]netip.Addr  // assigned addresses by key
-	gen       uint64                  // bumped on every change a checkpoint records
-	synced    bool                    // a Sync with the authoritative ENI list happened
-	changed   chan struct{}           // closed (and replaced) when an address may have become free
-	flushing  bool                    // conntrack flush bookkeeping on (SetConntrackFlush)
-	flushMark uint64                  // last mark given to an unflushed address
-	gone      map[netip.Addr]uint64   // addresses that left the node unflushed, by their mark (see forgetLocked)
+	mu          sync.Mutex              // guards the fields below
+	maxAssigned int                     // 0: no limit (VPCIP_MAX_PODS)
+	enis        map[string]*ENI         // by ENI id
+	addrs       map[netip.Addr]*address // every address we know, assigned or not
+	byKey       map[api.Key]netip.Addr  // assigned addresses by key
+	gen         uint64                  // bumped on every change a checkpoint records
+	synced      bool                    // a Sync with the authoritative ENI list happened
+	changed     chan struct{}           // closed (and replaced) when an address may have become free
+	flushing    bool                    // conntrack flush bookkeeping on (Conntrack.SetFlushing)
+	flushMark   uint64                  // last mark given to an unflushed address
+	gone        map[netip.Addr]uint64   // addresses that left the node unflushed, by their mark (see forgetLocked)
+}
+
+// Store is the datastore: the assignment of addresses to attachment keys
+// (Assign, Release, Get, ...), and the pool's counts. The other lifecycles
+// of an address are parts of their own, over the same state and lock:
+//   - Cloud: ENIs and slots as EC2 shows them, and their release;
+//   - Fences: addresses kept back while their host state is removed;
+//   - Collector: CNI GC of attachments the runtime no longer lists;
+//   - Conntrack: which addresses need a conntrack flush;
+//   - Recovery: the checkpoint, and the host's pod routes after a loss.
+//
+// The zero value is not usable; use New.
+type Store struct {
+	s *state
 }
 
 // New returns an empty store whose released addresses cool down for cooldown.
 func New(cooldown time.Duration) *Store {
-	return &Store{
+	return &Store{s: &state{
 		cooldown: cooldown,
 		enis:     map[string]*ENI{},
 		addrs:    map[netip.Addr]*address{},
 		byKey:    map[api.Key]netip.Addr{},
 		gone:     map[netip.Addr]uint64{},
 		changed:  make(chan struct{}),
-	}
+	}}
 }
+
+// Cloud is the part that keeps the store's ENIs and slots equal to EC2's
+// and marks them for release.
+func (d *Store) Cloud() Cloud { return Cloud{d.s} }
+
+// Fences is the part that keeps addresses back while their host state is
+// removed.
+func (d *Store) Fences() Fences { return Fences{d.s} }
+
+// Collector is the part that releases assignments whose attachments the
+// container runtime no longer lists (CNI GC).
+func (d *Store) Collector() Collector { return Collector{d.s} }
+
+// Conntrack is the part that tracks which addresses need a conntrack flush.
+func (d *Store) Conntrack() Conntrack { return Conntrack{d.s} }
+
+// Recovery is the part that persists the store and rebuilds it from the
+// checkpoint and the host's pod routes.
+func (d *Store) Recovery() Recovery { return Recovery{d.s} }
 
 // SetMaxAssigned caps the assignments the store hands out, in pods (0: no
 // cap). Set it before use; the cap holds even when free addresses remain
 // (warm addresses rounded up to a /28, or a limit lowered across a restart).
-func (s *Store) SetMaxAssigned(n int) {
+func (d *Store) SetMaxAssigned(n int) {
+	s := d.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.maxAssigned = max(n, 0)
@@ -132,30 +167,32 @@ func (s *Store) SetMaxAssigned(n int) {
 // Changed returns a channel closed at the next change that may free or add an
 // address (a release, new slots, a cancelled release). ADDs waiting for the
 // pool select on it.
-func (s *Store) Changed() <-chan struct{} {
+func (d *Store) Changed() <-chan struct{} {
+	s := d.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.changed
 }
 
-func (s *Store) notifyLocked() {
+func (s *state) notifyLocked() {
 	close(s.changed)
 	s.changed = make(chan struct{})
 }
 
 // Generation counts checkpointed changes; equal generations mean equal state.
-func (s *Store) Generation() uint64 {
+func (d *Store) Generation() uint64 {
+	s := d.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.gen
 }
 
 // coolingLocked reports whether a is free but released less than cooldown ago.
-func (s *Store) coolingLocked(a *address, now time.Time) bool {
+func (s *state) coolingLocked(a *address, now time.Time) bool {
 	return a.owner == nil && !a.unassignedAt.IsZero() && now.Sub(a.unassignedAt) < s.cooldown
 }
 
-func (s *Store) assignmentLocked(addr netip.Addr, a *address) Assignment {
+func (s *state) assignmentLocked(addr netip.Addr, a *address) Assignment {
 	out := Assignment{Owner: *a.owner, Address: addr, ENIID: a.eni}
 	if e := s.enis[a.eni]; e != nil {
 		out.DeviceNumber = e.DeviceNumber
@@ -170,12 +207,13 @@ func (s *Store) assignmentLocked(addr netip.Addr, a *address) Assignment {
 // assignments, so the other ENIs stay empty and can be released; within an
 // ENI, from the slot holding the most, so whole /28s stay releasable. It
 // returns ErrNoAddress when nothing is free, ErrMaxAssigned at the pod limit.
-func (s *Store) Assign(key api.Key, pod api.Pod, now time.Time) (a Assignment, existing bool, err error) {
-	return s.AssignIn(key, pod, "", now)
+func (d *Store) Assign(key api.Key, pod api.Pod, now time.Time) (a Assignment, existing bool, err error) {
+	return d.AssignIn(key, pod, "", now)
 }
 
 // AssignIn is Assign recording the sandbox's netns path too.
-func (s *Store) AssignIn(key api.Key, pod api.Pod, netns string, now time.Time) (a Assignment, existing bool, err error) {
+func (d *Store) AssignIn(key api.Key, pod api.Pod, netns string, now time.Time) (a Assignment, existing bool, err error) {
+	s := d.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if addr, ok := s.byKey[key]; ok {
@@ -201,7 +239,8 @@ func (s *Store) AssignIn(key api.Key, pod api.Pod, netns string, now time.Time) 
 
 // Unassign undoes an Assign that could not be made durable. It is Release
 // without a cooldown: the address never reached a pod.
-func (s *Store) Unassign(key api.Key) {
+func (d *Store) Unassign(key api.Key) {
+	s := d.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	addr, ok := s.byKey[key]
@@ -215,7 +254,7 @@ func (s *Store) Unassign(key api.Key) {
 }
 
 // pickLocked chooses the address Assign hands out (see Assign).
-func (s *Store) pickLocked(now time.Time) (netip.Addr, bool) {
+func (s *state) pickLocked(now time.Time) (netip.Addr, bool) {
 	used := map[string]int{}
 	slotUsed := map[netip.Prefix]int{}
 	for _, a := range s.addrs {
@@ -258,88 +297,17 @@ func less(a, b [4]int) bool {
 
 // Release frees key's address; it starts cooling down at now. An unknown key
 // releases nothing (ok false).
-func (s *Store) Release(key api.Key, now time.Time) (Assignment, bool) {
+func (d *Store) Release(key api.Key, now time.Time) (Assignment, bool) {
+	s := d.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.releaseLocked(key, now)
 }
 
-// Fencer names who fenced an address (Fence, FenceHeld): each removes its
-// own fence, so one caller's Unfence never lifts another's.
-type Fencer string
-
-// Fence keeps free addr from being handed out until by Unfences it, while
-// by removes host state left for it (a vanished pod's policy rules): an ADD
-// given it meanwhile would have its new rules removed (B13). It reports
-// false, fencing nothing, when addr is unknown or held. Fencing twice by
-// the same Fencer is one fence.
-func (s *Store) Fence(addr netip.Addr, by Fencer) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	a := s.addrs[addr]
-	if a == nil || a.owner != nil {
-		return false
-	}
-	a.fence(by)
-	return true
-}
-
-// FenceHeld is Fence for an address key holds, while by removes its host
-// state before releasing it: a release meanwhile (a late DEL of the key, a
-// GC) frees the address but does not lift the fence, so with
-// IP_COOLDOWN_PERIOD=0 no ADD is given it until by's removal is done and
-// it Unfences. It reports false, fencing nothing, when key does not hold
-// addr.
-func (s *Store) FenceHeld(key api.Key, addr netip.Addr, by Fencer) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if held, ok := s.byKey[key]; !ok || held != addr {
-		return false
-	}
-	s.addrs[addr].fence(by)
-	return true
-}
-
-func (a *address) fence(by Fencer) {
-	if !slices.Contains(a.fences, by) {
-		a.fences = append(a.fences, by)
-	}
-}
-
-// FencedBy lists the addresses by fences, in no order.
-func (s *Store) FencedBy(by Fencer) []netip.Addr {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []netip.Addr
-	for addr, a := range s.addrs {
-		if slices.Contains(a.fences, by) {
-			out = append(out, addr)
-		}
-	}
-	return out
-}
-
-// Unfence lifts by's fence of addr; Assign hands it out again once no
-// fence is left.
-func (s *Store) Unfence(addr netip.Addr, by Fencer) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	a := s.addrs[addr]
-	if a == nil {
-		return
-	}
-	if i := slices.Index(a.fences, by); i >= 0 {
-		a.fences = slices.Delete(a.fences, i, i+1)
-		if len(a.fences) == 0 {
-			a.fences = nil
-			s.notifyLocked()
-		}
-	}
-}
-
 // ReleaseHeld is Release when key holds addr, else it releases nothing (ok
 // false): the caller removed addr's host state while key held it.
-func (s *Store) ReleaseHeld(key api.Key, addr netip.Addr, now time.Time) (Assignment, bool) {
+func (d *Store) ReleaseHeld(key api.Key, addr netip.Addr, now time.Time) (Assignment, bool) {
+	s := d.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.byKey[key] != addr {
@@ -348,7 +316,7 @@ func (s *Store) ReleaseHeld(key api.Key, addr netip.Addr, now time.Time) (Assign
 	return s.releaseLocked(key, now)
 }
 
-func (s *Store) releaseLocked(key api.Key, now time.Time) (Assignment, bool) {
+func (s *state) releaseLocked(key api.Key, now time.Time) (Assignment, bool) {
 	addr, ok := s.byKey[key]
 	if !ok {
 		return Assignment{}, false
@@ -372,7 +340,8 @@ func (s *Store) releaseLocked(key api.Key, now time.Time) (Assignment, bool) {
 // CHECK and DEL find their address again. It reports false, changing
 // nothing, when no recovered assignment is on that veth or key already holds
 // an address.
-func (s *Store) Adopt(key api.Key, pod api.Pod, hostVeth string) (Assignment, bool) {
+func (d *Store) Adopt(key api.Key, pod api.Pod, hostVeth string) (Assignment, bool) {
+	s := d.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, held := s.byKey[key]; held || hostVeth == "" {
@@ -394,7 +363,8 @@ func (s *Store) Adopt(key api.Key, pod api.Pod, hostVeth string) (Assignment, bo
 }
 
 // Get returns key's assignment.
-func (s *Store) Get(key api.Key) (Assignment, bool) {
+func (d *Store) Get(key api.Key) (Assignment, bool) {
+	s := d.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	addr, ok := s.byKey[key]
@@ -405,7 +375,8 @@ func (s *Store) Get(key api.Key) (Assignment, bool) {
 }
 
 // Holder returns the assignment holding addr.
-func (s *Store) Holder(addr netip.Addr) (Assignment, bool) {
+func (d *Store) Holder(addr netip.Addr) (Assignment, bool) {
+	s := d.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	a := s.addrs[addr]
@@ -415,57 +386,9 @@ func (s *Store) Holder(addr netip.Addr) (Assignment, bool) {
 	return s.assignmentLocked(addr, a), true
 }
 
-// GC releases, at now, every assignment of network whose key is not in valid
-// and that is at least grace old (so an ADD racing the runtime's listing is
-// spared). Recovered assignments have no network and are left to the host
-// route check. It returns what it released.
-func (s *Store) GC(network string, valid map[api.Key]bool, grace time.Duration, now time.Time) []Assignment {
-	return s.gc(network, valid, grace, now, nil, true)
-}
-
-// Stale returns what GC would release at now, releasing nothing.
-func (s *Store) Stale(network string, valid map[api.Key]bool, grace time.Duration, now time.Time) []Assignment {
-	return s.gc(network, valid, grace, now, nil, false)
-}
-
-// GCOnly is GC limited to the keys of only, each while it still holds the
-// address only gives it (what a Stale listed and whose host state the
-// plugin has removed since): a key now holding another address, or no
-// longer stale, is left alone.
-func (s *Store) GCOnly(network string, valid map[api.Key]bool, grace time.Duration, now time.Time, only map[api.Key]netip.Addr) []Assignment {
-	if only == nil {
-		only = map[api.Key]netip.Addr{}
-	}
-	return s.gc(network, valid, grace, now, only, true)
-}
-
-// gc lists (release false) or releases the stale assignments of network,
-// among only's when only is not nil.
-func (s *Store) gc(network string, valid map[api.Key]bool, grace time.Duration, now time.Time, only map[api.Key]netip.Addr, release bool) []Assignment {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []Assignment
-	for key, addr := range s.byKey {
-		o := s.addrs[addr].owner
-		if key.Network != network || valid[key] || o.Recovered || now.Sub(o.AssignedAt) < grace {
-			continue
-		}
-		if want, listed := only[key]; only != nil && (!listed || want != addr) {
-			continue
-		}
-		if !release {
-			out = append(out, s.assignmentLocked(addr, s.addrs[addr]))
-			continue
-		}
-		a, _ := s.releaseLocked(key, now)
-		out = append(out, a)
-	}
-	sortAssignments(out)
-	return out
-}
-
 // Assignments lists every assignment, by address.
-func (s *Store) Assignments() []Assignment {
+func (d *Store) Assignments() []Assignment {
+	s := d.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]Assignment, 0, len(s.byKey))
@@ -477,7 +400,8 @@ func (s *Store) Assignments() []Assignment {
 }
 
 // ENIs lists the known ENIs by device number (copies).
-func (s *Store) ENIs() []ENI {
+func (d *Store) ENIs() []ENI {
+	s := d.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.enisLocked()

@@ -30,7 +30,7 @@ func addrs(ss ...string) []netip.Addr {
 func node(t *testing.T, cooldown time.Duration) *Store {
 	t.Helper()
 	s := New(cooldown)
-	s.Sync([]provider.ENI{
+	s.Cloud().Sync([]provider.ENI{
 		{ID: "eni-a", DeviceNumber: 0, PrimaryIP: netip.MustParseAddr("10.0.0.10"), SecondaryIPs: addrs("10.0.0.11", "10.0.0.12", "10.0.0.13")},
 		{ID: "eni-b", DeviceNumber: 1, PrimaryIP: netip.MustParseAddr("10.0.0.20"), SecondaryIPs: addrs("10.0.0.21", "10.0.0.22")},
 	}, t0)
@@ -63,18 +63,18 @@ func TestAssignPrefersPrimaryThenBusiestENI(t *testing.T) {
 
 func TestAssignPacksSecondaryENIs(t *testing.T) {
 	s := New(0)
-	s.Sync([]provider.ENI{
+	s.Cloud().Sync([]provider.ENI{
 		{ID: "eni-a", DeviceNumber: 0},
 		{ID: "eni-b", DeviceNumber: 1, SecondaryIPs: addrs("10.0.1.1", "10.0.1.2")},
 		{ID: "eni-c", DeviceNumber: 2, SecondaryIPs: addrs("10.0.2.1", "10.0.2.2")},
 	}, t0)
 	// Occupy one address on eni-c: the next pod goes next to it, keeping eni-b freeable.
-	s.Sync([]provider.ENI{
+	s.Cloud().Sync([]provider.ENI{
 		{ID: "eni-a", DeviceNumber: 0},
 		{ID: "eni-b", DeviceNumber: 1, SecondaryIPs: addrs("10.0.1.1", "10.0.1.2")},
 		{ID: "eni-c", DeviceNumber: 2, SecondaryIPs: addrs("10.0.2.1", "10.0.2.2")},
 	}, t0)
-	s.Recover(map[netip.Addr]string{netip.MustParseAddr("10.0.2.1"): "enixyz"}, t0)
+	s.Recovery().Recover(map[netip.Addr]string{netip.MustParseAddr("10.0.2.1"): "enixyz"}, t0)
 	if a := mustAssign(t, s, "c1", t0); a.Address != netip.MustParseAddr("10.0.2.2") || a.ENIID != "eni-c" || a.DeviceNumber != 2 {
 		t.Errorf("got %s on %s (device %d), want 10.0.2.2 on eni-c (device 2)", a.Address, a.ENIID, a.DeviceNumber)
 	}
@@ -125,7 +125,7 @@ func TestReleaseByKeyOnlyAndUnknownKey(t *testing.T) {
 
 func TestCooldownHonoured(t *testing.T) {
 	s := New(30 * time.Second)
-	s.Sync([]provider.ENI{{ID: "eni-a", SecondaryIPs: addrs("10.0.0.11", "10.0.0.12")}}, t0)
+	s.Cloud().Sync([]provider.ENI{{ID: "eni-a", SecondaryIPs: addrs("10.0.0.11", "10.0.0.12")}}, t0)
 	a := mustAssign(t, s, "c1", t0)
 	mustAssign(t, s, "c2", t0)
 	s.Release(key("c1"), t0)
@@ -148,7 +148,7 @@ func TestGCReleasesOnlyUnlistedOldEnough(t *testing.T) {
 	if _, _, err := s.Assign(k, api.Pod{}, t0); err != nil {
 		t.Fatal(err)
 	}
-	got := s.GC("vpcip", map[api.Key]bool{key("c1"): true}, time.Minute, t0.Add(70*time.Second))
+	got := s.Collector().GC("vpcip", map[api.Key]bool{key("c1"): true}, time.Minute, t0.Add(70*time.Second))
 	if len(got) != 1 || got[0].Key != key("c2") {
 		t.Fatalf("GC released %v, want only c2", got)
 	}
@@ -165,7 +165,7 @@ func TestMarkReleaseNeverTakesAssignedOrCooling(t *testing.T) {
 	mustAssign(t, s, "c2", t0) // .12
 	s.Release(key("c2"), t0)   // .12 cooling
 	all := []netip.Prefix{netip.MustParsePrefix("10.0.0.11/32"), netip.MustParsePrefix("10.0.0.12/32"), netip.MustParsePrefix("10.0.0.13/32")}
-	got := s.MarkRelease("eni-a", all, t0.Add(time.Second))
+	got := s.Cloud().MarkRelease("eni-a", all, t0.Add(time.Second))
 	if d := cmp.Diff([]netip.Prefix{netip.MustParsePrefix("10.0.0.13/32")}, got, cmp.Comparer(func(a, b netip.Prefix) bool { return a == b })); d != "" {
 		t.Fatalf("MarkRelease (-want +got):\n%s", d)
 	}
@@ -174,7 +174,7 @@ func TestMarkReleaseNeverTakesAssignedOrCooling(t *testing.T) {
 	if a.Address == netip.MustParseAddr("10.0.0.13") {
 		t.Fatal("a slot marked for release was assigned")
 	}
-	s.FinishRelease("eni-a", got, false)
+	s.Cloud().FinishRelease("eni-a", got, false)
 	a4 := mustAssign(t, s, "c4", t0.Add(time.Second))
 	if a4.Address != netip.MustParseAddr("10.0.0.13") {
 		t.Errorf("after a cancelled release got %s, want 10.0.0.13", a4.Address)
@@ -183,15 +183,15 @@ func TestMarkReleaseNeverTakesAssignedOrCooling(t *testing.T) {
 
 func TestMarkDeleteRefusesBusyOrPrimaryENI(t *testing.T) {
 	s := node(t, 0)
-	if s.MarkDelete("eni-a") {
+	if s.Cloud().MarkDelete("eni-a") {
 		t.Error("primary ENI marked for deletion")
 	}
-	s.Recover(map[netip.Addr]string{netip.MustParseAddr("10.0.0.21"): "eni1"}, t0)
-	if s.MarkDelete("eni-b") {
+	s.Recovery().Recover(map[netip.Addr]string{netip.MustParseAddr("10.0.0.21"): "eni1"}, t0)
+	if s.Cloud().MarkDelete("eni-b") {
 		t.Error("ENI with an assigned address marked for deletion")
 	}
 	s.Release(api.Key{ContainerID: "recovered:10.0.0.21"}, t0)
-	if !s.MarkDelete("eni-b") {
+	if !s.Cloud().MarkDelete("eni-b") {
 		t.Fatal("free ENI not marked")
 	}
 	for i := range 3 {
@@ -199,7 +199,7 @@ func TestMarkDeleteRefusesBusyOrPrimaryENI(t *testing.T) {
 			t.Fatal("address on an ENI being deleted was assigned")
 		}
 	}
-	s.FinishDelete("eni-b", true)
+	s.Cloud().FinishDelete("eni-b", true)
 	if n := len(s.ENIs()); n != 1 {
 		t.Errorf("%d ENIs after delete, want 1", n)
 	}
@@ -208,7 +208,7 @@ func TestMarkDeleteRefusesBusyOrPrimaryENI(t *testing.T) {
 func TestSyncNeverForgetsAssignedAddress(t *testing.T) {
 	s := node(t, 0)
 	a := mustAssign(t, s, "c1", t0) // 10.0.0.11 on eni-a
-	r := s.Sync([]provider.ENI{
+	r := s.Cloud().Sync([]provider.ENI{
 		{ID: "eni-a", DeviceNumber: 0, SecondaryIPs: addrs("10.0.0.12", "10.0.0.14")},
 	}, t0)
 	if d := cmp.Diff([]netip.Addr{a.Address}, r.KeptAssigned, cmp.Comparer(func(x, y netip.Addr) bool { return x == y })); d != "" {
@@ -235,18 +235,18 @@ func TestCheckpointRoundTripKeepsCooldown(t *testing.T) {
 	mustAssign(t, s, "c1", t0)
 	a2 := mustAssign(t, s, "c2", t0)
 	s.Release(key("c2"), t0.Add(time.Second))
-	st, _ := s.Checkpoint(t0.Add(2 * time.Second))
+	st, _ := s.Recovery().Checkpoint(t0.Add(2 * time.Second))
 	if len(st.Assignments) != 1 || len(st.Cooling) != 1 || st.Cooling[0].Address != a2.Address {
 		t.Fatalf("checkpoint %+v", st)
 	}
 	r := New(30 * time.Second)
-	if err := r.Restore(st); err != nil {
+	if err := r.Recovery().Restore(st); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := r.Assign(key("c3"), api.Pod{}, t0); !errors.Is(err, ErrNoAddress) {
 		t.Errorf("Assign before the first sync: %v, want ErrNoAddress", err)
 	}
-	r.Sync([]provider.ENI{{ID: "eni-a", SecondaryIPs: addrs("10.0.0.11", "10.0.0.12")}}, t0)
+	r.Cloud().Sync([]provider.ENI{{ID: "eni-a", SecondaryIPs: addrs("10.0.0.11", "10.0.0.12")}}, t0)
 	if _, _, err := r.Assign(key("c3"), api.Pod{}, t0.Add(10*time.Second)); !errors.Is(err, ErrNoAddress) {
 		t.Errorf("Assign within the restored cooldown: %v, want ErrNoAddress", err)
 	}
@@ -260,7 +260,7 @@ func TestCheckpointRoundTripKeepsCooldown(t *testing.T) {
 
 func TestPrefixSlotsExpandAndPack(t *testing.T) {
 	s := New(0)
-	s.Sync([]provider.ENI{{ID: "eni-a", Prefixes: []netip.Prefix{
+	s.Cloud().Sync([]provider.ENI{{ID: "eni-a", Prefixes: []netip.Prefix{
 		netip.MustParsePrefix("10.0.0.16/28"), netip.MustParsePrefix("10.0.0.32/28")}}}, t0)
 	if c := s.Counts(t0); c.Warm != 32 || c.Slots != 2 {
 		t.Fatalf("counts %+v, want 32 warm in 2 slots", c)
@@ -284,21 +284,21 @@ func TestGCInTwoSteps(t *testing.T) {
 	mustAssign(t, s, "young", t0.Add(50*time.Second))
 	now := t0.Add(70 * time.Second)
 	none := map[api.Key]bool{}
-	stale := s.Stale("vpcip", none, time.Minute, now)
+	stale := s.Collector().Stale("vpcip", none, time.Minute, now)
 	if len(stale) != 2 || stale[0].Key != key("c1") || stale[1].Key != key("c2") {
 		t.Fatalf("Stale = %v, want c1 and c2", stale)
 	}
 	if len(s.Assignments()) != 3 {
 		t.Fatalf("Stale released something: %v", s.Assignments())
 	}
-	if got := s.GCOnly("vpcip", none, time.Minute, now, map[api.Key]netip.Addr{}); len(got) != 0 {
+	if got := s.Collector().GCOnly("vpcip", none, time.Minute, now, map[api.Key]netip.Addr{}); len(got) != 0 {
 		t.Errorf("GCOnly with an empty list released %v", got)
 	}
-	if got := s.GCOnly("vpcip", none, time.Minute, now, nil); len(got) != 0 {
+	if got := s.Collector().GCOnly("vpcip", none, time.Minute, now, nil); len(got) != 0 {
 		t.Errorf("GCOnly with no list released %v", got)
 	}
 	only := map[api.Key]netip.Addr{key("c1"): a2.Address, key("c2"): a2.Address, key("young"): mustGet(t, s, "young").Address}
-	got := s.GCOnly("vpcip", none, time.Minute, now, only)
+	got := s.Collector().GCOnly("vpcip", none, time.Minute, now, only)
 	if len(got) != 1 || got[0].Key != key("c2") {
 		t.Errorf("GCOnly = %v, want c2 only (c1 holds another address, young is within grace)", got)
 	}

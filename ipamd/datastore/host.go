@@ -55,7 +55,8 @@ type HostReport struct {
 //     a conflict, repaired to the host's view and reported.
 //
 // Addresses without a route are left to the caller's route-less release.
-func (s *Store) FromHost(routes []HostRoute, now time.Time) HostReport {
+func (r Recovery) FromHost(routes []HostRoute, now time.Time) HostReport {
+	s := r.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var rep HostReport
@@ -97,20 +98,20 @@ func (s *Store) FromHost(routes []HostRoute, now time.Time) HostReport {
 // hostOwnerLocked is the owner a routed address gets from the host: the
 // sandbox its veth records, unless that key already holds another address
 // (one address per key), else a placeholder naming the veth.
-func (s *Store) hostOwnerLocked(r HostRoute, now time.Time) *Owner {
+func (s *state) hostOwnerLocked(r HostRoute, now time.Time) *Owner {
 	if r.Sandbox.ContainerID != "" && !s.holdsLocked(r.Sandbox) {
 		return &Owner{Key: r.Sandbox, AssignedAt: now, HostVeth: r.HostVeth}
 	}
 	return &Owner{Key: api.Key{ContainerID: "recovered:" + r.Address.String()}, AssignedAt: now, Recovered: true, HostVeth: r.HostVeth}
 }
 
-func (s *Store) holdsLocked(k api.Key) bool {
+func (s *state) holdsLocked(k api.Key) bool {
 	_, ok := s.byKey[k]
 	return ok
 }
 
 // rekeyLocked gives addr (state a) to owner o, dropping its previous key.
-func (s *Store) rekeyLocked(addr netip.Addr, a *address, o *Owner) {
+func (s *state) rekeyLocked(addr netip.Addr, a *address, o *Owner) {
 	if a.owner != nil {
 		delete(s.byKey, a.owner.Key)
 	}

@@ -11,10 +11,16 @@ import (
 	"github.com/vpcip/vpcip/ipamd/checkpoint"
 )
 
+// Recovery persists the store (Checkpoint, Restore) and rebuilds what a
+// lost checkpoint took from the host's pod routes (CoolFree, Recover,
+// FromHost). Get it from Store.Recovery; it works under the store's lock.
+type Recovery struct{ s *state }
+
 // Checkpoint returns the state to persist at now, and the generation it
 // reflects: every assignment, every free address still cooling down, and
 // every address that left the node unflushed.
-func (s *Store) Checkpoint(now time.Time) (checkpoint.State, uint64) {
+func (r Recovery) Checkpoint(now time.Time) (checkpoint.State, uint64) {
+	s := r.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := checkpoint.State{Version: checkpoint.Version, Written: now, Generation: s.gen, Assignments: []checkpoint.Assignment{}}
@@ -40,7 +46,8 @@ func (s *Store) Checkpoint(now time.Time) (checkpoint.State, uint64) {
 
 // Restore loads a checkpoint into an empty store. Addresses are not on any ENI
 // until the first Sync places them; until then nothing can be assigned.
-func (s *Store) Restore(st checkpoint.State) error {
+func (r Recovery) Restore(st checkpoint.State) error {
+	s := r.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.addrs) != 0 {
@@ -68,7 +75,8 @@ func (s *Store) Restore(st checkpoint.State) error {
 }
 
 // Reset forgets everything: ENIs, addresses, assignments and cooldowns.
-func (s *Store) Reset() {
+func (r Recovery) Reset() {
+	s := r.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	clear(s.enis)
@@ -82,7 +90,8 @@ func (s *Store) Reset() {
 // CoolFree starts the cooldown at now for every free address. The daemon uses
 // it when the checkpoint was lost: release times are unknown, so every free
 // address is treated as just released.
-func (s *Store) CoolFree(now time.Time) {
+func (r Recovery) CoolFree(now time.Time) {
+	s := r.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, a := range s.addrs {
@@ -96,7 +105,8 @@ func (s *Store) CoolFree(now time.Time) {
 // Recover gives every free address on our ENIs that the host routes to a pod
 // (addr → host veth) a recovered owner, so it is not handed out twice after
 // the checkpoint was lost or missed it. It returns the new assignments.
-func (s *Store) Recover(routes map[netip.Addr]string, now time.Time) []Assignment {
+func (r Recovery) Recover(routes map[netip.Addr]string, now time.Time) []Assignment {
+	s := r.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []Assignment

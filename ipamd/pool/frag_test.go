@@ -79,7 +79,7 @@ func launchNode(t *testing.T, cloud *vpcsimtest.Local, clock *virtualClock, typ,
 		t.Fatal(err)
 	}
 	n := &simNode{id: inst.ID, prefix: o.Config.PrefixDelegation, store: datastore.New(30 * time.Second)}
-	n.store.Sync(enis, clock.Now())
+	n.store.Cloud().Sync(enis, clock.Now())
 	o.Store, o.Provider, o.Clock = n.store, prov, clock.Now
 	o.Node = staticNode{lim: warmpool.Limits{MaxENIs: lim.MaxENIs, SlotsPerENI: lim.PodAddressesPerENI(), PrefixSupported: lim.PrefixDelegation}, subnet: subnet}
 	if n.pool, err = New(o); err != nil {

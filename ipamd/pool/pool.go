@@ -277,7 +277,7 @@ func (p *Pool) execute(ctx context.Context, plan warmpool.Plan) error {
 		if err != nil {
 			return err
 		}
-		p.o.Store.AddSlots(plan.ENI, got)
+		p.o.Store.Cloud().AddSlots(plan.ENI, got)
 		p.noteHeld(plan.ENI, got, true)
 		p.grew()
 		return nil
@@ -306,7 +306,7 @@ func (p *Pool) createENI(ctx context.Context, plan warmpool.Plan) error {
 		return err
 	}
 	p.attached(e) // before the datastore has it: no pod is wired to an ENI without its table
-	p.o.Store.PutENI(e)
+	p.o.Store.Cloud().PutENI(e)
 	p.grew()
 	p.o.Logger.Info("ENI attached", "eni", e.ID, "device", e.DeviceNumber, "addresses", len(e.SecondaryIPs), "prefixes", len(e.Prefixes))
 	return nil
@@ -322,12 +322,12 @@ func (p *Pool) attached(e provider.ENI) {
 // lock first, so no ADD can take them while EC2 works (B23).
 func (p *Pool) releaseSlots(ctx context.Context, plan warmpool.Plan) error {
 	plan.Release = p.chooseRelease(ctx, plan)
-	marked := p.o.Store.MarkRelease(plan.ENI, plan.Release, p.o.Clock())
+	marked := p.o.Store.Cloud().MarkRelease(plan.ENI, plan.Release, p.o.Clock())
 	if len(marked) == 0 {
 		return errRaced
 	}
 	err := p.o.Provider.UnassignAddresses(ctx, plan.ENI, marked)
-	p.o.Store.FinishRelease(plan.ENI, marked, err == nil)
+	p.o.Store.Cloud().FinishRelease(plan.ENI, marked, err == nil)
 	if err != nil {
 		return err
 	}
@@ -338,7 +338,7 @@ func (p *Pool) releaseSlots(ctx context.Context, plan warmpool.Plan) error {
 
 // deleteENI detaches and deletes a secondary ENI that holds no assignment.
 func (p *Pool) deleteENI(ctx context.Context, id string) error {
-	if !p.o.Store.MarkDelete(id) {
+	if !p.o.Store.Cloud().MarkDelete(id) {
 		return errRaced
 	}
 	var eni datastore.ENI
@@ -348,13 +348,13 @@ func (p *Pool) deleteENI(ctx context.Context, id string) error {
 		}
 	}
 	if err := p.o.Provider.DeleteENI(ctx, id); err != nil {
-		p.o.Store.FinishDelete(id, false)
+		p.o.Store.Cloud().FinishDelete(id, false)
 		return err
 	}
 	if p.o.Host != nil {
 		p.o.Host.ENIDeleted(eni)
 	}
-	p.o.Store.FinishDelete(id, true)
+	p.o.Store.Cloud().FinishDelete(id, true)
 	p.released()
 	p.o.Logger.Info("ENI deleted", "eni", id)
 	return nil

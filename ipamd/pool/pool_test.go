@@ -116,7 +116,7 @@ func newRig(t *testing.T, o Options) *rig {
 		t.Fatal(err)
 	}
 	r := &rig{cloud: cloud, clock: &virtualClock{t: time.Now().UTC()}, store: datastore.New(30 * time.Second), host: &hostLog{}}
-	r.store.Sync(enis, r.clock.Now())
+	r.store.Cloud().Sync(enis, r.clock.Now())
 	o.Store, o.Provider, o.Clock, o.Host = r.store, prov, r.clock.Now, r.host
 	o.Node = staticNode{lim: warmpool.Limits{MaxENIs: lim.MaxENIs, SlotsPerENI: lim.PodAddressesPerENI()}, subnet: self.SubnetID}
 	if r.pool, err = New(o); err != nil {

@@ -138,7 +138,7 @@ func (p *Pool) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	p.store.Sync(enis, p.now())
+	p.store.Cloud().Sync(enis, p.now())
 	return nil
 }
 

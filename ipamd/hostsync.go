@@ -39,9 +39,32 @@ type hostSync struct {
 	imds *podIMDS // the pod-to-IMDS filter, shared with the API server
 
 	witness netnsWitness
-	wmu     sync.Mutex   // guards wstate and wknown
-	wstate  WitnessState // the witness's view at the last check
-	wknown  bool         // a check with a host view has run
+	wview   witnessView // the witness's view at the last check
+}
+
+// witnessView is the netns witness's view at the last check, written by
+// the worker goroutine and read by status and introspection.
+type witnessView struct {
+	mu    sync.Mutex   // guards the fields below
+	state WitnessState // the view at the last check
+	known bool         // a check with a host view has run
+}
+
+// set records s and reports whether availability changed (or s is the
+// first view).
+func (v *witnessView) set(s WitnessState) (changed bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	changed = !v.known || v.state.Available != s.Available
+	v.state, v.known = s, true
+	return changed
+}
+
+// get returns the last view; ok is false before the first.
+func (v *witnessView) get() (s WitnessState, ok bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.state, v.known
 }
 
 var _ pool.ENIHost = (*hostSync)(nil)
@@ -60,10 +83,7 @@ func newHostSync(host Host, cfg config.Config, store *datastore.Store, log *slog
 // setWitness records the witness's view and exports it as a metric; a
 // change is logged (the first view at start too).
 func (h *hostSync) setWitness(s WitnessState) {
-	h.wmu.Lock()
-	changed := !h.wknown || h.wstate.Available != s.Available
-	h.wstate, h.wknown = s, true
-	h.wmu.Unlock()
+	changed := h.wview.set(s)
 	h.metrics.witness(s.Available)
 	switch {
 	case changed && s.Available:
@@ -76,9 +96,7 @@ func (h *hostSync) setWitness(s WitnessState) {
 // witnessState is the netns witness's view at the last check; ok is false
 // before the first check, and always without a host view (NoHost).
 func (h *hostSync) witnessState() (s WitnessState, ok bool) {
-	h.wmu.Lock()
-	defer h.wmu.Unlock()
-	return h.wstate, h.wknown
+	return h.wview.get()
 }
 
 // hostENI is the one conversion of an ENI into what the host needs.

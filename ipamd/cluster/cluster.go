@@ -202,7 +202,7 @@ func (c *Cluster) step(ctx context.Context) {
 	if c.synced() {
 		c.checkLeaks(ctx, *snap)
 	}
-	c.publish(ctx, *snap)
+	publisher{c}.publish(ctx, *snap)
 }
 
 // PublishStatus takes the daemon's status (ipamd.StatusSink): the AddressBudget

@@ -24,6 +24,11 @@ import (
 // host-network pods the EKS max-pods formula adds to the address count.
 const HostNetworkAllowance = addressbudget.HostNetworkAllowance
 
+// publisher renders the daemon's status into the node's AddressBudget and
+// writes it (Cluster.step, every tick). It works on its Cluster's informers
+// and, under the Cluster's lock, on its publishState.
+type publisher struct{ c *Cluster }
+
 // publishState is what the publisher last wrote.
 type publishState struct {
 	obj       *addressbudget.AddressBudget // as the API server returned it; nil: read it again
@@ -43,7 +48,8 @@ func (c *Cluster) node() *corev1.Node {
 }
 
 // hostNetworkPods counts cached non-terminal host-network pods.
-func (c *Cluster) hostNetworkPods() int {
+func (pb publisher) hostNetworkPods() int {
+	c := pb.c
 	n := 0
 	for _, obj := range c.pods.GetStore().List() {
 		p := obj.(*corev1.Pod)
@@ -58,10 +64,10 @@ func (c *Cluster) hostNetworkPods() int {
 // status; conditions keep their transition times from prev. The pool's
 // numbers come from the snapshot's api.Counts through
 // addressbudget.Status.SetCounts, as every other rendering of them.
-func (c *Cluster) buildStatus(s nodestatus.Snapshot, node *corev1.Node, prev []metav1.Condition, now time.Time) addressbudget.Status {
+func (pb publisher) buildStatus(s nodestatus.Snapshot, node *corev1.Node, prev []metav1.Condition, now time.Time) addressbudget.Status {
 	st := addressbudget.Status{
 		InstanceType: s.Instance.Type, InstanceID: s.Instance.ID, Zone: s.Instance.AvailabilityZone, PrefixMode: s.PrefixMode,
-		Subnets: c.subnets(), Version: s.Version, CheckpointSchema: s.CheckpointSchema, PodSubnet: podSubnet(s.Placement),
+		Subnets: pb.subnets(), Version: s.Version, CheckpointSchema: s.CheckpointSchema, PodSubnet: podSubnet(s.Placement),
 	}
 	st.SetCounts(s.Status.Counts)
 	if len(st.Subnets) > 0 {
@@ -80,7 +86,7 @@ func (c *Cluster) buildStatus(s nodestatus.Snapshot, node *corev1.Node, prev []m
 		}
 	}
 	conds := append([]metav1.Condition(nil), prev...)
-	for _, cond := range c.conditions(s, st) {
+	for _, cond := range pb.conditions(s, st) {
 		cond.LastTransitionTime = metav1.NewTime(now.Truncate(time.Second))
 		meta.SetStatusCondition(&conds, cond)
 	}
@@ -90,7 +96,8 @@ func (c *Cluster) buildStatus(s nodestatus.Snapshot, node *corev1.Node, prev []m
 
 // subnets are the node's subnets with their free addresses, by ID (nil
 // before the first DescribeSubnets).
-func (c *Cluster) subnets() []addressbudget.Subnet {
+func (pb publisher) subnets() []addressbudget.Subnet {
+	c := pb.c
 	if c.o.Subnets == nil {
 		return nil
 	}
@@ -116,7 +123,7 @@ func podSubnet(pl podsubnet.Decision) *addressbudget.PodSubnet {
 }
 
 // conditions derives the status conditions; rules in the comments.
-func (c *Cluster) conditions(snap nodestatus.Snapshot, st addressbudget.Status) []metav1.Condition {
+func (pb publisher) conditions(snap nodestatus.Snapshot, st addressbudget.Status) []metav1.Condition {
 	s := snap.Status.Counts
 	cond := func(typ string, on bool, reasonOn, reasonOff, msg string) metav1.Condition {
 		r, v := reasonOff, metav1.ConditionFalse
@@ -136,7 +143,7 @@ func (c *Cluster) conditions(snap nodestatus.Snapshot, st addressbudget.Status) 
 	subnetLow := st.SubnetFree != nil && *st.SubnetFree < max(16, perENI)
 	// Max pods: kubelet admits more pods than the addresses serve plus the
 	// host-network pods (at least the formula's 2).
-	serve := s.Budget + max(HostNetworkAllowance, c.hostNetworkPods())
+	serve := s.Budget + max(HostNetworkAllowance, pb.hostNetworkPods())
 	exceeds := st.MaxPods.Kubelet > 0 && st.MaxPods.Kubelet > serve
 	out := []metav1.Condition{
 		cond(addressbudget.ConditionReady, snap.Status.Ready, "DaemonReady", "DaemonNotReady", ""),
@@ -187,7 +194,8 @@ func shownEqual(a, b addressbudget.Status) bool {
 // publish writes the AddressBudget status when it changed and PublishInterval
 // passed since the last write, or ResyncInterval passed anyway. It needs the
 // Node (owner reference), so it waits for the node cache.
-func (c *Cluster) publish(ctx context.Context, snap nodestatus.Snapshot) {
+func (pb publisher) publish(ctx context.Context, snap nodestatus.Snapshot) {
+	c := pb.c
 	if !c.nodes.HasSynced() {
 		return
 	}
@@ -199,15 +207,15 @@ func (c *Cluster) publish(ctx context.Context, snap nodestatus.Snapshot) {
 	c.mu.Lock()
 	prev := c.pub
 	c.mu.Unlock()
-	st := c.buildStatus(snap, node, prev.last.Conditions, now)
-	c.noticeMaxPods(node, st)
+	st := pb.buildStatus(snap, node, prev.last.Conditions, now)
+	pb.noticeMaxPods(node, st)
 	since := now.Sub(prev.lastWrite)
 	due := prev.lastWrite.IsZero() || since >= c.o.ResyncInterval ||
 		(since >= c.o.PublishInterval && !shownEqual(st, prev.last))
 	if !due {
 		return
 	}
-	obj, err := c.write(ctx, prev.obj, node, st)
+	obj, err := pb.write(ctx, prev.obj, node, st)
 	var status apierrors.APIStatus
 	if err != nil && !errors.As(err, &status) {
 		// No answer from the API server (connection reset, timeout): the
@@ -229,7 +237,8 @@ func (c *Cluster) publish(ctx context.Context, snap nodestatus.Snapshot) {
 
 // write makes sure the object exists and is owned by node, then writes its
 // status. obj is the last known object, nil to read it.
-func (c *Cluster) write(ctx context.Context, obj *addressbudget.AddressBudget, node *corev1.Node, st addressbudget.Status) (*addressbudget.AddressBudget, error) {
+func (pb publisher) write(ctx context.Context, obj *addressbudget.AddressBudget, node *corev1.Node, st addressbudget.Status) (*addressbudget.AddressBudget, error) {
+	c := pb.c
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	owner := metav1.OwnerReference{APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID}
@@ -238,7 +247,7 @@ func (c *Cluster) write(ctx context.Context, obj *addressbudget.AddressBudget, n
 		obj, err = c.budgets.Get(ctx, c.o.NodeName)
 		if apierrors.IsNotFound(err) {
 			obj, err = c.budgets.Create(ctx, &addressbudget.AddressBudget{ObjectMeta: metav1.ObjectMeta{Name: c.o.NodeName, OwnerReferences: []metav1.OwnerReference{owner}}})
-			c.countWrite("addressbudget_create", err)
+			pb.countWrite("addressbudget_create", err)
 		}
 		if err != nil {
 			return nil, err
@@ -247,18 +256,19 @@ func (c *Cluster) write(ctx context.Context, obj *addressbudget.AddressBudget, n
 	if len(obj.OwnerReferences) != 1 || obj.OwnerReferences[0].UID != node.UID {
 		obj.OwnerReferences = []metav1.OwnerReference{owner}
 		obj, err = c.budgets.Update(ctx, obj)
-		c.countWrite("addressbudget_update", err)
+		pb.countWrite("addressbudget_update", err)
 		if err != nil {
 			return nil, err
 		}
 	}
 	obj.Status = st
 	obj, err = c.budgets.UpdateStatus(ctx, obj)
-	c.countWrite("addressbudget_status", err)
+	pb.countWrite("addressbudget_status", err)
 	return obj, err
 }
 
-func (c *Cluster) countWrite(kind string, err error) {
+func (pb publisher) countWrite(kind string, err error) {
+	c := pb.c
 	outcome := "ok"
 	if err != nil {
 		outcome = "error"
@@ -269,7 +279,8 @@ func (c *Cluster) countWrite(kind string, err error) {
 // noticeMaxPods emits a Warning Event on the Node when kubelet's max-pods
 // rises above what the addresses serve (field failure K05), once per
 // transition, and logs it.
-func (c *Cluster) noticeMaxPods(node *corev1.Node, st addressbudget.Status) {
+func (pb publisher) noticeMaxPods(node *corev1.Node, st addressbudget.Status) {
+	c := pb.c
 	cond := meta.FindStatusCondition(st.Conditions, addressbudget.ConditionMaxPodsExceedsAddresses)
 	on := cond != nil && cond.Status == metav1.ConditionTrue
 	c.mu.Lock()

@@ -8,9 +8,9 @@ import (
 )
 
 // Collector lists and releases the assignments whose attachments the
-// container runtime no longer lists (CNI spec 1.1 GC, and the daemon's own
-// periodic check). Get it from Store.Collector; it works under the store's
-// lock.
+// container runtime no longer lists (CNI spec 1.1 GC, whose request names
+// the valid attachments). Get it from Store.Collector; it works under the
+// store's lock.
 type Collector struct{ s *state }
 
 // GC releases, at now, every assignment of network whose key is not in valid

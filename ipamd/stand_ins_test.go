@@ -111,14 +111,6 @@ func (h *memHost) unwire(a netip.Addr) {
 	delete(h.routes, a)
 }
 
-// dropRoute removes only a pod's host route (an admin, a network manager):
-// its veth and sandbox live on.
-func (h *memHost) dropRoute(a netip.Addr) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	delete(h.routes, a)
-}
-
 func (h *memHost) LinkExists(name string) (bool, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -139,13 +139,13 @@ func runDown(args []string) error {
 
 // stopProcess sends SIGTERM, then SIGKILL if pid still runs after grace.
 func stopProcess(pid int, grace time.Duration) {
-	syscall.Kill(pid, syscall.SIGTERM)
+	_ = syscall.Kill(pid, syscall.SIGTERM) // ESRCH: already gone, which upRunning sees below
 	for deadline := time.Now().Add(grace); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		if !upRunning(pid) {
 			return
 		}
 	}
-	syscall.Kill(pid, syscall.SIGKILL)
+	_ = syscall.Kill(pid, syscall.SIGKILL)
 	for range 100 {
 		if !upRunning(pid) {
 			return

@@ -177,7 +177,7 @@ func (r *upRun) serveLocal(h http.Handler) (string, error) {
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	r.http = append(r.http, srv)
-	go srv.Serve(l)
+	go func() { _ = srv.Serve(l) }() // http.ErrServerClosed once stop closes it
 	return "http://" + l.Addr().String(), nil
 }
 

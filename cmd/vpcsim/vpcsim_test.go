@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/vishvananda/netlink"
 
 	"github.com/vpcip/vpcip/test/vpcsim/fabric"
@@ -45,7 +46,7 @@ func leftovers(t *testing.T, prefix string) []string {
 			left = append(left, "netns "+e.Name())
 		}
 	}
-	links, err := netlink.LinkList()
+	links, err := netlinksafe.LinkList()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +55,7 @@ func leftovers(t *testing.T, prefix string) []string {
 			left = append(left, "link "+l.Attrs().Name)
 		}
 	}
-	routes, err := netlink.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: syscall.RT_TABLE_UNSPEC}, netlink.RT_FILTER_TABLE)
+	routes, err := netlinksafe.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: syscall.RT_TABLE_UNSPEC}, netlink.RT_FILTER_TABLE)
 	if err != nil {
 		t.Fatal(err)
 	}

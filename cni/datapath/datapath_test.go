@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 	"github.com/vpcip/vpcip/routing"
@@ -95,7 +96,7 @@ func TestSetupCheckTeardown(t *testing.T) {
 				if l, _ := HostRouteLink(a.PodIP); l != "" {
 					t.Errorf("host route left via %s", l)
 				}
-				if _, err := netlink.LinkByName(a.HostVeth); err == nil {
+				if _, err := netlinksafe.LinkByName(a.HostVeth); err == nil {
 					t.Errorf("host veth left")
 				}
 				if err := Teardown(pod.Path(), a); err != nil {
@@ -128,7 +129,7 @@ func TestCheckNamesFaults(t *testing.T) {
 			}
 		}
 		_ = pod.Do(func(ns.NetNS) error {
-			l, _ := netlink.LinkByName("eth0")
+			l, _ := netlinksafe.LinkByName("eth0")
 			return netlink.NeighDel(&netlink.Neigh{LinkIndex: l.Attrs().Index, IP: host32(Gateway).IP})
 		})
 		_, err := Check(pod, a)
@@ -213,7 +214,7 @@ func TestDeleteHostVethRefusesOtherLinks(t *testing.T) {
 		if _, err := DeleteHostVeth("eniabc"); err == nil || !strings.Contains(err.Error(), "not a veth") {
 			t.Errorf("DeleteHostVeth(bridge) = %v, want a refusal", err)
 		}
-		if _, err := netlink.LinkByName("eniabc"); err != nil {
+		if _, err := netlinksafe.LinkByName("eniabc"); err != nil {
 			t.Errorf("bridge was deleted")
 		}
 		if existed, err := DeleteHostVeth("enimissing"); existed || err != nil {
@@ -248,13 +249,13 @@ func TestPairHasOneQueueEachWay(t *testing.T) {
 		if _, err := setup(node, pod, a); err != nil {
 			t.Fatalf("Setup: %v", err)
 		}
-		host, err := netlink.LinkByName(a.HostVeth)
+		host, err := netlinksafe.LinkByName(a.HostVeth)
 		if err != nil {
 			t.Fatal(err)
 		}
 		var podLink netlink.Link
 		if err := pod.Do(func(ns.NetNS) error {
-			podLink, err = netlink.LinkByName(a.IfName)
+			podLink, err = netlinksafe.LinkByName(a.IfName)
 			return err
 		}); err != nil {
 			t.Fatal(err)

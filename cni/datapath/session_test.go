@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 	"github.com/vpcip/vpcip/routing"
@@ -36,7 +37,7 @@ func assertHostClean(t *testing.T, a Attachment) {
 	if l, _ := HostRouteLink(a.PodIP); l != "" {
 		t.Errorf("host route left via %s", l)
 	}
-	if _, err := netlink.LinkByName(a.HostVeth); err == nil {
+	if _, err := netlinksafe.LinkByName(a.HostVeth); err == nil {
 		t.Errorf("host veth %s left", a.HostVeth)
 	}
 }
@@ -129,7 +130,7 @@ func TestSessionNewSandboxReplacesOld(t *testing.T) {
 		if rs, _ := routing.FindPodRules(old.PodIP); len(rs) != 0 {
 			t.Errorf("old address keeps its pod rules: %v", rs)
 		}
-		if rs, _ := netlink.RuleListFiltered(netlink.FAMILY_V4, eni, netlink.RT_FILTER_PRIORITY|netlink.RT_FILTER_SRC); len(rs) != 1 {
+		if rs, _ := netlinksafe.RuleListFiltered(netlink.FAMILY_V4, eni, netlink.RT_FILTER_PRIORITY|netlink.RT_FILTER_SRC); len(rs) != 1 {
 			t.Errorf("the ENI-priority rule of %v: %v, want it kept", old.PodIP, rs)
 		}
 		if _, err := Check(pod2, nu); err != nil {

@@ -9,9 +9,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/google/go-cmp/cmp"
-	"github.com/vishvananda/netlink"
 )
 
 // eniState is what the node shows for the ENI link "eth1" and table 2, read
@@ -179,7 +179,7 @@ func TestEnsureENIAppliesChangedMTU(t *testing.T) {
 		n.do(t, func() error { _, err := EnsureENI(e); return err })
 		var got int
 		n.do(t, func() error {
-			l, err := netlink.LinkByName("eth1")
+			l, err := netlinksafe.LinkByName("eth1")
 			if err == nil {
 				got = l.Attrs().MTU
 			}

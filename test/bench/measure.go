@@ -142,7 +142,6 @@ func referenceNode(ctx context.Context, work, netnsName string) (*podruntime.Nod
 }
 
 type timings struct {
-	mu       sync.Mutex
 	add, del []time.Duration
 
 	cpu                  cpuMeter

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 
@@ -41,7 +42,7 @@ func NewNode(t testing.TB) *Node {
 	name := NewNetns(t, "vct-node-")
 	n := OpenNode(t, name)
 	err := n.Do(func() error {
-		lo, err := netlink.LinkByName("lo")
+		lo, err := netlinksafe.LinkByName("lo")
 		if err != nil {
 			return err
 		}

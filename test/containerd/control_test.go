@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netlink"
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/vishvananda/netns"
 
 	"github.com/vpcip/vpcip/test/containerd/crinode"
@@ -98,7 +98,7 @@ func bridgePorts(t testing.TB, netnsName, bridge string) []string {
 		t.Fatal(err)
 	}
 	defer h.Close()
-	nl, err := netlink.NewHandleAt(h)
+	nl, err := netlinksafe.NewHandleAt(h)
 	if err != nil {
 		t.Fatal(err)
 	}

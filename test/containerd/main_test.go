@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -116,7 +117,7 @@ func linkAddrs(t testing.TB, nsPath, link string) []netip.Addr {
 		t.Fatalf("open netns %s: %v", nsPath, err)
 	}
 	defer h.Close()
-	nl, err := netlink.NewHandleAt(h)
+	nl, err := netlinksafe.NewHandleAt(h)
 	if err != nil {
 		t.Fatal(err)
 	}

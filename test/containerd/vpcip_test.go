@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -339,18 +340,18 @@ func hostVethName(p crinode.Pod) string {
 }
 
 // nodeHandle opens a netlink handle in the named netns.
-func nodeHandle(t testing.TB, netnsName string) *netlink.Handle {
+func nodeHandle(t testing.TB, netnsName string) *netlinksafe.Handle {
 	t.Helper()
 	h, err := netns.GetFromName(netnsName)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer h.Close()
-	nl, err := netlink.NewHandleAt(h)
+	nl, err := netlinksafe.NewHandleAt(h)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return nl
+	return &nl
 }
 
 // hostRoutesTo lists the routes, in any table, whose destination is a/32.

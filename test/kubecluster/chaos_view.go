@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -121,7 +122,7 @@ func eth0Addr(pid int) (netip.Addr, error) {
 		return netip.Addr{}, err
 	}
 	defer h.Close()
-	nl, err := netlink.NewHandleAt(h)
+	nl, err := netlinksafe.NewHandleAt(h)
 	if err != nil {
 		return netip.Addr{}, err
 	}

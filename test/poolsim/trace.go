@@ -121,8 +121,7 @@ func steady(rng *rand.Rand, capacity int) Trace {
 	plateau := int(math.Round(0.6 * float64(capacity)))
 	mean := 30 * time.Minute
 	var pods []Pod
-	var chain func(at time.Duration)
-	chain = func(at time.Duration) {
+	chain := func(at time.Duration) {
 		for at < end {
 			life := expo(rng, mean)
 			pods = append(pods, Pod{Arrive: at, Life: life})

@@ -1,6 +1,7 @@
 package fabric
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -104,7 +105,7 @@ func TestListenServesInstances(t *testing.T) {
 // getFrom GETs url over a connection made inside the named netns.
 func getFrom(t *testing.T, netnsName, url string) string {
 	t.Helper()
-	tr := &http.Transport{Dial: func(network, addr string) (net.Conn, error) {
+	tr := &http.Transport{DialContext: func(_ context.Context, network, addr string) (net.Conn, error) {
 		var c net.Conn
 		err := ns.WithNetNSPath(netnsPath(netnsName), func(ns.NetNS) error {
 			var err error

@@ -60,10 +60,12 @@ demo: deps build
 demo-containerd: deps build containerd-setup
 	$(GO) run ./test/containerd/demo --bin $(BIN)
 
-## lint: formatting, vet and the dependency rules of docs/design.md §3.
+## lint: formatting, vet, golangci-lint (.golangci.yml; the version tools/golangci pins, built by
+## scripts/golangci-lint.sh), and the dependency and shape rules of docs/design.md §3 (test/deps).
 lint:
 	@fmt=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$fmt" ]; then echo "gofmt needed:"; echo "$$fmt"; exit 1; fi
 	$(GO) vet ./...
+	$$(bash scripts/golangci-lint.sh | tail -n 1) run ./...
 	$(GO) test -count=1 ./test/deps
 	cd tools/dashboards && $(GO) vet . && $(GO) run . -check -out $(CURDIR)/charts/vpcip/files/dashboards
 

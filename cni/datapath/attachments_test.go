@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 )
@@ -121,7 +122,7 @@ func podSourceRules(t *testing.T, pod ns.NetNS) []netlink.Rule {
 
 // podSourceRulesHere lists the current netns's IPv4 rules that have a source.
 func podSourceRulesHere() []netlink.Rule {
-	rs, _ := netlink.RuleList(netlink.FAMILY_V4)
+	rs, _ := netlinksafe.RuleList(netlink.FAMILY_V4)
 	var out []netlink.Rule
 	for _, r := range rs {
 		if r.Src != nil {

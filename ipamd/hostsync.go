@@ -200,7 +200,7 @@ func (h *hostSync) ensureSNAT(self provider.Instance) error {
 }
 
 // checkPods makes assignments agree with the host's pod routes
-// (datastore.FromHost): a free address the host routes to a pod is held for
+// (datastore.Recovery.FromHost): a free address the host routes to a pod is held for
 // the sandbox its veth records, or a placeholder (the checkpoint lost it);
 // an address the checkpoint gave one attachment but the host routes to
 // another sandbox is a conflict, held for that sandbox; an assignment older

@@ -126,14 +126,16 @@ func refusedIPv6(t *testing.T, env IPv6Env, eni string, call func() ([]netip.Pre
 // neither addresses nor prefixes.
 func testIPv6NoSubnetCIDR(t *testing.T, env IPv6Env, a provider.IPv6Assigner, _ string) {
 	for _, prefix := range []bool{false, true} {
-		refusedIPv6(t, env, env.NoIPv6ENI, func() ([]netip.Prefix, error) { return a.AssignIPv6(ctxFor(t), env.NoIPv6ENI, 1, prefix) })
+		err := refusedIPv6(t, env, env.NoIPv6ENI, func() ([]netip.Prefix, error) { return a.AssignIPv6(ctxFor(t), env.NoIPv6ENI, 1, prefix) })
+		t.Logf("subnet without IPv6, prefix %v: refused: %v", prefix, err)
 	}
 }
 
 // testIPv6NoPrefixType: a type without prefix delegation gets addresses but
 // no /80.
 func testIPv6NoPrefixType(t *testing.T, env IPv6Env, a provider.IPv6Assigner, _ string) {
-	refusedIPv6(t, env, env.NoPrefixENI, func() ([]netip.Prefix, error) { return a.AssignIPv6(ctxFor(t), env.NoPrefixENI, 1, true) })
+	err := refusedIPv6(t, env, env.NoPrefixENI, func() ([]netip.Prefix, error) { return a.AssignIPv6(ctxFor(t), env.NoPrefixENI, 1, true) })
+	t.Logf("/80 on a type without prefixes: refused: %v", err)
 	got, err := a.AssignIPv6(ctxFor(t), env.NoPrefixENI, 1, false)
 	if err != nil || len(got) != 1 {
 		t.Fatalf("AssignIPv6(1 address) on the prefix-less type = %v, %v; want one address", got, err)

@@ -78,6 +78,7 @@ type Cluster struct {
 	metrics *metrics
 	cs      kubernetes.Interface
 	budgets *addressbudget.Client
+	probe   func(context.Context) error // asks the API server whether it answers (checkHealth)
 
 	pods, nodes cache.SharedIndexInformer
 	events      *recorder
@@ -111,6 +112,12 @@ var ErrDisabled = errors.New("kubernetes integration disabled")
 // New wires a Cluster; it does no I/O. With no node name or no config it
 // returns a Cluster that reports itself disabled and whose Run returns at once.
 func New(o Options) (*Cluster, error) {
+	return newCluster(o, (*Cluster).wire)
+}
+
+// newCluster is New with the wiring of the clients given (wire, or in tests
+// client-go's fake clientsets through wireClients).
+func newCluster(o Options, wire func(*Cluster) error) (*Cluster, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -137,7 +144,7 @@ func New(o Options) (*Cluster, error) {
 	case o.Config == nil:
 		c.state = "disabled: no API server configuration (not in a cluster and KUBECONFIG unset)"
 	default:
-		if err := c.wire(); err != nil {
+		if err := wire(c); err != nil {
 			return nil, err
 		}
 		c.state = "connecting to the API server"
@@ -289,7 +296,7 @@ func (c *Cluster) checkHealth(ctx context.Context) {
 	}
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if _, err := c.cs.Discovery().RESTClient().Get().AbsPath("/version").DoRaw(pctx); err != nil {
+	if err := c.probe(pctx); err != nil {
 		c.apiError("probe", err)
 		return
 	}

@@ -17,7 +17,8 @@ import (
 	"github.com/vpcip/vpcip/ipamd/api"
 )
 
-// wire builds the clients and the two node-scoped informers. No I/O.
+// wire builds the clients from the API server configuration, then the
+// informers on them (wireClients). No I/O.
 func (c *Cluster) wire() error {
 	cfg := *c.o.Config
 	cfg.UserAgent = "vpcipd/" + c.o.NodeName
@@ -29,41 +30,63 @@ func (c *Cluster) wire() error {
 	if err != nil {
 		return err
 	}
+	// GET /version: allowed to every identity, and cheap.
+	c.probe = func(ctx context.Context) error {
+		_, err := cs.Discovery().RESTClient().Get().AbsPath("/version").DoRaw(ctx)
+		return err
+	}
+	return c.wireClients(cs, dyn)
+}
+
+// wireClients builds the two node-scoped informers, the AddressBudget client
+// and the events recorder on cs and dyn. No I/O. It goes through the typed
+// and dynamic clients only (no REST client), so client-go's fake clientsets
+// can stand in for the API server in tests of the part's timing.
+func (c *Cluster) wireClients(cs kubernetes.Interface, dyn dynamic.Interface) error {
 	c.cs, c.budgets = cs, addressbudget.NewClient(dyn)
-	c.pods = c.informer(&corev1.Pod{}, "pods", fields.OneTermEqualSelector("spec.nodeName", c.o.NodeName))
+	pods, nodes := cs.CoreV1().Pods(metav1.NamespaceAll), cs.CoreV1().Nodes()
+	c.pods = c.informer(&corev1.Pod{}, "pods", fields.OneTermEqualSelector("spec.nodeName", c.o.NodeName),
+		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return pods.List(ctx, o) }, pods.Watch)
 	if _, err := c.pods.AddEventHandler(c.noticePods()); err != nil {
 		return err
 	}
-	c.nodes = c.informer(&corev1.Node{}, "nodes", fields.OneTermEqualSelector("metadata.name", c.o.NodeName))
+	c.nodes = c.informer(&corev1.Node{}, "nodes", fields.OneTermEqualSelector("metadata.name", c.o.NodeName),
+		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return nodes.List(ctx, o) }, nodes.Watch)
 	c.events = newRecorder(cs, c.o.NodeName, c.log)
 	return nil
 }
 
-// informer lists and watches one resource with a field selector, keeping
-// objects without managedFields (memory: at 250 pods they would be most of
-// the cache). Watch errors mark the part degraded.
-func (c *Cluster) informer(obj runtime.Object, resource string, sel fields.Selector) cache.SharedIndexInformer {
-	inner := cache.NewListWatchFromClient(c.cs.CoreV1().RESTClient(), resource, metav1.NamespaceAll, sel)
+// informer lists and watches one resource (list, watch: its typed client's
+// List and Watch) with a field selector, keeping objects without
+// managedFields (memory: at 250 pods they would be most of the cache).
+// Watch errors mark the part degraded.
+func (c *Cluster) informer(obj runtime.Object, resource string, sel fields.Selector,
+	list func(context.Context, metav1.ListOptions) (runtime.Object, error),
+	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error)) cache.SharedIndexInformer {
 	// The reflector retries a watch that fails with "connection refused"
 	// on its own, without telling the watch error handler: note every
 	// failed list and watch here, so a dead API server is seen at once.
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			obj, err := inner.ListWithContextFunc(ctx, o)
+			o.FieldSelector = sel.String()
+			obj, err := list(ctx, o)
 			if err != nil && ctx.Err() == nil {
 				c.apiError("list "+resource, err)
 			}
 			return obj, err
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			w, err := inner.WatchFuncWithContext(ctx, o)
+			o.FieldSelector, o.Watch = sel.String(), true
+			w, err := watchFn(ctx, o)
 			if err != nil && ctx.Err() == nil {
 				c.apiError("watch "+resource, err)
 			}
 			return w, err
 		},
 	}
-	inf := cache.NewSharedIndexInformerWithOptions(lw, obj, cache.SharedIndexInformerOptions{})
+	// As client-go's generated informers: the reflector streams the initial
+	// list (WatchList) unless the client says it cannot (its fakes).
+	inf := cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, c.cs), obj, cache.SharedIndexInformerOptions{})
 	inf.SetTransform(stripForCache)
 	inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
 		c.apiError("watch "+resource, err)

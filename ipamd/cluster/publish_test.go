@@ -27,14 +27,22 @@ func budget(t *testing.T, k *kubetest.Server, name string) *addressbudget.Addres
 	return ab
 }
 
-func TestAddressBudgetPublishedAndUpdatedWithin15s(t *testing.T) {
+// The AddressBudget through a real API server: the CRD's schema takes what
+// is written, kubectl's columns show it, the Node owns it, an update is
+// accepted. The 15 s PublishInterval and the resync are judged on fake time
+// (TestStatusWrittenOnChangeOncePerIntervalAndOnResync); here the interval
+// is a second so the update comes quickly.
+func TestAddressBudgetPublishedAndUpdated(t *testing.T) {
 	k := kubetest.Shared(t)
 	subnets := func() ([]provider.Subnet, time.Time) {
 		return []provider.Subnet{{ID: "subnet-0a", CIDR: netip.MustParsePrefix("100.64.0.0/16"), FreeAddresses: 4000}}, time.Now()
 	}
-	e := newEnv(t, k, uniq(t), 29, cluster.Options{Subnets: subnets})
+	e := newEnv(t, k, uniq(t), 29, cluster.Options{Subnets: subnets, PublishInterval: time.Second, Tick: 200 * time.Millisecond})
 	e.daemon.set(func(s *nodestatus.Snapshot) { *s = m5Snapshot(9) })
-	eventually(t, 20*time.Second, "AddressBudget written", func() bool { return budget(t, k, e.node) != nil && budget(t, k, e.node).Status.InstanceType != "" })
+	eventually(t, 20*time.Second, "AddressBudget written", func() bool {
+		b := budget(t, k, e.node)
+		return b != nil && b.Status.InstanceType != "" && b.Status.Addresses.Assigned == 9
+	})
 	ab := budget(t, k, e.node)
 	st := ab.Status
 	if err := st.Check(); err != nil {
@@ -68,13 +76,13 @@ func TestAddressBudgetPublishedAndUpdatedWithin15s(t *testing.T) {
 		t.Errorf("row %q, want %s m5.large 9 27 33 2/3 4000 test", lines[1], e.node)
 	}
 
-	// A change shows within 15 s (PublishInterval) of the last write.
+	// A change shows within PublishInterval of the last write.
 	changed := time.Now()
 	e.daemon.set(func(s *nodestatus.Snapshot) {
 		c := &s.Status.Counts
 		c.Assigned, c.Warm, c.ENIs, c.Capacity = 20, 7, 3, 27
 	})
-	eventually(t, 16*time.Second, "change published", func() bool {
+	eventually(t, 10*time.Second, "change published", func() bool {
 		b := budget(t, k, e.node)
 		return b != nil && b.Status.Addresses.Assigned == 20 && b.Status.ENIs.Summary == "3/3"
 	})
@@ -85,33 +93,6 @@ func TestAddressBudgetPublishedAndUpdatedWithin15s(t *testing.T) {
 	}
 	if err := st.Check(); err != nil {
 		t.Error(err)
-	}
-}
-
-func TestWritesOnlyOnChangeAtMostOncePerInterval(t *testing.T) {
-	k := kubetest.Shared(t)
-	interval := 2 * time.Second
-	e := newEnv(t, k, uniq(t), 29, cluster.Options{PublishInterval: interval, Tick: 50 * time.Millisecond})
-	eventually(t, 20*time.Second, "first write", func() bool {
-		return counter(e.reg, "vpcip_kubernetes_writes_total", "kind", "addressbudget_status") == 1
-	})
-	// Nothing changes: no write.
-	time.Sleep(2 * interval)
-	if n := counter(e.reg, "vpcip_kubernetes_writes_total", "kind", "addressbudget_status"); n != 1 {
-		t.Errorf("%v status writes with nothing changed, want 1", n)
-	}
-	// Churn: a change every tick for 5 intervals.
-	start := time.Now()
-	for i := 0; time.Since(start) < 5*interval; i++ {
-		e.daemon.set(func(s *nodestatus.Snapshot) { s.Status.Assigned, s.Status.Warm = i%10, 18-i%10 })
-		time.Sleep(50 * time.Millisecond)
-	}
-	n := counter(e.reg, "vpcip_kubernetes_writes_total", "kind", "addressbudget_status") - 1
-	if n < 4 || n > 6 {
-		t.Errorf("%v status writes in %v of churn, want one per %v (5 ± 1)", n, 5*interval, interval)
-	}
-	if errs := counter(e.reg, "vpcip_kubernetes_writes_total", "outcome", "error"); errs != 0 {
-		t.Errorf("%v failed writes", errs)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -30,6 +31,11 @@ import (
 // then, for each verb of each rule, binds the rules without that verb and
 // shows the same scenario fails. A verb the code does not use, or one the
 // code needs and the file lacks, fails this test rather than a user.
+//
+// A scenario without a needed verb waits its whole deadline for what does
+// not happen, so the reduced rule sets run all at once, each with its own
+// ServiceAccount and nodes (as subtests with t.Parallel they would run
+// GOMAXPROCS at a time: a minute on two cores instead of seconds).
 func TestRBACEveryVerbIsNeeded(t *testing.T) {
 	k := kubetest.Shared(t)
 	admin, _ := setup(t, k)
@@ -38,17 +44,28 @@ func TestRBACEveryVerbIsNeeded(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	run := func(name string, rules []rbacv1.PolicyRule) error {
+	// prepare binds the rules to a new ServiceAccount and sets the scenario
+	// up (in the test's goroutine: it may fail the test); the scenario runs
+	// when the returned function is called.
+	prepare := func(name string, rules []rbacv1.PolicyRule) func() error {
 		cfg, err := k.ServiceAccountConfig(ctx, "kube-system", name, rules)
 		if err != nil {
-			return fmt.Errorf("binding the rules: %w", err)
+			t.Fatalf("binding the rules for %s: %v", name, err)
 		}
-		time.Sleep(300 * time.Millisecond) // the authorizer's role cache
-		return exerciseEveryVerb(t, k, admin, cfg, name)
+		return prepareEveryVerb(t, k, admin, cfg, name)
 	}
-	if err := run("rbac-all", rules); err != nil {
+	all := prepare("rbac-all", rules)
+	time.Sleep(300 * time.Millisecond) // the authorizer's role cache
+	if err := all(); err != nil {
 		t.Fatalf("with the chart's rules: %v", err)
 	}
+	type without struct {
+		what, verb string
+		resources  []string
+		result     chan error
+	}
+	var cases []without
+	var runs []func() error
 	for i, r := range rules {
 		for _, verb := range r.Verbs {
 			less := make([]rbacv1.PolicyRule, len(rules))
@@ -59,28 +76,37 @@ func TestRBACEveryVerbIsNeeded(t *testing.T) {
 			if len(less[i].Verbs) == 0 { // a rule without verbs is invalid: drop it
 				less = slices.Delete(less, i, i+1)
 			}
-			what := fmt.Sprintf("%s %v", verb, r.Resources)
-			t.Run(what, func(t *testing.T) {
-				t.Parallel() // each with its own ServiceAccount and nodes
-				if err := run(fmt.Sprintf("rbac-%d-%s", i, verb), less); err == nil {
-					t.Errorf("without %q on %v everything still worked: the verb is not needed, remove it from %s", verb, r.Resources, rulesFile)
-				} else {
-					t.Logf("without %s: %v", what, err)
-				}
-			})
+			cases = append(cases, without{what: fmt.Sprintf("%s %v", verb, r.Resources), verb: verb, resources: r.Resources, result: make(chan error, 1)})
+			runs = append(runs, prepare(fmt.Sprintf("rbac-%d-%s", i, verb), less))
 		}
+	}
+	time.Sleep(300 * time.Millisecond) // the authorizer's role cache
+	for i, run := range runs {
+		go func() { cases[i].result <- run() }()
+	}
+	for _, c := range cases {
+		t.Run(c.what, func(t *testing.T) {
+			if err := <-c.result; err == nil {
+				t.Errorf("without %q on %v everything still worked: the verb is not needed, remove it from %s", c.verb, c.resources, rulesFile)
+			} else {
+				t.Logf("without %s: %v", c.what, err)
+			}
+		})
 	}
 }
 
-// exerciseEveryVerb runs two nodes' cluster parts with cfg: node a has no
-// AddressBudget yet (create), node b has one without owner (get, update);
-// both publish status; a holds an assignment of a pod that does not exist
-// (list for the leak check's live list, watch for the cache); a pod gets a
-// NoAddress event twice (create, then patch for the series). It returns what
-// did not happen within a few seconds, or nil.
-func exerciseEveryVerb(t *testing.T, k *kubetest.Server, admin kubernetes.Interface, cfg *rest.Config, prefix string) error {
+// prepareEveryVerb sets up, as admin, a scenario that uses every verb of
+// the chart's rules, and returns the function that runs it with cfg: two
+// nodes' cluster parts, node a has no AddressBudget yet (create), node b
+// has one without owner (get, update); both publish status; a holds an
+// assignment of a pod that does not exist (list for the leak check's live
+// list, watch for the cache); a pod gets a NoAddress event twice (create,
+// then patch for the series); node a's ENIConfig reader runs. The returned
+// function reports what did not happen within a few seconds, or nil; it
+// does not touch t, so it may run in its own goroutine.
+func prepareEveryVerb(t *testing.T, k *kubetest.Server, admin kubernetes.Interface, cfg *rest.Config, prefix string) func() error {
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	t.Cleanup(cancel)
 	suffix := fmt.Sprintf("-%d", time.Now().UnixNano()%1000000)
 	a, b := prefix+"-a"+suffix, prefix+"-b"+suffix
 	createNode(t, admin, a, 29)
@@ -91,24 +117,42 @@ func exerciseEveryVerb(t *testing.T, k *kubetest.Server, admin kubernetes.Interf
 	}
 	k.EnsureNamespace(ctx, a)
 	pod := createPod(t, admin, a, podSpec{name: "p", node: a})
-	var errs []error
-	start := func(node string, d *fakeDaemon) (*cluster.Cluster, *prometheus.Registry) {
-		reg := prometheus.NewRegistry()
-		c, err := cluster.New(cluster.Options{NodeName: node, Config: cfg, Metrics: reg, LeakGrace: time.Second,
+	applyENIConfigs(t, ctx, k)
+	regs := map[string]*prometheus.Registry{a: prometheus.NewRegistry(), b: prometheus.NewRegistry()}
+	newPart := func(node string) *cluster.Cluster {
+		c, err := cluster.New(cluster.Options{NodeName: node, Config: cfg, Metrics: regs[node], LeakGrace: time.Second,
 			PublishInterval: time.Second, Tick: 100 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			t.Fatal(err)
 		}
+		return c
+	}
+	ca, cb := newPart(a), newPart(b)
+	eniCfg, err := eniconfig.New(eniconfig.Options{Config: cfg, NodeName: a})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func() error {
+		defer cancel()
+		go eniCfg.Run(ctx)
+		return exerciseEveryVerb(ctx, admin, budgets, a, b, pod, ca, cb, regs, eniCfg)
+	}
+}
+
+// exerciseEveryVerb runs the scenario prepareEveryVerb set up and returns
+// what did not happen within 8 s, or nil.
+func exerciseEveryVerb(ctx context.Context, admin kubernetes.Interface, budgets *addressbudget.Client, a, b string, pod *corev1.Pod,
+	ca, cb *cluster.Cluster, regs map[string]*prometheus.Registry, eniCfg *eniconfig.Source) error {
+	var errs []error
+	start := func(c *cluster.Cluster, d *fakeDaemon) {
 		go c.Run(ctx)
 		go d.serve(ctx, c)
-		return c, reg
 	}
 	da := newFakeDaemon(m5Snapshot(1))
 	da.snap.Held = []nodestatus.Held{{Key: api.Key{Network: "vpcip", ContainerID: "ghost", IfName: "eth0"},
 		Pod: api.Pod{Namespace: a, Name: "ghost"}}}
-	eniCfg := startENIConfigs(t, ctx, k, cfg, a)
-	ca, rega := start(a, da)
-	_, regb := start(b, newFakeDaemon(m5Snapshot(2)))
+	start(ca, da)
+	start(cb, newFakeDaemon(m5Snapshot(2)))
 	deadline := time.Now().Add(8 * time.Second)
 	for time.Now().Before(deadline) && !ca.Health().Connected {
 		time.Sleep(100 * time.Millisecond)
@@ -150,7 +194,7 @@ func exerciseEveryVerb(t *testing.T, k *kubetest.Server, admin kubernetes.Interf
 	if n := eniCfg.APIErrors(); n > 0 {
 		errs = append(errs, fmt.Errorf("node a's ENIConfig reader: %d API errors (list or watch)", n))
 	}
-	for name, reg := range map[string]*prometheus.Registry{"a": rega, "b": regb} {
+	for name, reg := range map[string]*prometheus.Registry{"a": regs[a], "b": regs[b]} {
 		if n := counter(reg, "vpcip_kubernetes_api_errors_total"); n > 0 {
 			errs = append(errs, fmt.Errorf("node %s: %v API errors (watch, list or probe)", name, n))
 		}
@@ -161,10 +205,9 @@ func exerciseEveryVerb(t *testing.T, k *kubetest.Server, admin kubernetes.Interf
 	return errors.Join(errs...)
 }
 
-// startENIConfigs applies the ENIConfig CRD and a "default" ENIConfig as
-// admin, and starts the custom-networking ENIConfig reader for node as the
-// identity cfg.
-func startENIConfigs(t *testing.T, ctx context.Context, k *kubetest.Server, cfg *rest.Config, node string) *eniconfig.Source {
+// applyENIConfigs applies the ENIConfig CRD and a "default" ENIConfig as
+// admin.
+func applyENIConfigs(t *testing.T, ctx context.Context, k *kubetest.Server) {
 	t.Helper()
 	if err := k.ApplyFiles(ctx, "../../charts/vpcip/crds/eniconfigs.crd.k8s.amazonaws.com.yaml"); err != nil {
 		t.Fatal(err)
@@ -175,10 +218,4 @@ func startENIConfigs(t *testing.T, ctx context.Context, k *kubetest.Server, cfg 
 	if err := kubetest.ApplyObjects(ctx, k.Config, obj); err != nil {
 		t.Fatal(err)
 	}
-	src, err := eniconfig.New(eniconfig.Options{Config: cfg, NodeName: node})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go src.Run(ctx)
-	return src
 }

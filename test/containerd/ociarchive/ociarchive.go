@@ -1,12 +1,14 @@
-// Package ociarchive writes a single-platform container image as an OCI image
-// layout in one tar stream, the archive form that `ctr images import` reads.
+// Package ociarchive writes a container image as an OCI image layout in one
+// tar stream, the archive form that `ctr images import` reads: a
+// single-platform image (Write) or a multi-platform one (WriteIndex).
 //
 // The test machines have no image registry, so images are built here from
 // locally compiled binaries (the pod sandbox image, vpcip's own image built by
 // `make image`). The image itself (layers, config, manifest, index, digests)
 // is modelled with go-containerregistry; this package lays it out as the OCI
 // image-layout specification 1.0 asks: an `oci-layout` marker, an
-// `index.json` naming one manifest, and content-addressed blobs under
+// `index.json` naming one manifest (Write) or one image index that lists a
+// manifest per platform (WriteIndex), and content-addressed blobs under
 // `blobs/sha256/`. Output is deterministic: the same Image always gives the
 // same bytes and digests (fixed timestamps and owners, sorted entries, gzip
 // without a header time).
@@ -73,25 +75,82 @@ type Image struct {
 // platform or files, on a relative or duplicate path within a layer, and on
 // write errors.
 func Write(w io.Writer, img Image) (v1.Descriptor, error) {
+	image, err := check(img)
+	if err != nil {
+		return v1.Descriptor{}, err
+	}
+	index := mutate.AppendManifests(emptyIndex(), mutate.IndexAddendum{
+		Add: image,
+		Descriptor: v1.Descriptor{
+			Platform:    &v1.Platform{OS: img.OS, Architecture: img.Architecture},
+			Annotations: nameAnnotations(img.Name),
+		},
+	})
+	return writeLayout(w, index, []v1.Image{image}, nil)
+}
+
+// WriteIndex writes one image for several platforms to w as an OCI image
+// layout tar: index.json names a single image index (the image's name in its
+// annotations, as `ctr images import` reads it), which lists one manifest per
+// platform, in the order of imgs, each with its platform; this is the form a
+// multi-architecture image has in a registry, and containerd picks the
+// manifest of the host's platform from it. It returns the image index's
+// descriptor from index.json (its digest is the image's digest once pushed).
+// It fails as Write does for any image, when imgs is empty, when the images'
+// names differ, or when a platform (OS and architecture) repeats.
+func WriteIndex(w io.Writer, imgs []Image) (v1.Descriptor, error) {
+	if len(imgs) == 0 {
+		return v1.Descriptor{}, errors.New("ociarchive: no image to write")
+	}
+	var (
+		adds   []mutate.IndexAddendum
+		images []v1.Image
+		seen   = map[string]bool{}
+	)
+	for _, img := range imgs {
+		image, err := check(img)
+		if err != nil {
+			return v1.Descriptor{}, fmt.Errorf("%s/%s: %w", img.OS, img.Architecture, err)
+		}
+		if img.Name != imgs[0].Name {
+			return v1.Descriptor{}, fmt.Errorf("ociarchive: one index, two names: %q and %q", imgs[0].Name, img.Name)
+		}
+		platform := img.OS + "/" + img.Architecture
+		if seen[platform] {
+			return v1.Descriptor{}, fmt.Errorf("ociarchive: platform %s given twice", platform)
+		}
+		seen[platform] = true
+		images = append(images, image)
+		adds = append(adds, mutate.IndexAddendum{
+			Add:        image,
+			Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: img.OS, Architecture: img.Architecture}},
+		})
+	}
+	multi := mutate.AppendManifests(emptyIndex(), adds...)
+	top := mutate.AppendManifests(emptyIndex(), mutate.IndexAddendum{
+		Add:        multi,
+		Descriptor: v1.Descriptor{Annotations: nameAnnotations(imgs[0].Name)},
+	})
+	return writeLayout(w, top, images, []v1.ImageIndex{multi})
+}
+
+// check validates img and assembles it.
+func check(img Image) (v1.Image, error) {
 	layers := img.Layers
 	if len(layers) == 0 && len(img.Files) > 0 {
 		layers = [][]File{img.Files}
 	}
 	if err := validate(img, layers); err != nil {
-		return v1.Descriptor{}, err
+		return nil, err
 	}
-	image, err := build(img, layers)
-	if err != nil {
-		return v1.Descriptor{}, err
-	}
-	index := mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex), mutate.IndexAddendum{
-		Add: image,
-		Descriptor: v1.Descriptor{
-			Platform:    &v1.Platform{OS: img.OS, Architecture: img.Architecture},
-			Annotations: map[string]string{AnnotationImageName: img.Name, AnnotationRefName: tagOf(img.Name)},
-		},
-	})
-	return writeLayout(w, index, image)
+	return build(img, layers)
+}
+
+func emptyIndex() v1.ImageIndex { return mutate.IndexMediaType(empty.Index, types.OCIImageIndex) }
+
+// nameAnnotations are the index entry's annotations naming the image.
+func nameAnnotations(name string) map[string]string {
+	return map[string]string{AnnotationImageName: name, AnnotationRefName: tagOf(name)}
 }
 
 // build assembles the image: layers, then the config (platform, entrypoint,
@@ -140,8 +199,9 @@ func layer(files []File, gz bool) (v1.Layer, error) {
 	return l, nil
 }
 
-// writeLayout writes the layout tar: marker, index, then every blob once.
-func writeLayout(w io.Writer, index v1.ImageIndex, image v1.Image) (v1.Descriptor, error) {
+// writeLayout writes the layout tar: marker, index, then every blob of the
+// images and the nested indexes once.
+func writeLayout(w io.Writer, index v1.ImageIndex, images []v1.Image, nested []v1.ImageIndex) (v1.Descriptor, error) {
 	im, err := index.IndexManifest()
 	if err != nil {
 		return v1.Descriptor{}, fmt.Errorf("ociarchive: %w", err)
@@ -157,9 +217,24 @@ func writeLayout(w io.Writer, index v1.ImageIndex, image v1.Image) (v1.Descripto
 	if err := errors.Join(put("oci-layout", []byte(`{"imageLayoutVersion":"1.0.0"}`)), put("index.json", rawIndex)); err != nil {
 		return v1.Descriptor{}, err
 	}
-	blobs, err := blobsOf(image)
-	if err != nil {
-		return v1.Descriptor{}, err
+	var blobs []stored
+	for _, image := range images {
+		b, err := blobsOf(image)
+		if err != nil {
+			return v1.Descriptor{}, err
+		}
+		blobs = append(blobs, b...)
+	}
+	for _, idx := range nested {
+		data, err := idx.RawManifest()
+		if err != nil {
+			return v1.Descriptor{}, fmt.Errorf("ociarchive: %w", err)
+		}
+		d, err := idx.Digest()
+		if err != nil {
+			return v1.Descriptor{}, fmt.Errorf("ociarchive: %w", err)
+		}
+		blobs = append(blobs, stored{d, data})
 	}
 	seen := map[v1.Hash]bool{}
 	for _, b := range blobs {

@@ -8,11 +8,16 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
 // readArchive returns every regular file of a tar stream by name.
@@ -232,5 +237,125 @@ func TestTagOf(t *testing.T) {
 		if got := tagOf(tt.ref); got != tt.want {
 			t.Errorf("tagOf(%q) = %q, want %q", tt.ref, got, tt.want)
 		}
+	}
+}
+
+// unpackLayout extracts a layout tar into a directory, for go-containerregistry's
+// layout reader.
+func unpackLayout(t *testing.T, data []byte) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, body := range readArchive(t, data) {
+		p := filepath.Join(dir, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, body, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// A multi-platform archive, read back with go-containerregistry's layout
+// reader: index.json names one image index (with the image's name), which
+// lists each platform's manifest in order; each manifest's config carries its
+// platform and its layer holds that platform's files.
+func TestWriteIndexResolves(t *testing.T) {
+	img := func(arch string) Image {
+		return Image{
+			Name: "localhost/vpcip/vpcip:3", OS: "linux", Architecture: arch, Gzip: true,
+			Entrypoint: []string{"/d"}, Files: []File{{Path: "/d", Mode: 0o755, Data: []byte("daemon for " + arch)}},
+		}
+	}
+	imgs := []Image{img("amd64"), img("arm64")}
+	var buf bytes.Buffer
+	desc, err := WriteIndex(&buf, imgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var again bytes.Buffer
+	if d2, err := WriteIndex(&again, imgs); err != nil || d2.Digest != desc.Digest || !bytes.Equal(buf.Bytes(), again.Bytes()) {
+		t.Fatalf("two writes differ: %v %s vs %s", err, desc.Digest, d2.Digest)
+	}
+	top, err := layout.ImageIndexFromPath(unpackLayout(t, buf.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tm, err := top.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]v1.Descriptor{desc}, tm.Manifests); diff != "" {
+		t.Errorf("index.json differs from the returned descriptor (-want +got):\n%s", diff)
+	}
+	if desc.MediaType != types.OCIImageIndex || desc.Annotations[AnnotationImageName] != "localhost/vpcip/vpcip:3" || desc.Annotations[AnnotationRefName] != "3" {
+		t.Errorf("index.json entry: %s %v, want an OCI image index named localhost/vpcip/vpcip:3", desc.MediaType, desc.Annotations)
+	}
+	multi, err := top.ImageIndex(desc.Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mm, err := multi.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(mm.Manifests) != len(imgs) {
+		t.Fatalf("image index lists %d manifests, want %d", len(mm.Manifests), len(imgs))
+	}
+	for i, m := range mm.Manifests {
+		want := imgs[i]
+		if m.Platform == nil || m.Platform.OS != want.OS || m.Platform.Architecture != want.Architecture || m.MediaType != types.OCIManifestSchema1 {
+			t.Errorf("manifest %d: %s %+v, want an OCI manifest for %s/%s", i, m.MediaType, m.Platform, want.OS, want.Architecture)
+			continue
+		}
+		image, err := multi.Image(m.Digest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cf, err := image.ConfigFile()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cf.OS != want.OS || cf.Architecture != want.Architecture {
+			t.Errorf("manifest %d config: %s/%s, want %s/%s", i, cf.OS, cf.Architecture, want.OS, want.Architecture)
+		}
+		tr := tar.NewReader(mutate.Extract(image))
+		hdr, err := tr.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(tr)
+		if hdr.Name != "d" || string(body) != "daemon for "+want.Architecture {
+			t.Errorf("manifest %d file %s = %q, want d = %q", i, hdr.Name, body, "daemon for "+want.Architecture)
+		}
+	}
+}
+
+func TestWriteIndexRejects(t *testing.T) {
+	good := func(name, arch string) Image {
+		return Image{Name: name, OS: "linux", Architecture: arch, Files: []File{{Path: "/d", Mode: 0o755, Data: []byte("x")}}}
+	}
+	tests := []struct {
+		name string
+		imgs []Image
+		want string
+	}{
+		{"none", nil, "no image"},
+		{"two names", []Image{good("a:1", "amd64"), good("a:2", "arm64")}, "two names"},
+		{"platform twice", []Image{good("a:1", "amd64"), good("a:1", "amd64")}, "linux/amd64 given twice"},
+		{"bad image", []Image{good("a:1", "amd64"), {Name: "a:1", OS: "linux", Architecture: "arm64"}}, "linux/arm64: ociarchive: image has no files"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			_, err := WriteIndex(&buf, tt.imgs)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("WriteIndex error = %v, want one containing %q", err, tt.want)
+			}
+			if buf.Len() != 0 {
+				t.Errorf("WriteIndex wrote %d bytes for a rejected index", buf.Len())
+			}
+		})
 	}
 }

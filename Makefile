@@ -29,12 +29,23 @@ deps:
 ## image: vpcip's container image as an OCI archive (bin/vpcip-image.tar) for
 ## `ctr -n k8s.io images import`, built without Docker: static binaries plus
 ## Debian's iptables userland; reproducible (same inputs, same digest).
+## Multi-architecture: one image index with a linux/amd64 and a linux/arm64
+## manifest (binaries cross-compiled into bin/image/linux_ARCH, Debian's
+## packages of that architecture); bin/image/ also holds the host's binaries.
 IMAGE_VERSION ?= 0.1.0
 IMAGE_NAME ?= localhost/vpcip/vpcip:$(IMAGE_VERSION)
+IMAGE_ARCHES ?= amd64 arm64
+IMAGE_BINARIES := vpcipd vpcip-cni vpcipctl
+HOSTARCH := $(shell $(GO) env GOHOSTARCH)
 image: deps
 	@mkdir -p $(BIN)/image
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='$(LDFLAGS) -X main.version=$(IMAGE_VERSION)' -o $(BIN)/image/ ./cmd/vpcipd ./cmd/vpcip-cni ./cmd/vpcipctl
-	$(GO) run ./build/mkimage -bin $(BIN)/image -root "$$(bash scripts/image-root.sh | tail -1)" -o $(BIN)/vpcip-image.tar -name $(IMAGE_NAME)
+	for arch in $(IMAGE_ARCHES); do \
+		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -ldflags='$(LDFLAGS) -X main.version=$(IMAGE_VERSION)' \
+			-o $(BIN)/image/linux_$$arch/ $(addprefix ./cmd/,$(IMAGE_BINARIES)) || exit 1; \
+	done
+	$(if $(filter $(HOSTARCH),$(IMAGE_ARCHES)),ln -f $(addprefix $(BIN)/image/linux_$(HOSTARCH)/,$(IMAGE_BINARIES)) $(BIN)/image/)
+	$(GO) run ./build/mkimage -bin $(BIN)/image $(foreach arch,$(IMAGE_ARCHES),-root $(arch)="$$(bash scripts/image-root.sh $(arch) | tail -1)") \
+		-o $(BIN)/vpcip-image.tar -name $(IMAGE_NAME)
 
 test-deps:
 	@bash scripts/deps.sh promtool valgrind

@@ -2,14 +2,14 @@ package main
 
 import (
 	"bytes"
+	"debug/elf"
+	"encoding/binary"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
-
-	"github.com/vpcip/vpcip/test/containerd/ociarchive"
 )
 
 // hostRoot is the machine's own Debian root: scripts/deps.sh installs
@@ -67,46 +67,121 @@ func TestIptablesLayerRunsInAnEmptyRoot(t *testing.T) {
 	t.Logf("iptables layer: %d files, %d bytes uncompressed", len(files), size)
 }
 
+// tinyELF returns an ELF header for machine m and nothing else: enough for
+// the image's architecture check, small enough to compress in no time.
+func tinyELF(m elf.Machine) []byte {
+	h := elf.Header64{Type: uint16(elf.ET_EXEC), Machine: uint16(m), Version: uint32(elf.EV_CURRENT), Ehsize: 64}
+	copy(h.Ident[:], elf.ELFMAG)
+	h.Ident[elf.EI_CLASS], h.Ident[elf.EI_DATA], h.Ident[elf.EI_VERSION] = byte(elf.ELFCLASS64), byte(elf.ELFDATA2LSB), byte(elf.EV_CURRENT)
+	var buf bytes.Buffer
+	binary.Write(&buf, binary.LittleEndian, h)
+	return buf.Bytes()
+}
+
+// hostBinaries writes an ELF header for the host's architecture as each image
+// binary into bin/linux_GOARCH, and returns bin.
+func hostBinaries(t *testing.T) string {
+	t.Helper()
+	bin := t.TempDir()
+	dir := filepath.Join(bin, "linux_"+runtime.GOARCH)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range binaries {
+		if err := os.WriteFile(filepath.Join(dir, b), tinyELF(elfMachine[runtime.GOARCH]), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return bin
+}
+
 // Same binaries and packages give the same archive, byte for byte.
 func TestImageIsReproducible(t *testing.T) {
 	needIptables(t)
-	bin := t.TempDir()
-	for i, b := range binaries {
-		if err := os.WriteFile(filepath.Join(bin, b), bytes.Repeat([]byte{byte(i)}, 1000), 0o755); err != nil {
+	bin := hostBinaries(t)
+	roots := rootFlag{runtime.GOARCH: hostRoot}
+	out := t.TempDir()
+	write := func(name string) []byte {
+		if err := run(bin, roots, filepath.Join(out, name), "localhost/vpcip/vpcip:t"); err != nil {
 			t.Fatal(err)
 		}
-	}
-	write := func() ([]byte, string) {
-		img, err := image(bin, hostRoot, "localhost/vpcip/vpcip:t", runtime.GOARCH)
+		data, err := os.ReadFile(filepath.Join(out, name))
 		if err != nil {
 			t.Fatal(err)
 		}
-		var buf bytes.Buffer
-		desc, err := ociarchive.Write(&buf, img)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return buf.Bytes(), desc.Digest.String()
+		return data
 	}
-	a, da := write()
-	b, db := write()
-	if da != db || !bytes.Equal(a, b) {
-		t.Fatalf("two builds differ: %s vs %s", da, db)
+	a, b := write("a.tar"), write("b.tar")
+	if !bytes.Equal(a, b) {
+		t.Fatal("two builds differ")
 	}
-	os.WriteFile(filepath.Join(bin, "vpcipd"), []byte("changed"), 0o755)
-	if _, dc := write(); dc == da {
-		t.Error("a changed binary kept the digest")
+	changed := append(tinyELF(elfMachine[runtime.GOARCH]), "changed"...)
+	if err := os.WriteFile(filepath.Join(bin, "linux_"+runtime.GOARCH, "vpcipd"), changed, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if c := write("c.tar"); bytes.Equal(a, c) {
+		t.Error("a changed binary kept the archive")
 	}
 }
 
 func TestRunNeedsItsFlags(t *testing.T) {
-	if err := run("", "/", "x.tar", "a:b", runtime.GOARCH); err == nil {
+	if err := run("", rootFlag{runtime.GOARCH: "/"}, "x.tar", "a:b"); err == nil {
 		t.Error("run without -bin succeeded")
+	}
+	if err := run(t.TempDir(), rootFlag{}, "x.tar", "a:b"); err == nil {
+		t.Error("run without -root succeeded")
 	}
 	if _, err := iptablesLayer(t.TempDir(), runtime.GOARCH); err == nil {
 		t.Error("an empty root gave an iptables layer")
 	}
 	if _, err := libDirsFor("mips"); err == nil {
 		t.Error("unknown GOARCH accepted")
+	}
+}
+
+// -root takes ARCH=DIR once per known architecture; an empty directory (a
+// failed scripts/image-root.sh in the Makefile) is refused.
+func TestRootFlag(t *testing.T) {
+	r := rootFlag{}
+	if err := r.Set("arm64=/b"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Set("amd64=/a"); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := r.String(), "amd64=/a,arm64=/b"; got != want {
+		t.Errorf("String() = %q, want %q", got, want)
+	}
+	for _, bad := range []string{"arm64=", "=/x", "/x", "mips=/x", "amd64=/again"} {
+		if err := r.Set(bad); err == nil {
+			t.Errorf("-root %s accepted", bad)
+		}
+	}
+}
+
+// A binary or a Debian root of another architecture than the manifest's is
+// refused when the image is built, naming the file.
+func TestImageRefusesAnotherArchitecture(t *testing.T) {
+	other := map[string]string{"amd64": "arm64", "arm64": "amd64"}[runtime.GOARCH]
+	exe, _ := os.Executable()
+	data, err := os.ReadFile(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := checkELF("vpcipd", data, runtime.GOARCH); err != nil {
+		t.Errorf("the test's own executable refused for %s: %v", runtime.GOARCH, err)
+	}
+	if err := checkELF("vpcipd", data, other); err == nil || !strings.Contains(err.Error(), "vpcipd is for") {
+		t.Errorf("a %s executable for the %s image: %v, want a refusal", runtime.GOARCH, other, err)
+	}
+	if err := checkELF("vpcipd", tinyELF(elfMachine[other]), other); err != nil {
+		t.Errorf("an ELF file for %s refused for %s: %v", other, other, err)
+	}
+	if err := checkELF("vpcipd", []byte("#!/bin/sh\n"), runtime.GOARCH); err == nil {
+		t.Error("a script accepted as a binary")
+	}
+	needIptables(t)
+	if _, err := iptablesLayer(hostRoot, other); err == nil || !strings.Contains(err.Error(), "xtables") {
+		t.Errorf("the host's iptables taken for %s: %v, want a refusal naming it", other, err)
 	}
 }

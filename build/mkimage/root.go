@@ -18,6 +18,7 @@ import (
 // dependencies so that every program taken brings what it needs to run.
 type rootFS struct {
 	dir     string   // the unpacked root on the build machine
+	arch    string   // GOARCH every ELF file taken must be for
 	libDirs []string // image paths searched for DT_NEEDED libraries
 	files   map[string]ociarchive.File
 }
@@ -37,7 +38,7 @@ func newRootFS(dir, goarch string) (*rootFS, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &rootFS{dir: dir, libDirs: libs, files: map[string]ociarchive.File{}}, nil
+	return &rootFS{dir: dir, arch: goarch, libDirs: libs, files: map[string]ociarchive.File{}}, nil
 }
 
 // Add takes the file at image path p (absolute), the targets of symbolic
@@ -83,14 +84,17 @@ func (r *rootFS) add(p string, depth int) error {
 	}
 }
 
-// addELFDeps takes the interpreter and DT_NEEDED libraries of an ELF file;
-// other files have none.
+// addELFDeps takes the interpreter and DT_NEEDED libraries of an ELF file,
+// which must be for the root's architecture; other files have none.
 func (r *rootFS) addELFDeps(p, host string, depth int) error {
 	f, err := elf.Open(host)
 	if err != nil {
 		return nil // not ELF: a script or data file
 	}
 	defer f.Close()
+	if want := elfMachine[r.arch]; f.Machine != want {
+		return fmt.Errorf("%s is for %s, the %s image needs %s", p, f.Machine, r.arch, want)
+	}
 	for _, prog := range f.Progs {
 		if prog.Type == elf.PT_INTERP {
 			b := make([]byte, prog.Filesz)

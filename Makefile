@@ -48,7 +48,7 @@ image: deps
 		-o $(BIN)/vpcip-image.tar -name $(IMAGE_NAME)
 
 test-deps:
-	@bash scripts/deps.sh promtool valgrind
+	@bash scripts/deps.sh promtool valgrind qemu-user-static
 
 ## containerd-setup: containerd + runc (Debian), containerd 2 (module proxy), reference plugins, pause image.
 containerd-setup:
@@ -113,7 +113,7 @@ test:
 	@$(ONEBUILD) $(PHASE) image $(MAKE) --no-print-directory image
 	@$(ONEBUILD) $(PHASE) "lint (vet builds every package)" $(MAKE) --no-print-directory lint
 	@$(ONEBUILD) $(PHASE) "build test binaries" $(GO) test -count=1 -exec /bin/true ./... >/dev/null
-	@set -o pipefail; VPCIP_K8S_BIN=$$(bash scripts/k8s-tools.sh | tail -n 1) VPCIP_REQUIRE_CONTAINERD=1 VPCIP_REQUIRE_CONTAINERD2=1 VPCIP_REQUIRE_KUBE=1 VPCIP_REQUIRE_VALGRIND=1 \
+	@set -o pipefail; VPCIP_K8S_BIN=$$(bash scripts/k8s-tools.sh | tail -n 1) VPCIP_REQUIRE_CONTAINERD=1 VPCIP_REQUIRE_CONTAINERD2=1 VPCIP_REQUIRE_KUBE=1 VPCIP_REQUIRE_VALGRIND=1 VPCIP_REQUIRE_QEMU=1 \
 	VPCIP_IMAGE=$(BIN)/vpcip-image.tar VPCIP_VPCIPCTL=$(BIN)/image/vpcipctl $(ONEBUILD) $(PHASE) tests $(GO) test -count=1 -timeout 25m $(SLOWFIRST) ./... 2>&1 | tee $(TESTLOG); \
 	rc=$$?; bash scripts/test-report.sh $(PHASES) $(TESTLOG); exit $$rc
 

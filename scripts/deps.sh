@@ -14,6 +14,7 @@ for extra in "$@"; do
 	promtool) command -v promtool >/dev/null 2>&1 || need+=(prometheus) ;;
 	valgrind) command -v valgrind >/dev/null 2>&1 || need+=(valgrind) ;;
 	etcd-server) command -v etcd >/dev/null 2>&1 || need+=(etcd-server) ;;
+	qemu-user-static) command -v qemu-aarch64-static >/dev/null 2>&1 || need+=(qemu-user-static) ;;
 	*) need+=("$extra") ;;
 	esac
 done

@@ -20,9 +20,11 @@
 // API load per node (field failure K04): two field-selected watches (pods with
 // spec.nodeName=<node>, the node with metadata.name=<node>), never a
 // cluster-wide one; objects are kept without managedFields. Writes: the
-// AddressBudget status only when it changed, at most once per PublishInterval
-// (15 s) plus a resync every ResyncInterval (5 min); Events through client-go's
-// events recorder, which folds repeats into a series.
+// AddressBudget status only when it changed: at most once per PublishInterval
+// (15 s) for a change a reader acts on, at most once per CountsInterval
+// (1 min) when only the pool's counts moved, plus a resync every
+// ResyncInterval (10 min); Events through client-go's events recorder, which
+// folds repeats into a series.
 package cluster
 
 import (
@@ -63,8 +65,16 @@ type Options struct {
 	// attachment; default 2 min.
 	LeakGrace time.Duration
 	// PublishInterval is the least time between two AddressBudget status
-	// writes; default 15 s. ResyncInterval forces a write; default 5 min.
+	// writes; default 15 s. ResyncInterval forces a write; default 10 min.
 	PublishInterval, ResyncInterval time.Duration
+	// CountsInterval is the least time between two status writes that
+	// change only the pool's counts (assigned, warm, cooling, used percent,
+	// subnet free addresses, and the condition messages quoting them): the
+	// counts shown are at most CountsInterval (plus a Tick) old, while a
+	// change a reader acts on (a condition's status or reason, ENIs,
+	// capacity, budget, readiness, pod subnet, versions) waits only
+	// PublishInterval. Default 1 min.
+	CountsInterval time.Duration
 	// Tick is how often the publisher and the leak check look; default 1 s.
 	Tick time.Duration
 	Now  func() time.Time // nil: time.Now
@@ -131,7 +141,10 @@ func newCluster(o Options, wire func(*Cluster) error) (*Cluster, error) {
 		o.PublishInterval = 15 * time.Second
 	}
 	if o.ResyncInterval <= 0 {
-		o.ResyncInterval = 5 * time.Minute
+		o.ResyncInterval = 10 * time.Minute
+	}
+	if o.CountsInterval <= 0 {
+		o.CountsInterval = time.Minute
 	}
 	if o.Tick <= 0 {
 		o.Tick = time.Second

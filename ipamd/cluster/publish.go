@@ -191,9 +191,29 @@ func shownEqual(a, b addressbudget.Status) bool {
 	return reflect.DeepEqual(strip(a), strip(b))
 }
 
-// publish writes the AddressBudget status when it changed and PublishInterval
-// passed since the last write, or ResyncInterval passed anyway. It needs the
-// Node (owner reference), so it waits for the node cache.
+// countsOnly is s without what moves with every pod and every other node's
+// allocation: the pool's assigned, warm and cooling counts, the used
+// percent, the subnets' free addresses, and the condition messages that
+// quote them (a condition's status and reason stay).
+func countsOnly(s addressbudget.Status) addressbudget.Status {
+	s.Addresses.Assigned, s.Addresses.Warm, s.Addresses.Cooling, s.UsedPercent = 0, 0, 0, 0
+	s.Subnets = append([]addressbudget.Subnet(nil), s.Subnets...)
+	for i := range s.Subnets {
+		s.Subnets[i].Free = 0
+	}
+	s.SubnetFree = nil
+	s.Conditions = append([]metav1.Condition(nil), s.Conditions...)
+	for i := range s.Conditions {
+		s.Conditions[i].Message = ""
+	}
+	return s
+}
+
+// publish writes the AddressBudget status when it changed: after
+// PublishInterval since the last write for a change a reader acts on, after
+// CountsInterval when only the counts moved (countsOnly), and after
+// ResyncInterval anyway. It needs the Node (owner reference), so it waits
+// for the node cache.
 func (pb publisher) publish(ctx context.Context, snap nodestatus.Snapshot) {
 	c := pb.c
 	if !c.nodes.HasSynced() {
@@ -211,7 +231,8 @@ func (pb publisher) publish(ctx context.Context, snap nodestatus.Snapshot) {
 	pb.noticeMaxPods(node, st)
 	since := now.Sub(prev.lastWrite)
 	due := prev.lastWrite.IsZero() || since >= c.o.ResyncInterval ||
-		(since >= c.o.PublishInterval && !shownEqual(st, prev.last))
+		(since >= c.o.PublishInterval && !shownEqual(countsOnly(st), countsOnly(prev.last))) ||
+		(since >= c.o.CountsInterval && !shownEqual(st, prev.last))
 	if !due {
 		return
 	}

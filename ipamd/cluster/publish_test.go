@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/netip"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -37,7 +38,7 @@ func TestAddressBudgetPublishedAndUpdated(t *testing.T) {
 	subnets := func() ([]provider.Subnet, time.Time) {
 		return []provider.Subnet{{ID: "subnet-0a", CIDR: netip.MustParsePrefix("100.64.0.0/16"), FreeAddresses: 4000}}, time.Now()
 	}
-	e := newEnv(t, k, uniq(t), 29, cluster.Options{Subnets: subnets, PublishInterval: time.Second, Tick: 200 * time.Millisecond})
+	e := newEnv(t, k, uniq(t), 29, cluster.Options{Subnets: subnets, PublishInterval: time.Second, CountsInterval: time.Second, Tick: 200 * time.Millisecond})
 	e.daemon.set(func(s *nodestatus.Snapshot) { *s = m5Snapshot(9) })
 	eventually(t, 20*time.Second, "AddressBudget written", func() bool {
 		b := budget(t, k, e.node)
@@ -93,6 +94,69 @@ func TestAddressBudgetPublishedAndUpdated(t *testing.T) {
 	}
 	if err := st.Check(); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestCountsOnlyChurnWritesOncePerCountsInterval: under churn that moves
+// only the pool's counts (assigned, warm, cooling, subnet free) the status
+// is written once per CountsInterval, not once per PublishInterval; the
+// counts shown are never older than CountsInterval; a change a reader acts
+// on (an ENI attached, a condition flipping) is still written within
+// PublishInterval.
+func TestCountsOnlyChurnWritesOncePerCountsInterval(t *testing.T) {
+	k := kubetest.Shared(t)
+	const publish, counts = time.Second, 4 * time.Second
+	free := 4000
+	var freeMu sync.Mutex
+	subnets := func() ([]provider.Subnet, time.Time) {
+		freeMu.Lock()
+		defer freeMu.Unlock()
+		return []provider.Subnet{{ID: "subnet-0a", CIDR: netip.MustParsePrefix("100.64.0.0/16"), FreeAddresses: free}}, time.Now()
+	}
+	e := newEnv(t, k, uniq(t), 29, cluster.Options{Subnets: subnets, PublishInterval: publish, CountsInterval: counts, Tick: 50 * time.Millisecond})
+	e.daemon.set(func(s *nodestatus.Snapshot) { *s = m5Snapshot(9) })
+	eventually(t, 20*time.Second, "first write", func() bool {
+		b := budget(t, k, e.node)
+		return b != nil && b.Status.Addresses.Assigned == 9
+	})
+	writes := func() float64 { return counter(e.reg, "vpcip_kubernetes_writes_total", "kind", "addressbudget_status") }
+	before := writes()
+
+	// 12 s of churn: the counts move every 50 ms, within what the node
+	// already has (2/3 ENIs, capacity 18), and other nodes take subnet addresses.
+	const churn = 12 * time.Second
+	start := time.Now()
+	var lastAssigned int
+	for i := 0; time.Since(start) < churn; i++ {
+		lastAssigned = 5 + i%8
+		e.daemon.set(func(s *nodestatus.Snapshot) {
+			s.Status.Assigned, s.Status.Warm, s.Status.Cooling = lastAssigned, 13-lastAssigned, 0
+		})
+		freeMu.Lock()
+		free--
+		freeMu.Unlock()
+		time.Sleep(50 * time.Millisecond)
+	}
+	n := writes() - before
+	if want := churn.Seconds() / counts.Seconds(); n < want-1 || n > want+1 {
+		t.Errorf("%v status writes in %v of counts-only churn, want one per CountsInterval %v (%v ± 1); PublishInterval is %v", n, churn, counts, want, publish)
+	}
+	// The counts shown catch up within CountsInterval.
+	eventually(t, counts+2*time.Second, "last counts shown", func() bool {
+		b := budget(t, k, e.node)
+		return b != nil && b.Status.Addresses.Assigned == lastAssigned
+	})
+
+	// An ENI attached (capacity and the ENI count change): within PublishInterval.
+	time.Sleep(publish) // past PublishInterval since the write above
+	changed := time.Now()
+	e.daemon.set(func(s *nodestatus.Snapshot) { s.Status.ENIs, s.Status.Capacity = 3, 27 })
+	eventually(t, publish+2*time.Second, "ENI attach shown", func() bool {
+		b := budget(t, k, e.node)
+		return b != nil && b.Status.ENIs.Summary == "3/3"
+	})
+	if d := time.Since(changed); d > publish+time.Second {
+		t.Errorf("an attached ENI shown %v after it happened, want within PublishInterval %v", d, publish)
 	}
 }
 

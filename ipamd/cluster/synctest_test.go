@@ -200,11 +200,12 @@ func TestConfirmedLeakCostsOneLiveListForAnHour(t *testing.T) {
 }
 
 // The AddressBudget status is written when it changed, at most once per
-// PublishInterval (default 15 s), and once per ResyncInterval (default
-// 5 min) when nothing changed.
+// PublishInterval (default 15 s) for a change a reader acts on, at most
+// once per CountsInterval (default 1 min) when only the counts moved, and
+// once per ResyncInterval (default 10 min) when nothing changed.
 func TestStatusWrittenOnChangeOncePerIntervalAndOnResync(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		const interval, resync = 15 * time.Second, 5 * time.Minute // the defaults
+		const interval, counts, resync = 15 * time.Second, time.Minute, 10 * time.Minute // the defaults
 		e := newFakeEnv(t, cluster.Options{})
 		waitFor(t, 10*time.Second, "first write", func() bool { return e.statusWrites() == 1 })
 		first := time.Now()
@@ -241,19 +242,19 @@ func TestStatusWrittenOnChangeOncePerIntervalAndOnResync(t *testing.T) {
 			t.Error(err)
 		}
 
-		// Churn, from a PublishInterval after the last write: a change
-		// every 100 ms for 5 intervals is 5 writes.
-		time.Sleep(interval)
+		// Churn of the counts only, from a CountsInterval after the last
+		// write: a change every 100 ms for 5 CountsIntervals is 5 writes.
+		time.Sleep(counts)
 		before := e.statusWrites()
 		start := time.Now()
-		for i := 0; time.Since(start) < 5*interval; i++ {
+		for i := 0; time.Since(start) < 5*counts; i++ {
 			// Never the same status twice: on fake time a periodic change
 			// would look the same at every tick.
 			e.daemon.set(func(s *nodestatus.Snapshot) { s.Status.Assigned, s.Status.Warm = i%10, 100+i })
 			time.Sleep(100 * time.Millisecond)
 		}
 		if n := e.statusWrites() - before; n != 5 {
-			t.Errorf("%v status writes in %v of churn, want one per %v (5)", n, 5*interval, interval)
+			t.Errorf("%v status writes in %v of counts-only churn, want one per %v (5)", n, 5*counts, counts)
 		}
 		if errs := counter(e.reg, "vpcip_kubernetes_writes_total", "outcome", "error"); errs != 0 {
 			t.Errorf("%v failed writes", errs)

@@ -11,6 +11,7 @@ package provider
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"time"
 )
@@ -232,3 +233,81 @@ type IPv6Assigner interface {
 // "error", or the sentinel's short name) and the latency including retries.
 // The daemon turns it into metrics.
 type CallObserver func(operation, outcome string, latency time.Duration)
+
+// Priority orders a node's cloud calls when the fleet shares one request
+// budget (RequestBudget): a call may spend the shared budget only down to
+// its priority's reserve, so when the budget runs short, calls that unblock
+// a waiting pod go first and refills, releases and clean-up wait.
+type Priority int
+
+// Priorities, lowest first.
+const (
+	// PriorityBackground: describes, leaked-ENI clean-up.
+	PriorityBackground Priority = iota
+	// PriorityRelease: giving surplus back (unassign, detach, delete).
+	PriorityRelease
+	// PriorityRefill: growing the warm pool while no pod waits.
+	PriorityRefill
+	// PriorityPodWaiting: growing the pool while a pod waits for an
+	// address (a CNI ADD waiting, or a pod bound to the node without one).
+	PriorityPodWaiting
+)
+
+func (p Priority) String() string {
+	switch p {
+	case PriorityBackground:
+		return "background"
+	case PriorityRelease:
+		return "release"
+	case PriorityRefill:
+		return "refill"
+	case PriorityPodWaiting:
+		return "pod-waiting"
+	}
+	return "unknown"
+}
+
+type priorityKey struct{}
+
+// WithPriority returns ctx carrying p for the cloud calls made under it.
+func WithPriority(ctx context.Context, p Priority) context.Context {
+	return context.WithValue(ctx, priorityKey{}, p)
+}
+
+// PriorityOf returns the priority ctx carries, and whether it carries one.
+func PriorityOf(ctx context.Context) (Priority, bool) {
+	p, ok := ctx.Value(priorityKey{}).(Priority)
+	return p, ok
+}
+
+// RequestBudget is a cloud request budget shared by the nodes of a fleet
+// (EC2 meters requests per account and region, whatever node makes them).
+// A backend takes one request from it before every attempt of a call it
+// meters, retries included, and reports every refusal for rate. It must be
+// safe for concurrent use.
+type RequestBudget interface {
+	// Take returns when one request of action (an EC2 action name such as
+	// "AttachNetworkInterface") may be made at priority p, or with ctx's
+	// error when ctx ends first.
+	Take(ctx context.Context, action string, p Priority) error
+	// Refused reports that the cloud refused a request of action for rate
+	// (EC2 RequestLimitExceeded) although the budget allowed it.
+	Refused(action string)
+}
+
+// BudgetShortError is returned, without any request sent, when a fleet's
+// shared request budget (RequestBudget) has no room for a call at its
+// priority now. errors.Is(err, ErrThrottled) holds. Wait is when the budget
+// expects room for it, if no other node takes any meanwhile.
+type BudgetShortError struct {
+	Action   string // e.g. "AttachNetworkInterface"
+	Priority Priority
+	Wait     time.Duration
+}
+
+func (e *BudgetShortError) Error() string {
+	return fmt.Sprintf("%s at priority %s: the fleet's shared request budget has no room now (expected in %s)", e.Action, e.Priority, e.Wait.Round(time.Millisecond))
+}
+
+// Is makes errors.Is(err, ErrThrottled) hold.
+func (e *BudgetShortError) Is(target error) bool { return target == ErrThrottled }

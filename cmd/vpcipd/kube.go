@@ -15,11 +15,13 @@ import (
 	"github.com/vpcip/vpcip/ipamd"
 	"github.com/vpcip/vpcip/ipamd/cluster"
 	"github.com/vpcip/vpcip/ipamd/config"
+	"github.com/vpcip/vpcip/ipamd/ec2budget"
 	"github.com/vpcip/vpcip/ipamd/eniconfig"
 	"github.com/vpcip/vpcip/ipamd/fleetmetrics"
 	"github.com/vpcip/vpcip/ipamd/introspect"
 	"github.com/vpcip/vpcip/ipamd/metricsauth"
 	"github.com/vpcip/vpcip/ipamd/podsubnet"
+	"github.com/vpcip/vpcip/provider"
 )
 
 // The Kubernetes part is the daemon's source of pod facts, its status sink
@@ -58,13 +60,38 @@ func newCluster(cfg config.Config, log *slog.Logger, reg prometheus.Registerer,
 	c, err := cluster.New(cluster.Options{
 		NodeName: cfg.NodeName, Config: restCfg, Subnets: subnets.Latest,
 		Logger: log.With("component", "kubernetes"), Metrics: reg, WithoutPod: withoutPod,
-		LeakGrace: cfg.PodLeakGrace, PublishInterval: cfg.BudgetInterval,
+		LeakGrace: cfg.PodLeakGrace, PublishInterval: cfg.BudgetInterval, CountsInterval: cfg.CountsInterval,
 	})
 	if err != nil {
 		log.Error("kubernetes part not wired: running without it", "err", err)
 		c, _ = cluster.New(cluster.Options{Metrics: reg, WithoutPod: withoutPod})
 	}
 	return c
+}
+
+// newEC2Budget is the fleet's shared EC2 budget (VPCIP_EC2_BUDGET=fleet),
+// or nil: each daemon paces alone (the default, or when there is no API
+// server to share it through, which is logged).
+func newEC2Budget(cfg config.Config, log *slog.Logger) provider.RequestBudget {
+	if cfg.EC2Budget != config.EC2BudgetFleet {
+		return nil
+	}
+	restCfg, err := kubeConfig(cfg)
+	if err != nil || restCfg == nil || cfg.NodeName == "" {
+		log.Warn("VPCIP_EC2_BUDGET=fleet needs the Kubernetes part (MY_NODE_NAME and an API server): pacing EC2 calls alone", "err", err)
+		return nil
+	}
+	cs, err := kubernetes.NewForConfig(restCfg)
+	if err == nil {
+		var b *ec2budget.Budget
+		if b, err = ec2budget.New(ec2budget.Options{Client: cs, Namespace: cfg.Namespace, NodeName: cfg.NodeName,
+			Share: float64(cfg.EC2BudgetShare) / 100, Logger: log.With("component", "ec2budget")}); err == nil {
+			log.Info("EC2 calls share the fleet's budget", "namespace", cfg.Namespace, "share", cfg.EC2BudgetShare)
+			return b
+		}
+	}
+	log.Error("fleet EC2 budget not wired: pacing EC2 calls alone", "err", err)
+	return nil
 }
 
 // kubernetesState is the Kubernetes part's health in introspection's shape

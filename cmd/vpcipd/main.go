@@ -169,6 +169,7 @@ func daemon(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		Observe:     metrics.ObserveCall,
 		Logger:      log.With("component", "provider"),
 		AWSConfig:   &awsCfg,
+		Budget:      newEC2Budget(cfg, log),
 	})
 	if err != nil {
 		return err

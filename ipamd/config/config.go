@@ -77,9 +77,27 @@ type Config struct {
 	Kubeconfig     string        // VPCIP_KUBECONFIG (alias KUBECONFIG): kubeconfig file; default empty (in-cluster)
 	PodLeakGrace   time.Duration // VPCIP_POD_LEAK_GRACE: an address whose pod is gone from the API server this long is released; default 2 m
 	BudgetInterval time.Duration // VPCIP_BUDGET_INTERVAL: least time between AddressBudget status writes; default 15 s
-	Socket         string        // VPCIP_SOCKET, plugin API unix socket; default /run/vpcip/ipamd.sock
-	Checkpoint     string        // VPCIP_CHECKPOINT, allocation state file; default /var/run/vpcip/ipam.json
-	MetricsAddr    string        // VPCIP_METRICS_ADDR (alias METRICS_BIND_ADDRESS); default :61678; "off" disables
+	// VPCIP_COUNTS_INTERVAL: least time between two AddressBudget status
+	// writes that change only the pool's counts (assigned, warm, cooling,
+	// subnet free addresses): the counts shown are at most this old, while
+	// a change a reader acts on (a condition, ENIs, capacity, readiness)
+	// waits only BudgetInterval; default 1 m.
+	CountsInterval time.Duration
+	// VPCIP_EC2_BUDGET: "node" (each daemon paces its EC2 calls alone) or
+	// "fleet" (the daemons share the account's EC2 request buckets through
+	// Leases in Namespace, package ipamd/ec2budget; needs the Kubernetes
+	// part); default "node".
+	EC2Budget string
+	// VPCIP_EC2_BUDGET_SHARE: percent of each account bucket the fleet
+	// takes when EC2Budget is "fleet" (the rest is left to the account's
+	// other callers); default 80.
+	EC2BudgetShare int
+	// VPCIP_NAMESPACE: the daemon's namespace, where
+	// the fleet budget's Leases live; default kube-system.
+	Namespace   string
+	Socket      string // VPCIP_SOCKET, plugin API unix socket; default /run/vpcip/ipamd.sock
+	Checkpoint  string // VPCIP_CHECKPOINT, allocation state file; default /var/run/vpcip/ipam.json
+	MetricsAddr string // VPCIP_METRICS_ADDR (alias METRICS_BIND_ADDRESS); default :61678; "off" disables
 	// MetricsSecure is VPCIP_METRICS_SECURE: /metrics over HTTPS, only for
 	// scrapers whose bearer token the API server authenticates (TokenReview)
 	// and allows get on the non-resource URL /metrics (SubjectAccessReview);
@@ -111,6 +129,12 @@ type Config struct {
 	PluginLogLevel string        // VPCIP_PLUGIN_LOG_LEVEL; default the daemon's level
 	InstallWait    time.Duration // VPCIP_INSTALL_WAIT: how long install-cni waits for the daemon to be ready; default 10 m
 }
+
+// Values of EC2Budget.
+const (
+	EC2BudgetNode  = "node"
+	EC2BudgetFleet = "fleet"
+)
 
 // Defaults for the settings above.
 const (

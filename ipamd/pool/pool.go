@@ -171,7 +171,8 @@ func (p *Pool) Cycle(ctx context.Context) time.Duration {
 			return next
 		}
 		now := p.o.Clock()
-		plan := warmpool.Next(p.Input(now))
+		in := p.Input(now)
+		plan := warmpool.Next(in)
 		if plan.Action == warmpool.Nothing || plan.Action == warmpool.Wait {
 			if !plan.Until.IsZero() {
 				next = min(next, max(plan.Until.Sub(now), 10*time.Millisecond))
@@ -180,7 +181,7 @@ func (p *Pool) Cycle(ctx context.Context) time.Duration {
 		}
 		p.o.Logger.Info("pool action", "action", plan.Action.String(), "eni", plan.ENI, "count", plan.Count,
 			"prefixes", plan.Prefixes, "release", plan.Release, "reason", plan.Reason)
-		err := p.execute(ctx, plan)
+		err := p.execute(provider.WithPriority(ctx, planPriority(in, plan)), plan)
 		p.persist()
 		if err == nil {
 			p.o.Observe(plan.Action.String(), "ok")
@@ -188,6 +189,14 @@ func (p *Pool) Cycle(ctx context.Context) time.Duration {
 		}
 		if errors.Is(err, errRaced) {
 			return 100 * time.Millisecond
+		}
+		var short *provider.BudgetShortError
+		if errors.As(err, &short) {
+			// The fleet's shared EC2 budget has no room at this priority:
+			// nothing was sent. Look again when it should have, or sooner
+			// when a pod arrives (its growth then goes first).
+			p.o.Logger.Debug("pool action waits for the fleet's EC2 budget", "action", plan.Action.String(), "err", err)
+			return min(next, max(short.Wait, 100*time.Millisecond))
 		}
 		p.o.Observe(plan.Action.String(), "error")
 		if ctx.Err() != nil {
@@ -205,6 +214,20 @@ func (p *Pool) Cycle(ctx context.Context) time.Duration {
 		}
 	}
 	return next
+}
+
+// planPriority is the priority of plan's cloud calls in a fleet sharing
+// one EC2 budget (provider.Priority): growth while a pod waits for an
+// address (an ADD waiting, or a pod bound here without one) goes first,
+// growth of the warm pool next, releases last.
+func planPriority(in warmpool.Input, plan warmpool.Plan) provider.Priority {
+	switch {
+	case plan.Action == warmpool.Release || plan.Action == warmpool.DeleteENI:
+		return provider.PriorityRelease
+	case in.Pending > 0 || in.Demand.Unaddressed > 0:
+		return provider.PriorityPodWaiting
+	}
+	return provider.PriorityRefill
 }
 
 // Arrived records an address request (a CNI ADD for a key holding no

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -17,21 +18,22 @@ type action struct {
 	name       string // EC2 action name, reported to Options.Observe
 	mutating   bool   // drawn from the mutating budget, else from the describe budget
 	repeatable bool   // safe to repeat after a transient failure whose effect is unknown
+	release    bool   // gives something back (unassign, detach, delete): PriorityRelease unless ctx says otherwise
 }
 
 var (
-	actDescribeNetworkInterfaces = action{"DescribeNetworkInterfaces", false, true}
-	actDescribeSubnets           = action{"DescribeSubnets", false, true}
-	actDescribeInstanceTypes     = action{"DescribeInstanceTypes", false, true}
-	actCreateNetworkInterface    = action{"CreateNetworkInterface", true, true} // ClientToken makes it idempotent
-	actAttachNetworkInterface    = action{"AttachNetworkInterface", true, false}
-	actModifyNetworkInterface    = action{"ModifyNetworkInterfaceAttribute", true, true}
-	actDetachNetworkInterface    = action{"DetachNetworkInterface", true, true}
-	actDeleteNetworkInterface    = action{"DeleteNetworkInterface", true, true}
-	actAssignPrivateIPs          = action{"AssignPrivateIpAddresses", true, false}
-	actUnassignPrivateIPs        = action{"UnassignPrivateIpAddresses", true, true}
-	actAssignIPv6                = action{"AssignIpv6Addresses", true, false}
-	actUnassignIPv6              = action{"UnassignIpv6Addresses", true, true}
+	actDescribeNetworkInterfaces = action{"DescribeNetworkInterfaces", false, true, false}
+	actDescribeSubnets           = action{"DescribeSubnets", false, true, false}
+	actDescribeInstanceTypes     = action{"DescribeInstanceTypes", false, true, false}
+	actCreateNetworkInterface    = action{"CreateNetworkInterface", true, true, false} // ClientToken makes it idempotent
+	actAttachNetworkInterface    = action{"AttachNetworkInterface", true, false, false}
+	actModifyNetworkInterface    = action{"ModifyNetworkInterfaceAttribute", true, true, false}
+	actDetachNetworkInterface    = action{"DetachNetworkInterface", true, true, true}
+	actDeleteNetworkInterface    = action{"DeleteNetworkInterface", true, true, true}
+	actAssignPrivateIPs          = action{"AssignPrivateIpAddresses", true, false, false}
+	actUnassignPrivateIPs        = action{"UnassignPrivateIpAddresses", true, true, true}
+	actAssignIPv6                = action{"AssignIpv6Addresses", true, false, false}
+	actUnassignIPv6              = action{"UnassignIpv6Addresses", true, true, true}
 )
 
 // transient reports whether the SDK considers err retryable (5xx, broken
@@ -39,7 +41,9 @@ var (
 var transient = retry.IsErrorRetryables(retry.DefaultRetryables)
 
 // call runs one EC2 action: each attempt first takes a token from the
-// action's budget; a throttled attempt is retried with backoff until
+// action's budget, and a mutating action's also one request from the fleet's
+// shared budget (Options.Budget) at the priority ctx carries (see
+// priority); a throttled attempt is retried with backoff until
 // Options.MaxThrottleWait or ctx ends, a transient failure of a repeatable
 // action up to Options.MaxAttempts. The error is classified (see classify).
 func call[T any](ctx context.Context, c *Client, a action, fn func(context.Context) (T, error)) (T, error) {
@@ -61,6 +65,23 @@ func call[T any](ctx context.Context, c *Client, a action, fn func(context.Conte
 			c.opts.Observe(a.name, outcome(err), time.Since(start))
 			return zero, err
 		}
+		if a.mutating && c.opts.Budget != nil {
+			err := c.opts.Budget.Take(ctx, a.name, priority(ctx, a))
+			var short *provider.BudgetShortError
+			if errors.As(err, &short) && isFinishing(ctx) && time.Now().Add(short.Wait).Before(throttleUntil) {
+				// A step of an operation already begun (attach after create):
+				// wait for the budget rather than undo what was made.
+				if err := sleep(ctx, short.Wait+rand.N(short.Wait/4+time.Millisecond)); err != nil {
+					return zero, errors.Join(lastErr, err)
+				}
+				continue
+			}
+			if err != nil {
+				err = errors.Join(lastErr, fmt.Errorf("EC2 %s: waiting for the fleet's shared budget: %w", a.name, err))
+				c.opts.Observe(a.name, outcome(err), time.Since(start))
+				return zero, err
+			}
+		}
 		t0 := time.Now()
 		out, err := fn(ctx)
 		if err == nil {
@@ -70,6 +91,9 @@ func call[T any](ctx context.Context, c *Client, a action, fn func(context.Conte
 		lastErr = classify(a.name, err)
 		wait := c.backoff(attempt)
 		throttled := errors.Is(lastErr, provider.ErrThrottled)
+		if throttled && a.mutating && c.opts.Budget != nil {
+			c.opts.Budget.Refused(a.name)
+		}
 		retry := false
 		switch {
 		case ctx.Err() != nil:
@@ -93,6 +117,41 @@ func call[T any](ctx context.Context, c *Client, a action, fn func(context.Conte
 			return zero, err
 		}
 	}
+}
+
+type finishingKey struct{}
+
+// finishing marks ctx as running the later steps of an operation whose
+// first request was made (the attach and attribute change after
+// CreateNetworkInterface, the delete after a detach): with a shared budget
+// they wait for room instead of failing, and the growing ones go at
+// PriorityPodWaiting, since undoing the first step would cost more
+// requests than finishing.
+func finishing(ctx context.Context) context.Context {
+	return context.WithValue(ctx, finishingKey{}, true)
+}
+
+func isFinishing(ctx context.Context) bool { v, _ := ctx.Value(finishingKey{}).(bool); return v }
+
+// priority is the priority ctx carries for a, else PriorityRelease for an
+// action that gives something back and PriorityRefill for one that grows
+// the pool; see also finishing.
+func priority(ctx context.Context, a action) provider.Priority {
+	if isFinishing(ctx) && !a.release {
+		return provider.PriorityPodWaiting
+	}
+	if p, ok := provider.PriorityOf(ctx); ok {
+		if a.release && p > provider.PriorityRelease {
+			// A release never unblocks a pod: it does not jump the queue
+			// because the pass that planned it was a pod's.
+			return provider.PriorityRelease
+		}
+		return p
+	}
+	if a.release {
+		return provider.PriorityRelease
+	}
+	return provider.PriorityRefill
 }
 
 func budgetName(a action) string {

@@ -80,6 +80,15 @@ type Options struct {
 	// put on its ENIs). TagCluster is always used.
 	LeakTagKeys []string
 
+	// Budget, if set, is the fleet's shared EC2 request budget (package
+	// ipamd/ec2budget): every attempt of a mutating action also takes one
+	// request from it, after the local MutatingRate pacing, at the priority
+	// the call's context carries (provider.WithPriority; default
+	// PriorityRelease for unassign, detach and delete, else PriorityRefill),
+	// and every RequestLimitExceeded is reported to it. nil: local pacing
+	// only.
+	Budget provider.RequestBudget
+
 	// Observe, if set, receives one report per cloud call; see
 	// provider.CallObserver. A call EC2 refuses for rate and that is retried
 	// is reported once as "throttled" with that attempt's latency, and the

@@ -45,7 +45,7 @@ func (c *Client) DeleteENI(ctx context.Context, eniID string) error {
 		}
 	}
 	c.meta.detached(eniID)
-	_, err = call(ctx, c, actDeleteNetworkInterface, func(ctx context.Context) (*ec2.DeleteNetworkInterfaceOutput, error) {
+	_, err = call(finishing(ctx), c, actDeleteNetworkInterface, func(ctx context.Context) (*ec2.DeleteNetworkInterfaceOutput, error) {
 		return c.ec2.DeleteNetworkInterface(ctx, &ec2.DeleteNetworkInterfaceInput{NetworkInterfaceId: aws.String(eniID)})
 	})
 	if errors.Is(err, provider.ErrNotFound) {

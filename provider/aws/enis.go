@@ -263,6 +263,7 @@ func (c *Client) CreateENI(ctx context.Context, req provider.CreateENIRequest) (
 		return provider.ENI{}, err
 	}
 	eniID := aws.ToString(ni.NetworkInterfaceId)
+	ctx = finishing(ctx)
 	att, err := call(ctx, c, actAttachNetworkInterface, func(ctx context.Context) (*ec2.AttachNetworkInterfaceOutput, error) {
 		return c.ec2.AttachNetworkInterface(ctx, &ec2.AttachNetworkInterfaceInput{
 			InstanceId: aws.String(id.instanceID), NetworkInterfaceId: aws.String(eniID),

@@ -1,0 +1,127 @@
+package ec2budget
+
+import (
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/vpcip/vpcip/provider"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// attach is a shared AttachNetworkInterface bucket at 80 % of AWS's: 40
+// requests, 4 a second.
+var attach = Limit{Capacity: 40, RefillPerSecond: 4}
+
+func TestTakeRefillsUpToCapacity(t *testing.T) {
+	s := State{Capacity: 40, RefillPerSecond: 4, Tokens: 10, At: t0}
+	next, wait, ok := s.Take(attach, t0.Add(5*time.Second), provider.PriorityRefill)
+	if !ok || wait != 0 || next.Tokens != 29 || !next.At.Equal(t0.Add(5*time.Second)) {
+		t.Errorf("after 5 s at 4/s from 10: %+v wait %v ok %v; want 29 tokens left, now", next, wait, ok)
+	}
+	next, _, _ = s.Take(attach, t0.Add(time.Hour), provider.PriorityRefill)
+	if next.Tokens != 39 {
+		t.Errorf("after an hour: %v tokens left, want capacity 40 - 1", next.Tokens)
+	}
+	// A clock behind the stored time refills nothing and does not move At back.
+	next, _, _ = s.Take(attach, t0.Add(-time.Second), provider.PriorityPodWaiting)
+	if next.Tokens != 9 || !next.At.Equal(t0) {
+		t.Errorf("clock behind: %+v, want 9 tokens at t0", next)
+	}
+}
+
+// TestReserves: each priority may take only while the bucket stays above
+// its reserve; the refused get how long until they could.
+func TestReserves(t *testing.T) {
+	s := State{Capacity: 40, RefillPerSecond: 4, Tokens: 15, At: t0} // 37.5 % full
+	for _, c := range []struct {
+		p    provider.Priority
+		ok   bool
+		wait time.Duration
+	}{
+		{provider.PriorityPodWaiting, true, 0},
+		{provider.PriorityRefill, true, 0},                         // 14 ≥ 10
+		{provider.PriorityRelease, false, 1500 * time.Millisecond}, // needs 21: 6 more at 4/s
+		{provider.PriorityBackground, false, 4 * time.Second},      // needs 31: 16 more
+	} {
+		_, wait, ok := s.Take(attach, t0, c.p)
+		if ok != c.ok || wait != c.wait {
+			t.Errorf("%s at 15 of 40: ok %v wait %v, want %v %v", c.p, ok, wait, c.ok, c.wait)
+		}
+	}
+}
+
+// TestPodWaitingQueuesInDebt: pod-waiting calls take past zero, each told
+// to wait until the refill has paid for it (first come, first served), up
+// to one bucket of debt; then they are refused too, and lower priorities
+// wait until the debt is paid and their reserve restored.
+func TestPodWaitingQueuesInDebt(t *testing.T) {
+	s := State{Capacity: 40, RefillPerSecond: 4, Tokens: 1, At: t0}
+	var waits []time.Duration
+	for range 41 {
+		next, wait, ok := s.Take(attach, t0, provider.PriorityPodWaiting)
+		if !ok {
+			t.Fatalf("refused at %v tokens", s.Tokens)
+		}
+		waits = append(waits, wait)
+		s = next
+	}
+	if s.Tokens != -40 {
+		t.Fatalf("%v tokens after 41 takes from 1, want -40", s.Tokens)
+	}
+	if waits[0] != 0 || waits[1] != 250*time.Millisecond || waits[40] != 10*time.Second {
+		t.Errorf("waits %v %v … %v, want 0, 250ms … 10s (one request per 1/4 s)", waits[0], waits[1], waits[40])
+	}
+	if _, wait, ok := s.Take(attach, t0, provider.PriorityPodWaiting); ok || wait != 250*time.Millisecond {
+		t.Errorf("beyond one bucket of debt: ok %v wait %v, want refused for 250ms", ok, wait)
+	}
+	if _, wait, ok := s.Take(attach, t0, provider.PriorityRefill); ok || wait != time.Duration(51.0/4*float64(time.Second)) {
+		t.Errorf("refill under debt: ok %v wait %v, want refused for (40 debt + 10 reserve + 1)/4 s", ok, wait)
+	}
+}
+
+func TestRefusedEmptiesButKeepsDebt(t *testing.T) {
+	full := Full(attach, t0)
+	if r := full.Refused(attach, t0.Add(time.Second)); r.Tokens != 0 || !r.At.Equal(t0.Add(time.Second)) {
+		t.Errorf("refused from full: %+v, want 0 tokens now", r)
+	}
+	debt := State{Capacity: 40, RefillPerSecond: 4, Tokens: -8, At: t0}
+	if r := debt.Refused(attach, t0.Add(time.Second)); r.Tokens != -4 {
+		t.Errorf("refused in debt: %v tokens, want the refilled -4 kept", r.Tokens)
+	}
+}
+
+func TestEncodeDecode(t *testing.T) {
+	s := State{Capacity: 40, RefillPerSecond: 4, Tokens: -2.5, At: t0.Add(123456789)}
+	got, err := Decode(s.Encode())
+	if err != nil || got != s {
+		t.Errorf("round trip %+v, %v; want %+v", got, err, s)
+	}
+	for _, bad := range []string{"", "{", `{"capacity":40}`, `{"tokens":"x","at":"2026-01-01T00:00:00Z"}`} {
+		if _, err := Decode(bad); err == nil {
+			t.Errorf("Decode(%q) accepted", bad)
+		}
+	}
+}
+
+func TestSharedFiguresAreAShareOfAWSs(t *testing.T) {
+	if _, err := New(Options{}); err == nil {
+		t.Error("New without a client accepted")
+	}
+	b, err := New(Options{Client: fake.NewClientset()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := b.Limits()
+	if l["AttachNetworkInterface"] != attach || l["AssignPrivateIpAddresses"] != (Limit{Capacity: 80, RefillPerSecond: 4}) {
+		t.Errorf("default share of AWS's buckets: %+v", l)
+	}
+	if _, ok := l["DescribeNetworkInterfaces"]; ok {
+		t.Error("describes are shared; they should be paced locally")
+	}
+	if _, err := New(Options{Client: fake.NewClientset(), Share: 1.5}); err == nil {
+		t.Error("share 1.5 accepted")
+	}
+}

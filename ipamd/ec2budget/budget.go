@@ -1,0 +1,299 @@
+package ec2budget
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/vpcip/vpcip/provider"
+)
+
+// Annotation is the Lease annotation that holds a bucket's State.
+const Annotation = "vpcip.io/ec2-bucket"
+
+// LeaseName is the Lease that holds action's bucket: "vpcip-ec2-" and the
+// action in lower case.
+func LeaseName(action string) string { return "vpcip-ec2-" + strings.ToLower(action) }
+
+// Options configure a Budget.
+type Options struct {
+	Client    kubernetes.Interface // required
+	Namespace string               // where the Leases live; default kube-system
+	NodeName  string               // written as the Lease's holder, for people reading it
+	// Share is the fraction of each account bucket (capacity and refill)
+	// the fleet takes, leaving the rest to the account's other callers;
+	// default 0.8.
+	Share float64
+	// Limits are the account's buckets by EC2 action; default AWSLimits.
+	// An action not listed is not shared.
+	Limits map[string]Limit
+	// Degraded is how long after an API server failure the budget paces
+	// alone before trying the API server again; default 30 s.
+	Degraded time.Duration
+	Logger   *slog.Logger     // default: discard
+	Now      func() time.Time // default time.Now
+}
+
+// Budget is a provider.RequestBudget kept in the API server. It is safe for
+// concurrent use.
+type Budget struct {
+	o      Options
+	limits map[string]Limit // shared figures (Share applied)
+
+	mu            sync.Mutex // guards the fields below
+	degradedUntil time.Time
+	nodes         int                      // the fleet's node count as last read; 0: never read
+	countedAt     time.Time                // last attempt to read it
+	local         map[string]*rate.Limiter // fallback pacing by action
+}
+
+var _ provider.RequestBudget = (*Budget)(nil)
+
+// New returns a Budget; it does no I/O.
+func New(o Options) (*Budget, error) {
+	if o.Client == nil {
+		return nil, errors.New("ec2budget: Options.Client is required")
+	}
+	if o.Namespace == "" {
+		o.Namespace = "kube-system"
+	}
+	if o.Share == 0 {
+		o.Share = 0.8
+	}
+	if o.Share < 0 || o.Share > 1 {
+		return nil, fmt.Errorf("ec2budget: share %v outside (0, 1]", o.Share)
+	}
+	if o.Limits == nil {
+		o.Limits = AWSLimits()
+	}
+	if o.Degraded <= 0 {
+		o.Degraded = 30 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	b := &Budget{o: o, limits: map[string]Limit{}, local: map[string]*rate.Limiter{}}
+	for a, l := range o.Limits {
+		b.limits[a] = Limit{Capacity: max(1, l.Capacity*o.Share), RefillPerSecond: l.RefillPerSecond * o.Share}
+	}
+	return b, nil
+}
+
+// Limits are the shared figures by action (the account's, times Share).
+func (b *Budget) Limits() map[string]Limit {
+	out := make(map[string]Limit, len(b.limits))
+	for a, l := range b.limits {
+		out[a] = l
+	}
+	return out
+}
+
+// Take implements provider.RequestBudget (see the package doc). It returns
+// a *provider.BudgetShortError when the bucket has no room at p now, and
+// ctx's error when ctx ends while it waits for a reservation.
+func (b *Budget) Take(ctx context.Context, action string, p provider.Priority) error {
+	l, ok := b.limits[action]
+	if !ok {
+		return nil
+	}
+	if b.isDegraded() {
+		return b.pace(ctx, action, l)
+	}
+	b.countNodes(ctx)
+	for attempt := 1; ; attempt++ {
+		lease, st, err := b.read(ctx, action, l)
+		if err != nil {
+			return b.degrade(ctx, action, l, err)
+		}
+		next, wait, ok := st.Take(l, b.o.Now(), p)
+		if !ok {
+			return &provider.BudgetShortError{Action: action, Priority: p, Wait: wait}
+		}
+		err = b.write(ctx, lease, next)
+		if apierrors.IsConflict(err) {
+			// Another node took a token between our read and write: read
+			// again after a short jittered pause, longer as conflicts repeat.
+			if err := sleep(ctx, conflictBackoff(attempt)); err != nil {
+				return err
+			}
+			continue
+		}
+		if err != nil {
+			return b.degrade(ctx, action, l, err)
+		}
+		return sleep(ctx, wait)
+	}
+}
+
+// Refused implements provider.RequestBudget: it empties the shared bucket
+// (best effort: a few attempts, then the fleet learns from its own refusals).
+func (b *Budget) Refused(action string) {
+	l, ok := b.limits[action]
+	if !ok || b.isDegraded() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for attempt := 1; attempt <= 5; attempt++ {
+		lease, st, err := b.read(ctx, action, l)
+		if err != nil {
+			return
+		}
+		err = b.write(ctx, lease, st.Refused(l, b.o.Now()))
+		if !apierrors.IsConflict(err) {
+			return
+		}
+		if sleep(ctx, conflictBackoff(attempt)) != nil {
+			return
+		}
+	}
+}
+
+// conflictBackoff is the pause after the n-th write conflict: uniform in
+// [0, 20 ms·2^n), at most 1 s.
+func conflictBackoff(n int) time.Duration {
+	d := min(time.Second, 20*time.Millisecond<<min(n, 10))
+	return rand.N(d)
+}
+
+// read returns action's Lease and its state, creating the Lease with a full
+// bucket when it does not exist. A Lease whose annotation is missing or
+// unreadable reads as a full bucket (it is overwritten on the next write).
+func (b *Budget) read(ctx context.Context, action string, l Limit) (*coordinationv1.Lease, State, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	leases := b.o.Client.CoordinationV1().Leases(b.o.Namespace)
+	lease, err := leases.Get(ctx, LeaseName(action), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		st := Full(l, b.o.Now())
+		lease, err = leases.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{
+			Name: LeaseName(action), Namespace: b.o.Namespace, Annotations: map[string]string{Annotation: st.Encode()},
+		}}, metav1.CreateOptions{FieldManager: "vpcipd"})
+		if apierrors.IsAlreadyExists(err) {
+			lease, err = leases.Get(ctx, LeaseName(action), metav1.GetOptions{})
+		}
+	}
+	if err != nil {
+		return nil, State{}, err
+	}
+	st, derr := Decode(lease.Annotations[Annotation])
+	if derr != nil {
+		b.o.Logger.Warn("EC2 budget Lease unreadable: taking it as a full bucket", "lease", lease.Name, "err", derr)
+		st = Full(l, b.o.Now())
+	}
+	return lease, st, nil
+}
+
+// write stores st in lease under the resourceVersion read.
+func (b *Budget) write(ctx context.Context, lease *coordinationv1.Lease, st State) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	lease = lease.DeepCopy()
+	if lease.Annotations == nil {
+		lease.Annotations = map[string]string{}
+	}
+	lease.Annotations[Annotation] = st.Encode()
+	if b.o.NodeName != "" {
+		holder := b.o.NodeName
+		lease.Spec.HolderIdentity = &holder
+	}
+	_, err := b.o.Client.CoordinationV1().Leases(b.o.Namespace).Update(ctx, lease, metav1.UpdateOptions{FieldManager: "vpcipd"})
+	return err
+}
+
+func (b *Budget) isDegraded() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.o.Now().Before(b.degradedUntil)
+}
+
+// degrade notes an API server failure and paces this request alone.
+func (b *Budget) degrade(ctx context.Context, action string, l Limit, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	b.mu.Lock()
+	b.degradedUntil = b.o.Now().Add(b.o.Degraded)
+	nodes := b.nodes
+	b.mu.Unlock()
+	b.o.Logger.Warn("EC2 budget: API server unreachable, pacing EC2 calls alone at the fleet's share", "action", action,
+		"nodes", nodes, "for", b.o.Degraded, "err", err)
+	return b.pace(ctx, action, l)
+}
+
+// pace waits for action's local limiter: the shared refill rate divided by
+// the fleet's node count, burst 1. With the count never read there is no
+// limit beyond the provider's own pacing.
+func (b *Budget) pace(ctx context.Context, action string, l Limit) error {
+	b.mu.Lock()
+	nodes := b.nodes
+	lim := b.local[action]
+	if lim == nil && nodes > 0 {
+		lim = rate.NewLimiter(rate.Limit(l.RefillPerSecond/float64(nodes)), 1)
+		b.local[action] = lim
+	}
+	b.mu.Unlock()
+	if lim == nil {
+		return nil
+	}
+	return lim.Wait(ctx)
+}
+
+// countNodes reads the fleet's node count (a one-item list's
+// remainingItemCount) at most every ten minutes; the count only shapes the
+// fallback pacing.
+func (b *Budget) countNodes(ctx context.Context) {
+	b.mu.Lock()
+	due := b.o.Now().Sub(b.countedAt) >= 10*time.Minute
+	if due {
+		b.countedAt = b.o.Now()
+	}
+	b.mu.Unlock()
+	if !due {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	l, err := b.o.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{Limit: 1})
+	if err != nil {
+		return
+	}
+	n := len(l.Items)
+	if l.RemainingItemCount != nil {
+		n += int(*l.RemainingItemCount)
+	}
+	b.mu.Lock()
+	if n := max(n, 1); n != b.nodes {
+		b.nodes, b.local = n, map[string]*rate.Limiter{}
+	}
+	b.mu.Unlock()
+}
+
+// sleep waits d or until ctx ends, and then returns ctx.Err().
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -121,14 +121,20 @@ test:
 soak: deps
 	VPCIP_KILLS=100 $(GO) test -count=1 -timeout 60m -run '^TestKillCampaign$$' -v ./test/e2e/
 
-## fleet: 200 vpcipd against one vpcsim with EC2's account-level request buckets and one real kube-apiserver:
-## (a) the node group launched at once, 20 pods per node within a minute, (c) churn, (d) scale-in; prints the table.
-## `make test` runs the same test with 10 nodes. FLEET_NODES=n changes the fleet's size.
+## fleet: 200 vpcipd against one vpcsim with EC2's account-level request buckets and one real kube-apiserver,
+## once per model of sharing the account's EC2 budget (per-node backoff, the coordinated budget), each on a fresh fleet:
+## (a) the node group launched at once, 20 pods per node within a minute, (b) a rollout in 4 waves, (c) churn,
+## (d) scale-in; prints each table and the models side by side. About 13 minutes per model here.
+## `make test` runs a short variant (6 nodes per model). FLEET_NODES=n changes the fleet's size,
+## FLEET_SCENARIOS=a (letters of abcd) and FLEET_MODELS=fleet (node,fleet) pick a part.
 FLEET_NODES ?= 200
+FLEET_SCENARIOS ?= abcd
+FLEET_MODELS ?= node,fleet
 fleet: deps k8s-tools
-	VPCIP_K8S_BIN=$$(bash scripts/k8s-tools.sh | tail -n 1) VPCIP_FLEET_NODES=$(FLEET_NODES) VPCIP_FLEET_SPREAD=60s \
-	VPCIP_FLEET_CHURN=3m VPCIP_FLEET_CHURN_INTERVAL=10s VPCIP_FLEET_SETTLE=15s VPCIP_FLEET_SCALEIN_SETTLE=90s \
-	$(ONEBUILD) $(GO) test -count=1 -timeout 60m -run '^TestFleet$$' -v ./test/fleet/
+	VPCIP_K8S_BIN=$$(bash scripts/k8s-tools.sh | tail -n 1) VPCIP_FLEET_NODES=$(FLEET_NODES) VPCIP_FLEET_PODS=20 VPCIP_FLEET_SPREAD=60s \
+	VPCIP_FLEET_CHURN=3m VPCIP_FLEET_CHURN_INTERVAL=10s VPCIP_FLEET_SETTLE=15s VPCIP_FLEET_SCALEIN_SETTLE=90s VPCIP_FLEET_WAVES=4 \
+	VPCIP_FLEET_SCENARIOS=$(FLEET_SCENARIOS) VPCIP_FLEET_MODELS=$(FLEET_MODELS) \
+	$(ONEBUILD) $(GO) test -count=1 -timeout 120m -run '^TestFleet$$' -v ./test/fleet/
 
 ## chaos: the fault campaign on the real cluster (test/kubecluster TestChaosCampaign; make test runs a short one):
 ## the chart's DaemonSet, pods churning through kubelet, CHAOS_FAULTS faults (default 100) at random moments;

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -41,56 +42,125 @@ func envDuration(t *testing.T, name string, def time.Duration) time.Duration {
 }
 
 // TestFleet runs the fleet scenarios against EC2's account-level request
-// buckets (AWS's documented defaults) and one real API server, and prints
-// the table. The default is the short variant `make test` runs (10 nodes,
-// 20 pods each within 10 s, 15 s of churn); `make fleet` sets
-// VPCIP_FLEET_NODES=200, VPCIP_FLEET_SPREAD=60s and longer churn and
-// scale-in windows.
+// buckets (AWS's documented defaults) and one real API server, once per
+// model of sharing the account's EC2 budget, each on a fresh fleet, and
+// prints each scenario's table as it is measured and, at the end, the
+// models side by side:
+//
+//   - per-node backoff: each daemon paces its EC2 calls alone (the default,
+//     VPCIP_EC2_BUDGET=node);
+//   - coordinated budget: the daemons share the account's buckets through
+//     Leases (VPCIP_EC2_BUDGET=fleet, package ipamd/ec2budget), at
+//     VPCIP_FLEET_BUDGET_SHARE percent of them (default 80, the daemon's).
+//
+// Scenarios: (a) every daemon started at once, each node given its pods
+// within the spread; (b) a rollout replacing every pod in waves; (c) steady
+// churn; (d) scale-in of half the pods. VPCIP_FLEET_MODELS ("node,fleet")
+// and VPCIP_FLEET_SCENARIOS ("abcd") pick a part. The default is the short
+// variant `make test` runs (6 nodes per model, 10 pods each within 5 s,
+// short windows); `make fleet` sets VPCIP_FLEET_NODES=200 and a minute's
+// spread with longer windows.
 func TestFleet(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (network namespaces)")
 	}
 	kubetest.SkipIfUnavailable(t)
-	nodes := envInt(t, "VPCIP_FLEET_NODES", 10)
-	podsPerNode := envInt(t, "VPCIP_FLEET_PODS", 20)
-	spread := envDuration(t, "VPCIP_FLEET_SPREAD", 10*time.Second)
-	churn := envDuration(t, "VPCIP_FLEET_CHURN", 15*time.Second)
-	churnInterval := envDuration(t, "VPCIP_FLEET_CHURN_INTERVAL", 5*time.Second)
-	settle := envDuration(t, "VPCIP_FLEET_SETTLE", 5*time.Second)
-	scaleInSettle := envDuration(t, "VPCIP_FLEET_SCALEIN_SETTLE", 5*time.Second)
+	nodes := envInt(t, "VPCIP_FLEET_NODES", 6)
+	podsPerNode := envInt(t, "VPCIP_FLEET_PODS", 10)
+	spread := envDuration(t, "VPCIP_FLEET_SPREAD", 5*time.Second)
+	churn := envDuration(t, "VPCIP_FLEET_CHURN", 8*time.Second)
+	churnInterval := envDuration(t, "VPCIP_FLEET_CHURN_INTERVAL", 4*time.Second)
+	settle := envDuration(t, "VPCIP_FLEET_SETTLE", 3*time.Second)
+	scaleInSettle := envDuration(t, "VPCIP_FLEET_SCALEIN_SETTLE", 3*time.Second)
+	waves := envInt(t, "VPCIP_FLEET_WAVES", 2)
+	share := envInt(t, "VPCIP_FLEET_BUDGET_SHARE", 80)
+	scenarios := os.Getenv("VPCIP_FLEET_SCENARIOS")
+	if scenarios == "" {
+		scenarios = "abcd"
+	}
+	if strings.Trim(scenarios, "abcd") != "" || !strings.Contains(scenarios, "a") {
+		t.Fatalf("VPCIP_FLEET_SCENARIOS=%q: want letters of abcd, a included (it gives the nodes their pods)", scenarios)
+	}
+	models := []struct {
+		key, name string
+		env       []string
+	}{
+		{"node", "per-node backoff", nil},
+		{"fleet", "coordinated budget", []string{"VPCIP_EC2_BUDGET=fleet", fmt.Sprintf("VPCIP_EC2_BUDGET_SHARE=%d", share)}},
+	}
+	picked := os.Getenv("VPCIP_FLEET_MODELS")
+	if picked == "" {
+		picked = "node,fleet"
+	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 110*time.Minute)
 	defer cancel()
 	bin := t.TempDir()
 	if err := cluster.BuildBinaries(ctx, bin); err != nil {
 		t.Fatal(err)
 	}
-	prefix := fmt.Sprintf("fl%d", os.Getpid()%10000)
+	var results []fleet.Model
+	for i, m := range models {
+		if !slices.Contains(strings.Split(picked, ","), m.key) {
+			continue
+		}
+		ok := t.Run(m.key, func(t *testing.T) {
+			r := runModel(ctx, t, fmt.Sprintf("f%d%c", os.Getpid()%10000, 'a'+i), bin, nodes, m.env, func(f *fleet.Fleet) []fleet.Report {
+				return runScenarios(ctx, t, f, scenarios, scenarioOptions{podsPerNode, spread, churn, churnInterval, settle, scaleInSettle, waves})
+			})
+			results = append(results, fleet.Model{Name: m.name, Reports: r})
+		})
+		if !ok {
+			break
+		}
+	}
+	var b strings.Builder
+	fleet.PrintComparison(&b, results)
+	t.Logf("\n%d nodes per model; AB st/n/m: AddressBudget status writes per node and minute; lease/n/m: Lease requests per node and minute (the shared budget's; the API server's own lease renewals included); central operator model: not measured\n%s", nodes, b.String())
+}
+
+type scenarioOptions struct {
+	podsPerNode                  int
+	spread, churn, churnInterval time.Duration
+	settle, scaleInSettle        time.Duration
+	waves                        int
+}
+
+// runModel starts a fleet of n nodes whose daemons get env, runs fn on it,
+// and checks that it closes cleanly.
+func runModel(ctx context.Context, t *testing.T, prefix, bin string, n int, env []string, fn func(*fleet.Fleet) []fleet.Report) []fleet.Report {
 	f, err := fleet.Start(ctx, fleet.Options{
-		Prefix: prefix, Nodes: nodes, BinDir: bin, WorkDir: t.TempDir(),
+		Prefix: prefix, Nodes: n, BinDir: bin, WorkDir: t.TempDir(),
 		CRDFile: "../../charts/vpcip/crds/addressbudgets.vpcip.io.yaml", RulesFile: "../../charts/vpcip/files/clusterrole-rules.yaml",
 		RequestLimits: vpcsim.AWSRequestLimits(),
+		DaemonEnv:     env,
 		Logf:          t.Logf,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
+	defer func() {
 		if err := f.Close(); err != nil {
 			t.Errorf("fleet close: %v", err)
 		}
 		if left := f.Leftovers(); len(left) > 0 {
 			t.Errorf("left after close: %v", left)
 		}
-	})
+	}()
+	return fn(f)
+}
+
+func runScenarios(ctx context.Context, t *testing.T, f *fleet.Fleet, scenarios string, o scenarioOptions) []fleet.Report {
+	var out []fleet.Report
 	report := func(r fleet.Report) {
 		var b strings.Builder
 		r.Print(&b)
 		t.Log("\n" + b.String())
+		out = append(out, r)
 	}
-
+	nodes := len(f.Nodes)
 	ra, pods, err := f.ScenarioLaunch(ctx, fleet.LaunchOptions{
-		PodsPerNode: podsPerNode, Spread: spread, ReadyTimeout: 5 * time.Minute, PodTimeout: 10 * time.Minute, Settle: settle,
+		PodsPerNode: o.podsPerNode, Spread: o.spread, ReadyTimeout: 5 * time.Minute, PodTimeout: 10 * time.Minute, Settle: o.settle,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -99,25 +169,38 @@ func TestFleet(t *testing.T) {
 	if ra.Failed > 0 {
 		t.Errorf("scenario a: %d of %d pods got no address: %v", ra.Failed, ra.Pods, ra.Errors)
 	}
-	if want := nodes * podsPerNode; ra.Pods != want {
+	if want := nodes * o.podsPerNode; ra.Pods != want {
 		t.Errorf("scenario a: %d pods asked, want %d", ra.Pods, want)
 	}
-
-	rc, err := f.ScenarioChurn(ctx, pods, fleet.ChurnOptions{Duration: churn, Interval: churnInterval, PodTimeout: 5 * time.Minute, Settle: settle})
-	if err != nil {
-		t.Fatal(err)
+	if strings.Contains(scenarios, "b") {
+		rb, err := f.ScenarioRollout(ctx, pods, fleet.RolloutOptions{Waves: o.waves, Pause: o.settle, PodTimeout: 10 * time.Minute, Settle: o.settle})
+		if err != nil {
+			t.Fatal(err)
+		}
+		report(rb)
+		if rb.Failed > 0 {
+			t.Errorf("scenario b: %d of %d pods or deletions failed: %v", rb.Failed, rb.Pods, rb.Errors)
+		}
 	}
-	report(rc)
-	if rc.Failed > 0 {
-		t.Errorf("scenario c: %d of %d pods failed: %v", rc.Failed, rc.Pods, rc.Errors)
+	if strings.Contains(scenarios, "c") {
+		rc, err := f.ScenarioChurn(ctx, pods, fleet.ChurnOptions{Duration: o.churn, Interval: o.churnInterval, PodTimeout: 5 * time.Minute, Settle: o.settle})
+		if err != nil {
+			t.Fatal(err)
+		}
+		report(rc)
+		if rc.Failed > 0 {
+			t.Errorf("scenario c: %d of %d pods failed: %v", rc.Failed, rc.Pods, rc.Errors)
+		}
 	}
-
-	rd, err := f.ScenarioScaleIn(ctx, pods, scaleInSettle)
-	if err != nil {
-		t.Fatal(err)
+	if strings.Contains(scenarios, "d") {
+		rd, err := f.ScenarioScaleIn(ctx, pods, o.scaleInSettle)
+		if err != nil {
+			t.Fatal(err)
+		}
+		report(rd)
+		if rd.Failed > 0 {
+			t.Errorf("scenario d: %d deletions failed: %v", rd.Failed, rd.Errors)
+		}
 	}
-	report(rd)
-	if rd.Failed > 0 {
-		t.Errorf("scenario d: %d deletions failed: %v", rd.Failed, rd.Errors)
-	}
+	return out
 }

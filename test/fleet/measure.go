@@ -340,3 +340,55 @@ func sortedKeys[V any](m map[string]V) []string {
 	sort.Strings(out)
 	return out
 }
+
+// EC2Totals are the scenario's EC2 requests and how many the account's
+// buckets refused.
+func (r Report) EC2Totals() (total, refused int) {
+	for _, c := range r.EC2ByAction {
+		total += c.Accepted + c.Throttled
+		refused += c.Throttled
+	}
+	return total, refused
+}
+
+// Model is one way the fleet's daemons share the account's EC2 budget,
+// with its scenarios' reports.
+type Model struct {
+	Name    string
+	Reports []Report
+}
+
+// PrintComparison writes the scenarios of every model side by side: pod
+// waits, EC2 requests and the share refused, AddressBudget status writes
+// and the shared budget's Lease requests per node and minute, daemon CPU.
+func PrintComparison(w *strings.Builder, models []Model) {
+	fmt.Fprintf(w, "%-32s %-20s %6s %26s %8s %8s %9s %9s %9s\n", "scenario", "model", "pods", "pod wait p50 / p99 / max", "EC2 req", "refused", "AB st/n/m", "lease/n/m", "CPU/node")
+	byScenario := map[string][]int{}
+	var order []string
+	for mi, m := range models {
+		for ri, r := range m.Reports {
+			if _, ok := byScenario[r.Scenario]; !ok {
+				order = append(order, r.Scenario)
+			}
+			byScenario[r.Scenario] = append(byScenario[r.Scenario], mi<<16|ri)
+		}
+	}
+	for _, sc := range order {
+		for _, k := range byScenario[sc] {
+			m := models[k>>16]
+			r := m.Reports[k&0xffff]
+			total, refused := r.EC2Totals()
+			pct := 0.0
+			if total > 0 {
+				pct = 100 * float64(refused) / float64(total)
+			}
+			lease := r.APIPerNodeMinute["GET leases"] + r.APIPerNodeMinute["PUT leases"] + r.APIPerNodeMinute["POST leases"]
+			wait := "—"
+			if r.Pods-r.Failed > 0 && r.WaitMax > 0 {
+				wait = fmt.Sprintf("%s / %s / %s", r.WaitP50.Round(10*time.Millisecond), r.WaitP99.Round(100*time.Millisecond), r.WaitMax.Round(100*time.Millisecond))
+			}
+			fmt.Fprintf(w, "%-32s %-20s %6d %26s %8d %7.1f%% %9.2f %9.2f %9s\n", r.Scenario, m.Name, r.Pods-r.Failed, wait, total, pct,
+				r.APIPerNodeMinute["PUT addressbudgets/status"], lease, r.CPUMean.Round(10*time.Millisecond))
+		}
+	}
+}

@@ -323,3 +323,83 @@ func sleep(ctx context.Context, d time.Duration) {
 	case <-time.After(d):
 	}
 }
+
+// RolloutOptions shape scenario (b).
+type RolloutOptions struct {
+	Waves      int           // the fleet's pods are replaced in this many waves (4)
+	Pause      time.Duration // between the end of one wave and the start of the next
+	PodTimeout time.Duration
+	Settle     time.Duration
+}
+
+// ScenarioRollout is scenario (b), a rollout replacing every pod of the
+// fleet in waves, as a Deployment's rolling update with maxSurge does: in
+// each wave every node gets new pods for a 1/Waves share of its pods, and
+// the old ones are deleted once the new ones hold their addresses. pods is
+// updated in place.
+func (f *Fleet) ScenarioRollout(ctx context.Context, pods map[*Node][]*Pod, o RolloutOptions) (Report, error) {
+	before, err := f.snapshot(ctx)
+	if err != nil {
+		return Report{}, err
+	}
+	t := newTally()
+	var deleted atomic.Int64
+	var failMu sync.Mutex
+	var delFailed []string
+	old := map[*Node][]*Pod{}
+	for n, ps := range pods {
+		old[n] = ps
+		pods[n] = nil
+	}
+	for w := range o.Waves {
+		var wg sync.WaitGroup
+		for _, n := range f.Nodes {
+			all := old[n]
+			lo, hi := len(all)*w/o.Waves, len(all)*(w+1)/o.Waves
+			wave := all[lo:hi]
+			wg.Go(func() {
+				nt := newTally()
+				var pw sync.WaitGroup
+				for range wave {
+					pw.Go(func() {
+						sleep(ctx, time.Duration(mrand.Int64N(int64(time.Second))))
+						pctx, cancel := context.WithTimeout(ctx, o.PodTimeout)
+						defer cancel()
+						f.runPod(pctx, n, nt)
+					})
+				}
+				pw.Wait()
+				for _, p := range wave {
+					if err := f.deletePod(ctx, p); err != nil {
+						failMu.Lock()
+						delFailed = append(delFailed, err.Error())
+						failMu.Unlock()
+						continue
+					}
+					deleted.Add(1)
+				}
+				t.mu.Lock()
+				t.waits = append(t.waits, nt.waits...)
+				t.failed = append(t.failed, nt.failed...)
+				t.pods[n] = append(t.pods[n], nt.pods[n]...)
+				t.mu.Unlock()
+			})
+		}
+		wg.Wait()
+		f.Logf("fleet: rollout wave %d of %d done", w+1, o.Waves)
+		if w < o.Waves-1 {
+			sleep(ctx, o.Pause)
+		}
+	}
+	for n, ps := range t.pods {
+		pods[n] = ps
+	}
+	sleep(ctx, o.Settle)
+	after, err := f.snapshot(ctx)
+	if err != nil {
+		return Report{}, err
+	}
+	r := f.report("b: rollout in waves", before, after, t.waits, append(t.failed, delFailed...))
+	r.Deleted = int(deleted.Load())
+	return r, nil
+}

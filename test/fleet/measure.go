@@ -385,7 +385,7 @@ func PrintComparison(w *strings.Builder, models []Model) {
 			lease := r.APIPerNodeMinute["GET leases"] + r.APIPerNodeMinute["PUT leases"] + r.APIPerNodeMinute["POST leases"]
 			wait := "—"
 			if r.Pods-r.Failed > 0 && r.WaitMax > 0 {
-				wait = fmt.Sprintf("%s / %s / %s", r.WaitP50.Round(10*time.Millisecond), r.WaitP99.Round(100*time.Millisecond), r.WaitMax.Round(100*time.Millisecond))
+				wait = fmt.Sprintf("%s / %s / %s", r.WaitP50.Round(10*time.Millisecond), r.WaitP99.Round(10*time.Millisecond), r.WaitMax.Round(10*time.Millisecond))
 			}
 			fmt.Fprintf(w, "%-32s %-20s %6d %26s %8d %7.1f%% %9.2f %9.2f %9s\n", r.Scenario, m.Name, r.Pods-r.Failed, wait, total, pct,
 				r.APIPerNodeMinute["PUT addressbudgets/status"], lease, r.CPUMean.Round(10*time.Millisecond))

@@ -21,8 +21,10 @@ import (
 	"github.com/vpcip/vpcip/ipamd/addressbudget"
 	"github.com/vpcip/vpcip/ipamd/api"
 	"github.com/vpcip/vpcip/ipamd/cluster"
+	"github.com/vpcip/vpcip/ipamd/ec2budget"
 	"github.com/vpcip/vpcip/ipamd/eniconfig"
 	"github.com/vpcip/vpcip/ipamd/nodestatus"
+	"github.com/vpcip/vpcip/provider"
 	"github.com/vpcip/vpcip/test/kubetest"
 )
 
@@ -121,7 +123,7 @@ func prepareEveryVerb(t *testing.T, k *kubetest.Server, admin kubernetes.Interfa
 	regs := map[string]*prometheus.Registry{a: prometheus.NewRegistry(), b: prometheus.NewRegistry()}
 	newPart := func(node string) *cluster.Cluster {
 		c, err := cluster.New(cluster.Options{NodeName: node, Config: cfg, Metrics: regs[node], LeakGrace: time.Second,
-			PublishInterval: time.Second, Tick: 100 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+			PublishInterval: time.Second, CountsInterval: time.Second, Tick: 100 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -132,17 +134,22 @@ func prepareEveryVerb(t *testing.T, k *kubetest.Server, admin kubernetes.Interfa
 	if err != nil {
 		t.Fatal(err)
 	}
+	budget, err := ec2budget.New(ec2budget.Options{Client: kubernetes.NewForConfigOrDie(cfg), Namespace: a, NodeName: a})
+	if err != nil {
+		t.Fatal(err)
+	}
 	return func() error {
 		defer cancel()
 		go eniCfg.Run(ctx)
-		return exerciseEveryVerb(ctx, admin, budgets, a, b, pod, ca, cb, regs, eniCfg)
+		return exerciseEveryVerb(ctx, admin, budgets, a, b, pod, ca, cb, regs, eniCfg, budget)
 	}
 }
 
 // exerciseEveryVerb runs the scenario prepareEveryVerb set up and returns
-// what did not happen within 8 s, or nil.
+// what did not happen within 8 s, or nil; budget is node a's share of the
+// fleet's EC2 budget (leases).
 func exerciseEveryVerb(ctx context.Context, admin kubernetes.Interface, budgets *addressbudget.Client, a, b string, pod *corev1.Pod,
-	ca, cb *cluster.Cluster, regs map[string]*prometheus.Registry, eniCfg *eniconfig.Source) error {
+	ca, cb *cluster.Cluster, regs map[string]*prometheus.Registry, eniCfg *eniconfig.Source, budget *ec2budget.Budget) error {
 	var errs []error
 	start := func(c *cluster.Cluster, d *fakeDaemon) {
 		go c.Run(ctx)
@@ -183,6 +190,22 @@ func exerciseEveryVerb(ctx context.Context, admin kubernetes.Interface, budgets 
 			return err == nil && len(l.Items) == 1 && l.Items[0].Series != nil
 		}},
 	}
+	// The fleet's shared EC2 budget (ipamd/ec2budget) as node a: two takes
+	// create its Lease (get, create) and write it back (update).
+	for range 2 {
+		budget.Take(ctx, "AttachNetworkInterface", provider.PriorityPodWaiting)
+	}
+	checks = append(checks, struct {
+		what string
+		ok   func() bool
+	}{"EC2 budget Lease created and taken from twice (leases get, create, update)", func() bool {
+		l, err := admin.CoordinationV1().Leases(a).Get(ctx, ec2budget.LeaseName("AttachNetworkInterface"), metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		st, err := ec2budget.Decode(l.Annotations[ec2budget.Annotation])
+		return err == nil && st.Tokens <= st.Capacity-1.5
+	}})
 	for _, c := range checks {
 		for !c.ok() && time.Now().Before(deadline) {
 			time.Sleep(100 * time.Millisecond)

@@ -86,9 +86,7 @@ type Cluster struct {
 	o       Options
 	log     *slog.Logger
 	metrics *metrics
-	cs      kubernetes.Interface
-	budgets *addressbudget.Client
-	probe   func(context.Context) error // asks the API server whether it answers (checkHealth)
+	api     apiClients
 
 	pods, nodes cache.SharedIndexInformer
 	events      *recorder
@@ -101,6 +99,14 @@ type Cluster struct {
 	latest  *nodestatus.Snapshot // the daemon's last published status; nil before the first
 	leaks   leakState
 	pub     publishState
+}
+
+// apiClients are the Cluster's ways to the API server, set once by wire
+// (nil cs: the part is disabled).
+type apiClients struct {
+	cs      kubernetes.Interface
+	budgets *addressbudget.Client
+	probe   func(context.Context) error // asks the API server whether it answers (checkHealth)
 }
 
 // leakState is what leak detection (checkLeaks) remembers between ticks.
@@ -173,14 +179,14 @@ func (c *Cluster) Health() Health {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	h := Health{Enabled: c.cs != nil, Connected: c.state == "", Reason: c.state}
+	h := Health{Enabled: c.api.cs != nil, Connected: c.state == "", Reason: c.state}
 	if h.Reason == "" {
 		h.Reason = c.pub.err
 	}
 	return h
 }
 
-func (c *Cluster) enabled() bool { return c != nil && c.cs != nil }
+func (c *Cluster) enabled() bool { return c != nil && c.api.cs != nil }
 
 // Run watches and publishes until ctx ends. It returns nil at once when the
 // part is disabled; otherwise it never fails: API errors are retried and
@@ -309,7 +315,7 @@ func (c *Cluster) checkHealth(ctx context.Context) {
 	}
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if err := c.probe(pctx); err != nil {
+	if err := c.api.probe(pctx); err != nil {
 		c.apiError("probe", err)
 		return
 	}

@@ -15,7 +15,7 @@ import (
 func NewWithClients(o Options, cs kubernetes.Interface, dyn dynamic.Interface) (*Cluster, error) {
 	o.Config = &rest.Config{Host: "fake"}
 	return newCluster(o, func(c *Cluster) error {
-		c.probe = func(context.Context) error {
+		c.api.probe = func(context.Context) error {
 			_, err := cs.Discovery().ServerVersion()
 			return err
 		}

@@ -31,7 +31,7 @@ func (c *Cluster) wire() error {
 		return err
 	}
 	// GET /version: allowed to every identity, and cheap.
-	c.probe = func(ctx context.Context) error {
+	c.api.probe = func(ctx context.Context) error {
 		_, err := cs.Discovery().RESTClient().Get().AbsPath("/version").DoRaw(ctx)
 		return err
 	}
@@ -43,7 +43,7 @@ func (c *Cluster) wire() error {
 // and dynamic clients only (no REST client), so client-go's fake clientsets
 // can stand in for the API server in tests of the part's timing.
 func (c *Cluster) wireClients(cs kubernetes.Interface, dyn dynamic.Interface) error {
-	c.cs, c.budgets = cs, addressbudget.NewClient(dyn)
+	c.api.cs, c.api.budgets = cs, addressbudget.NewClient(dyn)
 	pods, nodes := cs.CoreV1().Pods(metav1.NamespaceAll), cs.CoreV1().Nodes()
 	c.pods = c.informer(&corev1.Pod{}, "pods", fields.OneTermEqualSelector("spec.nodeName", c.o.NodeName),
 		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return pods.List(ctx, o) }, pods.Watch)
@@ -86,7 +86,7 @@ func (c *Cluster) informer(obj runtime.Object, resource string, sel fields.Selec
 	}
 	// As client-go's generated informers: the reflector streams the initial
 	// list (WatchList) unless the client says it cannot (its fakes).
-	inf := cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, c.cs), obj, cache.SharedIndexInformerOptions{})
+	inf := cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, c.api.cs), obj, cache.SharedIndexInformerOptions{})
 	inf.SetTransform(stripForCache)
 	inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
 		c.apiError("watch "+resource, err)
@@ -180,7 +180,7 @@ type podName struct{ namespace, name string }
 func (c *Cluster) livePods(ctx context.Context) (map[podName]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	l, err := c.cs.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
+	l, err := c.api.cs.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
 		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", c.o.NodeName).String(),
 	})
 	if err != nil {

@@ -265,9 +265,9 @@ func (pb publisher) write(ctx context.Context, obj *addressbudget.AddressBudget,
 	owner := metav1.OwnerReference{APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID}
 	var err error
 	if obj == nil {
-		obj, err = c.budgets.Get(ctx, c.o.NodeName)
+		obj, err = c.api.budgets.Get(ctx, c.o.NodeName)
 		if apierrors.IsNotFound(err) {
-			obj, err = c.budgets.Create(ctx, &addressbudget.AddressBudget{ObjectMeta: metav1.ObjectMeta{Name: c.o.NodeName, OwnerReferences: []metav1.OwnerReference{owner}}})
+			obj, err = c.api.budgets.Create(ctx, &addressbudget.AddressBudget{ObjectMeta: metav1.ObjectMeta{Name: c.o.NodeName, OwnerReferences: []metav1.OwnerReference{owner}}})
 			pb.countWrite("addressbudget_create", err)
 		}
 		if err != nil {
@@ -276,14 +276,14 @@ func (pb publisher) write(ctx context.Context, obj *addressbudget.AddressBudget,
 	}
 	if len(obj.OwnerReferences) != 1 || obj.OwnerReferences[0].UID != node.UID {
 		obj.OwnerReferences = []metav1.OwnerReference{owner}
-		obj, err = c.budgets.Update(ctx, obj)
+		obj, err = c.api.budgets.Update(ctx, obj)
 		pb.countWrite("addressbudget_update", err)
 		if err != nil {
 			return nil, err
 		}
 	}
 	obj.Status = st
-	obj, err = c.budgets.UpdateStatus(ctx, obj)
+	obj, err = c.api.budgets.UpdateStatus(ctx, obj)
 	pb.countWrite("addressbudget_status", err)
 	return obj, err
 }

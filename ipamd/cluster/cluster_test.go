@@ -171,3 +171,33 @@ func TestNoAddressEventNamesCauseAndNumbers(t *testing.T) {
 		t.Errorf("kubectl describe pod does not show the cause with numbers (%v):\n%s", err, out)
 	}
 }
+
+// TestNodeWarningFollowsTheENIConfig: a node whose placement problem moves
+// from one ENIConfig to another (ENIConfig "default" before the zone label,
+// then its zone's) gets an Event naming each, with the ENIConfig as the
+// related object; the events.k8s.io recorder would otherwise fold the
+// second into the first's series and keep showing "default".
+func TestNodeWarningFollowsTheENIConfig(t *testing.T) {
+	k := kubetest.Shared(t)
+	e := newEnv(t, k, uniq(t), 110, cluster.Options{})
+	eventually(t, 20*time.Second, "cluster part connected", func() bool { return e.c.Health().Connected })
+	e.c.NodeWarning("ENIConfigNotFound", `ENIConfig "default" does not exist`, "default")
+	time.Sleep(200 * time.Millisecond)
+	e.c.NodeWarning("ENIConfigNotFound", `ENIConfig "us-west-2a" does not exist`, "us-west-2a")
+	eventually(t, 10*time.Second, "an Event per ENIConfig on the node, each relating its ENIConfig", func() bool {
+		l, err := e.admin.EventsV1().Events(metav1.NamespaceDefault).List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			return false
+		}
+		seen := map[string]bool{}
+		for _, ev := range l.Items {
+			if ev.Regarding.Kind != "Node" || ev.Regarding.Name != e.node || ev.Reason != "ENIConfigNotFound" || ev.Related == nil {
+				continue
+			}
+			if ev.Related.Kind == "ENIConfig" && strings.Contains(ev.Note, `"`+ev.Related.Name+`"`) {
+				seen[ev.Related.Name] = true
+			}
+		}
+		return seen["default"] && seen["us-west-2a"]
+	})
+}

@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/events"
 
 	"github.com/vpcip/vpcip/ipamd/api"
+	"github.com/vpcip/vpcip/ipamd/podsubnet"
 )
 
 // Event reasons (events.k8s.io/v1 reason, CamelCase), one per cause, so
@@ -82,10 +84,15 @@ func (c *Cluster) nodeEvent(node *corev1.Node, eventType, reason, note string) {
 
 // NodeWarning records a Warning Event on this node, for problems of the node
 // as a whole rather than of one pod: reason is CamelCase (e.g.
-// "ENIConfigNotFound"), note the message. It returns at once; with the part
+// "ENIConfigNotFound"), note the message, eniConfig the ENIConfig the
+// problem concerns ("" for none), named as the Event's related object. The
+// events.k8s.io recorder folds Events of one regarding, related, action and
+// reason into a series that keeps its first note, so without the related
+// ENIConfig a node whose problem moved from ENIConfig "default" to its
+// zone's would go on showing "default". It returns at once; with the part
 // disabled it does nothing. Before the node cache has the Node the Event
 // names it without its UID.
-func (c *Cluster) NodeWarning(reason, note string) {
+func (c *Cluster) NodeWarning(reason, note, eniConfig string) {
 	if !c.enabled() {
 		return
 	}
@@ -93,6 +100,14 @@ func (c *Cluster) NodeWarning(reason, note string) {
 	if node == nil {
 		node = &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: c.o.NodeName}}
 	}
-	c.events.r.Eventf(node, nil, corev1.EventTypeWarning, reason, "PlaceENI", "%s", note)
+	var related runtime.Object
+	if eniConfig != "" {
+		u := &unstructured.Unstructured{}
+		u.SetAPIVersion(podsubnet.ENIConfigGroup + "/" + podsubnet.ENIConfigVersion)
+		u.SetKind("ENIConfig")
+		u.SetName(eniConfig)
+		related = u
+	}
+	c.events.r.Eventf(node, related, corev1.EventTypeWarning, reason, "PlaceENI", "%s", note)
 	c.metrics.events.WithLabelValues(reason).Inc()
 }

@@ -80,8 +80,9 @@ type Placer struct {
 	src   ENIConfigSource
 	log   *slog.Logger
 	// onProblem is called when a problem appears or changes (Event reason,
-	// message); nil: none.
-	onProblem func(reason, message string)
+	// message, and the ENIConfig it concerns under custom networking, else
+	// ""); nil: none.
+	onProblem func(reason, message, eniConfig string)
 
 	mu   sync.Mutex // guards the fields below
 	self *provider.Instance
@@ -104,7 +105,7 @@ const (
 
 // NewPlacer wires a Placer; it does no I/O. src may be nil unless
 // set.Custom; onProblem may be nil.
-func NewPlacer(cloud Cloud, set Settings, src ENIConfigSource, log *slog.Logger, onProblem func(reason, message string)) *Placer {
+func NewPlacer(cloud Cloud, set Settings, src ENIConfigSource, log *slog.Logger, onProblem func(reason, message, eniConfig string)) *Placer {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -272,7 +273,7 @@ func (p *Placer) record(d Decision, err error, input string) {
 			p.log.Warn("no ENI can be placed: the pool waits", "mode", d.Mode, "eniConfig", d.ENIConfig, "problem", d.Problem)
 		}
 		if changed && p.onProblem != nil {
-			p.onProblem(d.Cause, d.Problem)
+			p.onProblem(d.Cause, d.Problem, d.ENIConfig)
 		}
 		return
 	}

@@ -222,7 +222,7 @@ func TestCustomNetworking(t *testing.T) {
 	src := &source{}
 	var problems []string
 	pl := podsubnet.NewPlacer(n.prov, podsubnet.Settings{Custom: true, Discovery: true, Cluster: cluster}, src, n.log,
-		func(reason, msg string) { problems = append(problems, reason+": "+msg) })
+		func(reason, msg, _ string) { problems = append(problems, reason+": "+msg) })
 	w := &podsubnet.Provider{Provider: n.prov, Placer: pl}
 	before := len(n.sim.Cloud.NetworkInterfaces())
 

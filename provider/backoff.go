@@ -1,6 +1,7 @@
 package provider
 
 import (
+	"context"
 	"math/rand/v2"
 	"time"
 )
@@ -24,4 +25,21 @@ func RetryWait(base, limit time.Duration, n int) time.Duration {
 	}
 	half := d / 2
 	return half + rand.N(d-half+1)
+}
+
+// Sleep waits d (at once for d ≤ 0) or until ctx ends, whichever comes
+// first, and returns ctx.Err(): nil when the wait ran out with ctx still
+// live. The waits between retries, polls and budget turns use it.
+func Sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return ctx.Err()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

@@ -1,6 +1,8 @@
 package provider
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
 )
@@ -54,5 +56,21 @@ func TestRetryWait(t *testing.T) {
 	}
 	if got := RetryWait(base, -time.Second, 3); got != 0 {
 		t.Errorf("RetryWait with a negative limit = %v, want 0", got)
+	}
+}
+
+// TestSleep: a wait ends with the context's error when the context ends
+// first, with nil when it runs out, and at once for a non-positive wait.
+func TestSleep(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := Sleep(ctx, time.Hour); !errors.Is(err, context.Canceled) {
+		t.Errorf("Sleep on a canceled context = %v, want context.Canceled", err)
+	}
+	if err := Sleep(context.Background(), -time.Second); err != nil {
+		t.Errorf("Sleep(-1s) = %v, want nil", err)
+	}
+	if err := Sleep(context.Background(), time.Millisecond); err != nil {
+		t.Errorf("Sleep(1ms) = %v, want nil", err)
 	}
 }

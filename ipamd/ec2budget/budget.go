@@ -127,7 +127,7 @@ func (b *Budget) Take(ctx context.Context, action string, p provider.Priority) e
 		if apierrors.IsConflict(err) {
 			// Another node took a token between our read and write: read
 			// again after a short jittered pause, longer as conflicts repeat.
-			if err := sleep(ctx, conflictBackoff(attempt)); err != nil {
+			if err := provider.Sleep(ctx, conflictBackoff(attempt)); err != nil {
 				return err
 			}
 			continue
@@ -135,7 +135,7 @@ func (b *Budget) Take(ctx context.Context, action string, p provider.Priority) e
 		if err != nil {
 			return b.degrade(ctx, action, l, err)
 		}
-		return sleep(ctx, wait)
+		return provider.Sleep(ctx, wait)
 	}
 }
 
@@ -157,7 +157,7 @@ func (b *Budget) Refused(action string) {
 		if !apierrors.IsConflict(err) {
 			return
 		}
-		if sleep(ctx, conflictBackoff(attempt)) != nil {
+		if provider.Sleep(ctx, conflictBackoff(attempt)) != nil {
 			return
 		}
 	}
@@ -281,19 +281,4 @@ func (b *Budget) countNodes(ctx context.Context) {
 		b.nodes, b.local = n, map[string]*rate.Limiter{}
 	}
 	b.mu.Unlock()
-}
-
-// sleep waits d or until ctx ends, and then returns ctx.Err().
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

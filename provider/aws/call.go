@@ -71,7 +71,7 @@ func call[T any](ctx context.Context, c *Client, a action, fn func(context.Conte
 			if errors.As(err, &short) && isFinishing(ctx) && time.Now().Add(short.Wait).Before(throttleUntil) {
 				// A step of an operation already begun (attach after create):
 				// wait for the budget rather than undo what was made.
-				if err := sleep(ctx, short.Wait+rand.N(short.Wait/4+time.Millisecond)); err != nil {
+				if err := provider.Sleep(ctx, short.Wait+rand.N(short.Wait/4+time.Millisecond)); err != nil {
 					return zero, errors.Join(lastErr, err)
 				}
 				continue
@@ -111,7 +111,7 @@ func call[T any](ctx context.Context, c *Client, a action, fn func(context.Conte
 			c.opts.Observe(a.name, "throttled", time.Since(t0))
 		}
 		c.log.Debug("retrying EC2 call", "action", a.name, "attempt", attempt, "wait", wait, "err", lastErr)
-		if err := sleep(ctx, wait); err != nil {
+		if err := provider.Sleep(ctx, wait); err != nil {
 			err = errors.Join(lastErr, err)
 			c.opts.Observe(a.name, outcome(err), time.Since(start))
 			return zero, err
@@ -166,16 +166,4 @@ func budgetName(a action) string {
 // (provider.RetryWait).
 func (c *Client) backoff(attempt int) time.Duration {
 	return provider.RetryWait(c.opts.RetryBase, c.opts.RetryMax, attempt)
-}
-
-// sleep waits d or until ctx ends, and then returns ctx.Err().
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

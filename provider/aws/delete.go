@@ -82,7 +82,7 @@ func (c *Client) detach(ctx context.Context, eniID string, ni types.NetworkInter
 		if left <= 0 {
 			return fmt.Errorf("DeleteENI: %s still %s after %s of detaching", eniID, cur.Status, c.opts.DetachWait)
 		}
-		if err := sleep(ctx, min(poll, left)); err != nil {
+		if err := provider.Sleep(ctx, min(poll, left)); err != nil {
 			return fmt.Errorf("DeleteENI: waiting for %s to detach: %w", eniID, err)
 		}
 		poll = min(2*poll, 2*time.Second)

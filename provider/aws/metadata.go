@@ -305,7 +305,7 @@ func (c *Client) waitMetadata(ctx context.Context, mac, eniID string, want []net
 			return nil, fmt.Errorf("IMDS does not show %d addresses on %s (%s) after %s: %w",
 				len(want), eniID, mac, c.opts.MetadataWait, provider.ErrNotVisible)
 		}
-		if err := sleep(ctx, min(poll, left)); err != nil {
+		if err := provider.Sleep(ctx, min(poll, left)); err != nil {
 			return nil, err
 		}
 		poll = min(2*poll, time.Second)

@@ -10,9 +10,6 @@ import (
 	"testing"
 	"time"
 
-	awsconfig "github.com/aws/aws-sdk-go-v2/config"
-	"github.com/aws/aws-sdk-go-v2/credentials"
-
 	"github.com/vpcip/vpcip/ipamd/api"
 	"github.com/vpcip/vpcip/ipamd/datastore"
 	awsprovider "github.com/vpcip/vpcip/provider/aws"
@@ -47,17 +44,7 @@ func launchNode(t *testing.T, cloud *vpcsimtest.Local, clock *virtualClock, typ,
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := awsconfig.LoadDefaultConfig(context.Background(),
-		awsconfig.WithRegion("us-west-2"),
-		awsconfig.WithCredentialsProvider(credentials.NewStaticCredentialsProvider("AKIDPOOLTEST", "secret", "")),
-		awsconfig.WithBaseEndpoint(cloud.EC2URL),
-		awsconfig.WithEC2IMDSEndpoint(cloud.IMDSURL(inst.ID)),
-		awsconfig.WithSharedConfigFiles([]string{}),
-		awsconfig.WithSharedCredentialsFiles([]string{}),
-	)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := sdkConfig(t, cloud, inst.ID)
 	prov, err := awsprovider.New(context.Background(), awsprovider.Options{
 		ClusterName: "vpcip-frag-test", NodeName: inst.ID,
 		MutatingRate: 1000, MutatingBurst: 100, DescribeRate: 1000, DescribeBurst: 100,

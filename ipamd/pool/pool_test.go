@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 
@@ -80,17 +81,7 @@ func newRig(t *testing.T, o Options) *rig {
 	t.Helper()
 	cloud := vpcsimtest.Start(t, vpcsim.Config{Seed: 1})
 	inst := cloud.Launch(t, "m5.large")
-	cfg, err := awsconfig.LoadDefaultConfig(context.Background(),
-		awsconfig.WithRegion("us-west-2"),
-		awsconfig.WithCredentialsProvider(credentials.NewStaticCredentialsProvider("AKIDPOOLTEST", "secret", "")),
-		awsconfig.WithBaseEndpoint(cloud.EC2URL),
-		awsconfig.WithEC2IMDSEndpoint(cloud.IMDSURL(inst.ID)),
-		awsconfig.WithSharedConfigFiles([]string{}),
-		awsconfig.WithSharedCredentialsFiles([]string{}),
-	)
-	if err != nil {
-		t.Fatalf("SDK config: %v", err)
-	}
+	cfg := sdkConfig(t, cloud, inst.ID)
 	prov, err := awsprovider.New(context.Background(), awsprovider.Options{
 		ClusterName: "vpcip-pool-test", NodeName: "pool-test",
 		MutatingRate: 1000, MutatingBurst: 100, DescribeRate: 1000, DescribeBurst: 100,
@@ -217,3 +208,21 @@ func TestInputReadsDemand(t *testing.T) {
 
 // nopProvider is never called: Input reads no cloud.
 type nopProvider struct{ provider.Provider }
+
+// sdkConfig is the AWS SDK's configuration of the instance instanceID on
+// cloud: vpcsim's EC2 and IMDS endpoints, static credentials, no shared files.
+func sdkConfig(t *testing.T, cloud *vpcsimtest.Local, instanceID string) aws.Config {
+	t.Helper()
+	cfg, err := awsconfig.LoadDefaultConfig(context.Background(),
+		awsconfig.WithRegion("us-west-2"),
+		awsconfig.WithCredentialsProvider(credentials.NewStaticCredentialsProvider("AKIDPOOLTEST", "secret", "")),
+		awsconfig.WithBaseEndpoint(cloud.EC2URL),
+		awsconfig.WithEC2IMDSEndpoint(cloud.IMDSURL(instanceID)),
+		awsconfig.WithSharedConfigFiles([]string{}),
+		awsconfig.WithSharedCredentialsFiles([]string{}),
+	)
+	if err != nil {
+		t.Fatalf("SDK config: %v", err)
+	}
+	return cfg
+}

@@ -82,7 +82,11 @@ func DeletePodInterface(path, ifName string) ([]netip.Addr, error) {
 	}
 	for _, ad := range addrs {
 		// A non-default attachment's source rule (routing.AttachmentRule);
-		// its routes go with the link.
+		// its routes go with the link. The default attachment has none, so
+		// the pod's usual DEL spends no rule dump on it.
+		if ifName == DefaultIfName {
+			break
+		}
 		if err := routing.RemoveAttachmentRulesVia(pod.Handle, ad); err != nil {
 			return addrs, fmt.Errorf("%s in %s: %w", ifName, path, err)
 		}

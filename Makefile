@@ -94,6 +94,7 @@ dashboards:
 ## first (scripts/preflight.sh), times each phase and prints the times at the end (results/make-test-*).
 PHASES := $(CURDIR)/results/make-test-phases.tsv
 TESTLOG := $(CURDIR)/results/make-test.log
+TESTJSON := $(CURDIR)/results/make-test.json
 PHASE = VPCIP_PHASES=$(PHASES) bash scripts/phase.sh
 # One build configuration for the probe, the image, vet, the test binaries
 # and the binaries tests build: the image's (static, -trimpath). Each
@@ -103,7 +104,7 @@ ONEBUILD = CGO_ENABLED=0 GOFLAGS="$(GOFLAGS) -trimpath"
 # The packages whose tests take minutes, started first (two run at once; a
 # third beside them on two cores made the end-to-end package 160 s slower
 # and a 30 s wait in it time out). results/make-test.log has each time.
-SLOWFIRST := ./test/e2e ./test/kubecluster ./test/containerd ./ipamd/cluster ./test/cnitest ./test/monitoring
+SLOWFIRST := ./test/e2e ./test/kubecluster ./test/containerd ./test/fleet ./ipamd/cluster ./test/cnitest ./test/monitoring
 test:
 	@mkdir -p results && : >$(PHASES)
 	@$(PHASE) "tools (Debian packages)" $(MAKE) --no-print-directory test-deps
@@ -112,10 +113,10 @@ test:
 	@$(PHASE) "kubernetes, helm, etcd" $(MAKE) --no-print-directory k8s-tools
 	@$(ONEBUILD) $(PHASE) image $(MAKE) --no-print-directory image
 	@$(ONEBUILD) $(PHASE) "lint (vet builds every package)" $(MAKE) --no-print-directory lint
-	@$(ONEBUILD) $(PHASE) "build test binaries" $(GO) test -count=1 -exec /bin/true ./... >/dev/null
+	@$(ONEBUILD) $(PHASE) "build test binaries" sh -c 'bash scripts/gotestsum.sh >/dev/null && $(GO) test -count=1 -exec /bin/true ./... >/dev/null'
 	@set -o pipefail; VPCIP_K8S_BIN=$$(bash scripts/k8s-tools.sh | tail -n 1) VPCIP_REQUIRE_CONTAINERD=1 VPCIP_REQUIRE_CONTAINERD2=1 VPCIP_REQUIRE_KUBE=1 VPCIP_REQUIRE_VALGRIND=1 VPCIP_REQUIRE_QEMU=1 \
-	VPCIP_IMAGE=$(BIN)/vpcip-image.tar VPCIP_VPCIPCTL=$(BIN)/image/vpcipctl $(ONEBUILD) $(PHASE) tests $(GO) test -count=1 -timeout 25m $(SLOWFIRST) ./... 2>&1 | tee $(TESTLOG); \
-	rc=$$?; bash scripts/test-report.sh $(PHASES) $(TESTLOG); exit $$rc
+	VPCIP_IMAGE=$(BIN)/vpcip-image.tar VPCIP_VPCIPCTL=$(BIN)/image/vpcipctl $(ONEBUILD) $(PHASE) tests bash scripts/run-tests.sh $(TESTJSON) -count=1 -timeout 25m $(SLOWFIRST) ./... 2>&1 | tee $(TESTLOG); \
+	rc=$$?; bash scripts/test-report.sh $(PHASES) $(TESTJSON); exit $$rc
 
 ## soak: the kill campaign with 100 kill -9 of vpcipd during churn on two vpcsim nodes (make test runs 6).
 soak: deps

@@ -1,13 +1,31 @@
 #!/usr/bin/env bash
-# test-report.sh PHASES TESTLOG: prints how long each phase of `make test`
-# took (scripts/phase.sh wrote PHASES) and each test package's time from go
-# test's output in TESTLOG, slowest first, with the total.
+# test-report.sh PHASES TESTJSON: prints how long each phase of `make test`
+# took (scripts/phase.sh wrote PHASES), each test package's time and the
+# tests that took a minute or more, from go test's JSON events in TESTJSON
+# (scripts/run-tests.sh wrote it), slowest first, and the failed tests.
 set -uo pipefail
-phases=$1 log=$2
+phases=$1 json=$2
 echo
 echo "make test: time per phase"
 awk -F'\t' '{t+=$2; printf "  %-34s %7.1f s  %s\n", $1, $2, ($3==0 ? "" : "exit " $3)} END{printf "  %-34s %7.1f s (%.1f min)\n", "total", t, t/60}' "$phases"
-if [ -f "$log" ]; then
-	echo "make test: time per test package (slowest first; packages run two at a time)"
-	awk '($1=="ok" || $1=="FAIL") && $3 ~ /s$/ {sub(/s$/, "", $3); sub(/^github.com\/vpcip\/vpcip\//, "", $2); printf "  %-34s %7.1f s  %s\n", $2, $3, ($1=="ok" ? "" : "FAIL")}' "$log" | sort -k2 -rn
+[ -s "$json" ] || exit 0
+# field NAME: the string or number value of "NAME" in one JSON event line.
+fields='function field(name,   m) { if (match($0, "\"" name "\":(\"[^\"]*\"|[0-9.]+)")) { m = substr($0, RSTART, RLENGTH); sub("^\"" name "\":", "", m); gsub("\"", "", m); return m } return "" }'
+echo "make test: time per test package (slowest first; packages run two at a time)"
+awk "$fields"'
+/"Action":"(pass|fail)"/ && !/"Test":/ {
+	p = field("Package"); sub(/^github.com\/vpcip\/vpcip\//, "", p)
+	printf "  %-34s %7.1f s  %s\n", p, field("Elapsed"), ($0 ~ /"Action":"fail"/ ? "FAIL" : "")
+}' "$json" | sort -k2 -rn
+echo "make test: tests that took a minute or more"
+awk "$fields"'
+/"Action":"(pass|fail)"/ && /"Test":/ {
+	t = field("Test"); if (index(t, "/") || field("Elapsed") < 60) next
+	p = field("Package"); sub(/^github.com\/vpcip\/vpcip\//, "", p)
+	printf "  %-60s %7.1f s  %s\n", p "." t, field("Elapsed"), ($0 ~ /"Action":"fail"/ ? "FAIL" : "")
+}' "$json" | sort -k2 -rn
+failed=$(awk "$fields"'/"Action":"fail"/ && /"Test":/ { p = field("Package"); sub(/^github.com\/vpcip\/vpcip\//, "", p); print "  " p "." field("Test") }' "$json")
+if [ -n "$failed" ]; then
+	echo "make test: failed tests (their output is above and in results/make-test.log)"
+	echo "$failed"
 fi

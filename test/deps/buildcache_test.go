@@ -15,7 +15,9 @@ import (
 // packages vpcip compiles. Both are built with CGO_ENABLED=0 and -trimpath, so
 // with equal versions client-go, k8s.io/api, gRPC and the rest are compiled
 // once on a fresh machine; one differing module (say golang.org/x/net)
-// recompiles everything above it, minutes of a cold `make test`.
+// recompiles everything above it, minutes of a cold `make test`. The same
+// holds for tools/gotestsum (scripts/gotestsum.sh) and its golang.org/x
+// modules.
 func TestKubernetesToolsShareVpcipsModules(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", "-f", "{{with .Module}}{{.Path}} {{.Version}}{{end}}", module+"/...").CombinedOutput()
 	if err != nil {
@@ -27,23 +29,33 @@ func TestKubernetesToolsShareVpcipsModules(t *testing.T) {
 			ours[path] = version
 		}
 	}
-	tools := toolsModuleVersions(t, filepath.Join("..", "..", "tools", "k8s", "go.mod"))
-	if len(tools) < 50 {
-		t.Fatalf("read only %d requirements from tools/k8s/go.mod", len(tools))
-	}
-	shared := 0
-	for path, version := range ours {
-		toolVersion, ok := tools[path]
-		if !ok {
-			continue
-		}
-		shared++
-		if toolVersion != version {
-			t.Errorf("%s: vpcip builds %s, tools/k8s requires %s: align them (go get %s@<the higher> in both modules)", path, version, toolVersion, path)
-		}
-	}
-	if shared < 20 {
-		t.Fatalf("only %d modules shared with tools/k8s; expected client-go, k8s.io/api, gRPC and more", shared)
+	for _, tc := range []struct {
+		dir                    string
+		minRequires, minShared int
+	}{
+		{"k8s", 50, 20},      // client-go, k8s.io/api, gRPC and more
+		{"gotestsum", 10, 3}, // golang.org/x/sys, sync, term, text
+	} {
+		t.Run(tc.dir, func(t *testing.T) {
+			tools := toolsModuleVersions(t, filepath.Join("..", "..", "tools", tc.dir, "go.mod"))
+			if len(tools) < tc.minRequires {
+				t.Fatalf("read only %d requirements from tools/%s/go.mod", len(tools), tc.dir)
+			}
+			shared := 0
+			for path, version := range ours {
+				toolVersion, ok := tools[path]
+				if !ok {
+					continue
+				}
+				shared++
+				if toolVersion != version {
+					t.Errorf("%s: vpcip builds %s, tools/%s requires %s: align them (go get %s@<the higher> in both modules)", path, version, tc.dir, toolVersion, path)
+				}
+			}
+			if shared < tc.minShared {
+				t.Fatalf("only %d modules shared with tools/%s, expected at least %d", shared, tc.dir, tc.minShared)
+			}
+		})
 	}
 }
 

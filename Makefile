@@ -95,6 +95,12 @@ dashboards:
 PHASES := $(CURDIR)/results/make-test-phases.tsv
 TESTLOG := $(CURDIR)/results/make-test.log
 TESTJSON := $(CURDIR)/results/make-test.json
+BESIDELOG := $(CURDIR)/results/make-test-beside.log
+# make test's clusters run an image of the host's architecture alone
+# (bin/test/vpcip-image.tar); the image of every architecture, lint and the
+# image's test under qemu run beside the tests at the lowest priority, on the
+# processor time the tests leave idle (waiting for pods, grace periods).
+TESTBIN := $(BIN)/test
 PHASE = VPCIP_PHASES=$(PHASES) bash scripts/phase.sh
 # One build configuration for the probe, the image, vet, the test binaries
 # and the binaries tests build: the image's (static, -trimpath). Each
@@ -111,12 +117,21 @@ test:
 	@$(ONEBUILD) $(PHASE) preflight bash scripts/preflight.sh
 	@$(PHASE) "containerd, plugins, pause" $(MAKE) --no-print-directory containerd-setup
 	@$(PHASE) "kubernetes, helm, etcd" $(MAKE) --no-print-directory k8s-tools
-	@$(ONEBUILD) $(PHASE) image $(MAKE) --no-print-directory image
-	@$(ONEBUILD) $(PHASE) "lint (vet builds every package)" $(MAKE) --no-print-directory lint
+	@$(ONEBUILD) $(PHASE) "image ($(HOSTARCH), for the test clusters)" $(MAKE) --no-print-directory image BIN=$(TESTBIN) IMAGE_ARCHES=$(HOSTARCH)
 	@$(ONEBUILD) $(PHASE) "build test binaries" sh -c 'bash scripts/gotestsum.sh >/dev/null && $(GO) test -count=1 -exec /bin/true ./... >/dev/null'
-	@set -o pipefail; VPCIP_K8S_BIN=$$(bash scripts/k8s-tools.sh | tail -n 1) VPCIP_REQUIRE_CONTAINERD=1 VPCIP_REQUIRE_CONTAINERD2=1 VPCIP_REQUIRE_KUBE=1 VPCIP_REQUIRE_VALGRIND=1 VPCIP_REQUIRE_QEMU=1 \
-	VPCIP_IMAGE=$(BIN)/vpcip-image.tar VPCIP_VPCIPCTL=$(BIN)/image/vpcipctl $(ONEBUILD) $(PHASE) tests bash scripts/run-tests.sh $(TESTJSON) -count=1 -timeout 25m $(SLOWFIRST) ./... 2>&1 | tee $(TESTLOG); \
-	rc=$$?; bash scripts/test-report.sh $(PHASES) $(TESTJSON); exit $$rc
+	@set -o pipefail; export CGO_ENABLED=0 GOFLAGS="$(GOFLAGS) -trimpath"; \
+	( $(PHASE) "beside: lint" nice -n 19 $(MAKE) --no-print-directory lint && \
+	  $(PHASE) "beside: image, every architecture" nice -n 19 $(MAKE) --no-print-directory image && \
+	  VPCIP_REQUIRE_QEMU=1 VPCIP_IMAGE=$(BIN)/vpcip-image.tar $(PHASE) "beside: image test, every architecture" \
+		nice -n 19 $(GO) test -count=1 -run '^TestImageArchiveRunsOnEachArchitecture$$' ./build/mkimage ) >$(BESIDELOG) 2>&1 & beside=$$!; \
+	VPCIP_K8S_BIN=$$(bash scripts/k8s-tools.sh | tail -n 1) VPCIP_REQUIRE_CONTAINERD=1 VPCIP_REQUIRE_CONTAINERD2=1 VPCIP_REQUIRE_KUBE=1 VPCIP_REQUIRE_VALGRIND=1 VPCIP_REQUIRE_QEMU=1 \
+	VPCIP_IMAGE=$(TESTBIN)/vpcip-image.tar VPCIP_VPCIPCTL=$(TESTBIN)/image/vpcipctl $(PHASE) tests \
+		bash scripts/run-tests.sh $(TESTJSON) -count=1 -timeout 25m -skip '^TestImageArchiveRunsOnEachArchitecture$$' $(SLOWFIRST) ./... 2>&1 | tee $(TESTLOG); \
+	rc=$$?; echo "make test: waiting for what runs beside the tests (lint, the image for every architecture; $(BESIDELOG))"; \
+	w0=$$(date +%s.%N); wait $$beside; brc=$$?; \
+	awk -v s=$$w0 -v e=$$(date +%s.%N) -v rc=$$brc 'BEGIN{printf "after the tests, waiting for the beside phases\t%.1f\t%d\n", e-s, rc}' >>$(PHASES); \
+	if [ $$brc -ne 0 ]; then echo "make test: FAILED beside the tests (lint or the image):"; tail -n 60 $(BESIDELOG); fi; \
+	bash scripts/test-report.sh $(PHASES) $(TESTJSON); [ $$rc -eq 0 ] && [ $$brc -eq 0 ]
 
 ## soak: the kill campaign with 100 kill -9 of vpcipd during churn on two vpcsim nodes (make test runs 6).
 soak: deps

@@ -28,9 +28,13 @@ func Check(podNS ns.NetNS, a Attachment) (Wired, error) {
 	} else {
 		w.Host = toInterface(host)
 		problems = append(problems, checkLink("host veth "+a.HostVeth, host, a.MTU)...)
-		problems = append(problems, checkHostRoute(a, host)...)
+		if !a.PodIP.Is6() {
+			problems = append(problems, checkHostRoute(a, host)...)
+		}
 	}
-	problems = append(problems, checkRules(a)...)
+	if !a.PodIP.Is6() { // IPv6 pods have no policy rules (ipv6.go)
+		problems = append(problems, checkRules(a)...)
+	}
 	pod, err := handleAt(podNS)
 	if err != nil {
 		return w, errors.Join(append(problems, err)...)
@@ -46,6 +50,13 @@ func Check(podNS ns.NetNS, a Attachment) (Wired, error) {
 	if host != nil && link.Attrs().ParentIndex != host.Attrs().Index {
 		problems = append(problems, fmt.Errorf("pod interface %s is not the peer of host veth %s (peer index %d, host veth index %d)",
 			a.IfName, a.HostVeth, link.Attrs().ParentIndex, host.Attrs().Index))
+	}
+	if a.PodIP.Is6() {
+		if host != nil {
+			problems = append(problems, checkHost6(a, host, link)...)
+		}
+		problems = append(problems, checkPod6(pod, a, link, w.Host.HardwareAddr)...)
+		return w, errors.Join(problems...)
 	}
 	problems = append(problems, checkPodSide(pod, a, link, w.Host.HardwareAddr)...)
 	return w, errors.Join(problems...)

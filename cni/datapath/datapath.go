@@ -3,7 +3,9 @@
 // placed directly in the node netns, a /32 on the pod side behind the
 // link-local gateway 169.254.1.1, a host /32 route to the veth, and the pod's
 // policy rules, whose priorities and shape package routing defines for the
-// plugin and the daemon alike.
+// plugin and the daemon alike. An IPv6 pod address (the daemon's IPv6 mode)
+// is wired the same way with a /128 behind the link-local gateway fe80::1,
+// a host /128 route and no policy rules (ipv6.go).
 //
 // Functions take the netns they work in explicitly or run in the calling
 // goroutine's current netns (the node netns, where the plugin runs). Removal
@@ -71,8 +73,8 @@ func AttachmentVethName(prefix, namespace, pod, containerID, network, ifName str
 
 // Attachment is what one pod's wiring needs.
 type Attachment struct {
-	PodIP      netip.Addr // IPv4, used as /32
-	RouteTable int        // ENI route table of the "from" rule (routing.TableForDevice); 0 = primary ENI (main table, no rule)
+	PodIP      netip.Addr // IPv4, used as /32; or IPv6, used as /128 (ipv6.go)
+	RouteTable int        // ENI route table of the "from" rule (routing.TableForDevice); 0 = primary ENI (main table, no rule); always 0 for IPv6
 	MTU        int        // bytes, both veth ends
 	HostVeth   string     // host-side veth name (AttachmentVethName)
 	IfName     string     // pod-side name (CNI_IFNAME)
@@ -80,8 +82,14 @@ type Attachment struct {
 
 func (a Attachment) validate() error {
 	switch {
+	case a.PodIP.Is6():
+		if err := a.validate6(); err != nil {
+			return err
+		}
 	case !a.PodIP.Is4():
-		return fmt.Errorf("pod address %v is not IPv4", a.PodIP)
+		return fmt.Errorf("pod address %v is neither IPv4 nor IPv6", a.PodIP)
+	}
+	switch {
 	case a.MTU <= 0:
 		return fmt.Errorf("MTU %d is not positive", a.MTU)
 	case a.HostVeth == "" || len(a.HostVeth) > unix.IFNAMSIZ-1:
@@ -109,6 +117,33 @@ func addrOf(ip net.IP) (netip.Addr, bool) {
 	}
 	a = a.Unmap()
 	return a, a.Is4()
+}
+
+// hostNet is a as the host prefix netlink wants: /32 for IPv4, /128 for
+// IPv6.
+func hostNet(a netip.Addr) *net.IPNet {
+	if a.Is4() {
+		return host32(a)
+	}
+	return &net.IPNet{IP: net.IP(a.AsSlice()), Mask: net.CIDRMask(128, 128)}
+}
+
+// hostAddrOf returns the address of n when n is a host prefix (/32 of an
+// IPv4 address, /128 of an IPv6 one that is not link-local).
+func hostAddrOf(n *net.IPNet) (netip.Addr, bool) {
+	if n == nil {
+		return netip.Addr{}, false
+	}
+	a, ok := netip.AddrFromSlice(n.IP)
+	if !ok {
+		return netip.Addr{}, false
+	}
+	a = a.Unmap()
+	ones, bits := n.Mask.Size()
+	if a.Is4() {
+		return a, ones == 32 && bits == 32
+	}
+	return a, ones == 128 && bits == 128 && podAddr6(a)
 }
 
 // isHost32 reports whether n is exactly a/32.

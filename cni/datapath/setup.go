@@ -167,24 +167,27 @@ func (s *Session) replaceHostVeth(name string) (Replaced, error) {
 	return rep, nil
 }
 
-// routedTo lists the addresses whose main-table /32 route goes through
-// link (a pod's host route, docs/design.md §4).
+// routedTo lists the addresses whose main-table host route (/32, or /128
+// of an IPv6 pod address) goes through link (a pod's host route,
+// docs/design.md §4), IPv4 first. One dump of both families.
 func routedTo(h netlinksafe.Handle, link netlink.Link) ([]netip.Addr, error) {
 	filter := &netlink.Route{LinkIndex: link.Attrs().Index, Table: routing.MainTable}
-	routes, err := h.RouteListFiltered(netlink.FAMILY_V4, filter, netlink.RT_FILTER_OIF|netlink.RT_FILTER_TABLE)
+	routes, err := h.RouteListFiltered(netlink.FAMILY_ALL, filter, netlink.RT_FILTER_OIF|netlink.RT_FILTER_TABLE)
 	if err != nil {
 		return nil, fmt.Errorf("list routes through %s: %w", link.Attrs().Name, err)
 	}
-	var out []netip.Addr
+	var v4, v6 []netip.Addr
 	for _, r := range routes {
-		if r.Dst == nil {
-			continue
-		}
-		if a, ok := addrOf(r.Dst.IP); ok && isHost32(r.Dst, a) {
-			out = append(out, a)
+		a, ok := hostAddrOf(r.Dst)
+		switch {
+		case !ok:
+		case a.Is4():
+			v4 = append(v4, a)
+		default:
+			v6 = append(v6, a)
 		}
 	}
-	return out, nil
+	return append(v4, v6...), nil
 }
 
 // Configure completes the wiring of a pair made by CreatePair: the MTU when
@@ -209,6 +212,9 @@ func (s *Session) Configure(a Attachment) (Wired, error) {
 	hostLink, err := s.host.LinkByName(a.HostVeth)
 	if err != nil {
 		return Wired{}, fmt.Errorf("find host veth %s: %w", a.HostVeth, err)
+	}
+	if a.PodIP.Is6() {
+		return s.configure6(a, hostLink)
 	}
 	if err := setupPodSide(s.pod, a, hostLink.Attrs().HardwareAddr); err != nil {
 		return Wired{}, err

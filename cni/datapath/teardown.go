@@ -31,7 +31,7 @@ func Teardown(podNSPath string, a Attachment) error {
 			errs = append(errs, err)
 		}
 	}
-	if a.PodIP.Is4() {
+	if a.PodIP.IsValid() {
 		if err := RemoveHostRoute(a.PodIP, ""); err != nil {
 			errs = append(errs, err)
 		}
@@ -43,7 +43,8 @@ func Teardown(podNSPath string, a Attachment) error {
 }
 
 // DeletePodInterface deletes ifName inside the netns at path (which removes
-// the host end of its veth too) and returns the IPv4 addresses it held. A
+// the host end of its veth too) and returns the pod addresses it held: its
+// IPv4 addresses, then its IPv6 addresses other than link-local ones. A
 // missing interface is success. A path that is gone or not a netns wraps
 // ErrNetnsGone; any other failure to open it (EPERM) is an error.
 func DeletePodInterface(path, ifName string) ([]netip.Addr, error) {
@@ -70,20 +71,24 @@ func DeletePodInterface(path, ifName string) ([]netip.Addr, error) {
 		}
 		return nil, fmt.Errorf("find %s in %s: %w", ifName, path, err)
 	}
-	list, err := pod.AddrList(link, netlink.FAMILY_V4)
+	// Both families in one dump: an IPv6 pod's address is as much the
+	// pod's as an IPv4 one (its link-local address is the veth's own).
+	list, err := pod.AddrList(link, netlink.FAMILY_ALL)
 	if err != nil {
 		return nil, fmt.Errorf("list addresses of %s in %s: %w", ifName, path, err)
 	}
-	var addrs []netip.Addr
+	var addrs, addrs6 []netip.Addr
 	for _, a := range list {
 		if ip, ok := addrOf(a.IP); ok {
 			addrs = append(addrs, ip)
+		} else if ip, ok := netip.AddrFromSlice(a.IP); ok && podAddr6(ip) {
+			addrs6 = append(addrs6, ip)
 		}
 	}
 	for _, ad := range addrs {
-		// A non-default attachment's source rule (routing.AttachmentRule);
-		// its routes go with the link. The default attachment has none, so
-		// the pod's usual DEL spends no rule dump on it.
+		// A non-default attachment's source rule (routing.AttachmentRule,
+		// IPv4 only); its routes go with the link. The default attachment
+		// has none, so the pod's usual DEL spends no rule dump on it.
 		if ifName == DefaultIfName {
 			break
 		}
@@ -91,6 +96,7 @@ func DeletePodInterface(path, ifName string) ([]netip.Addr, error) {
 			return addrs, fmt.Errorf("%s in %s: %w", ifName, path, err)
 		}
 	}
+	addrs = append(addrs, addrs6...)
 	if err := pod.LinkDel(link); err != nil && !errors.Is(err, unix.ENODEV) {
 		return addrs, fmt.Errorf("delete %s in %s: %w", ifName, path, err)
 	}
@@ -133,7 +139,8 @@ func deleteVeth(h netlinksafe.Handle, name string) (bool, error) {
 }
 
 // HostRouteLink returns the name of the link the main-table route to
-// addr/32 goes through, or "" when there is no such route.
+// addr/32 (addr/128 for IPv6) goes through, or "" when there is no such
+// route.
 func HostRouteLink(addr netip.Addr) (string, error) {
 	routes, err := hostRoutes(addr)
 	if err != nil || len(routes) == 0 {
@@ -141,14 +148,15 @@ func HostRouteLink(addr netip.Addr) (string, error) {
 	}
 	link, err := netlink.LinkByIndex(routes[0].LinkIndex)
 	if err != nil {
-		return "", fmt.Errorf("link %d of route %v/32: %w", routes[0].LinkIndex, addr, err)
+		return "", fmt.Errorf("link %d of route %v: %w", routes[0].LinkIndex, hostNet(addr), err)
 	}
 	return link.Attrs().Name, nil
 }
 
-// RemoveHostRoute deletes the main-table route to addr/32 when it goes
-// through hostVeth, or through any link when hostVeth is "". A missing route
-// is success.
+// RemoveHostRoute deletes the main-table route to addr/32 (addr/128 for
+// IPv6) when it goes through hostVeth, or through any link when hostVeth is
+// "". A missing route is success. An IPv6 pod's permanent neighbour on the
+// host veth goes with the veth.
 func RemoveHostRoute(addr netip.Addr, hostVeth string) error {
 	routes, err := hostRoutes(addr)
 	if err != nil {
@@ -162,20 +170,25 @@ func RemoveHostRoute(addr netip.Addr, hostVeth string) error {
 			}
 		}
 		if err := netlink.RouteDel(&r); err != nil && !errors.Is(err, unix.ESRCH) && !errors.Is(err, unix.ENOENT) {
-			return fmt.Errorf("delete host route %v/32: %w", addr, err)
+			return fmt.Errorf("delete host route %v: %w", hostNet(addr), err)
 		}
 	}
 	return nil
 }
 
 func hostRoutes(addr netip.Addr) ([]netlink.Route, error) {
-	if !addr.Is4() {
+	family := netlink.FAMILY_V4
+	switch {
+	case addr.Is6() && podAddr6(addr):
+		family = netlink.FAMILY_V6
+	case !addr.Is4():
 		return nil, nil
 	}
-	filter := &netlink.Route{Dst: host32(addr), Table: routing.MainTable}
-	routes, err := netlinksafe.RouteListFiltered(netlink.FAMILY_V4, filter, netlink.RT_FILTER_DST|netlink.RT_FILTER_TABLE)
+	dst := hostNet(addr)
+	filter := &netlink.Route{Dst: dst, Table: routing.MainTable}
+	routes, err := netlinksafe.RouteListFiltered(family, filter, netlink.RT_FILTER_DST|netlink.RT_FILTER_TABLE)
 	if err != nil {
-		return nil, fmt.Errorf("list routes to %v/32: %w", addr, err)
+		return nil, fmt.Errorf("list routes to %v: %w", dst, err)
 	}
 	return routes, nil
 }

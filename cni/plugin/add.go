@@ -186,19 +186,24 @@ func (in *invocation) undo(netnsPath string, att datapath.Attachment) {
 }
 
 // result is the CNI Result: host veth (index 0), pod interface (index 1,
-// with its sandbox), the /32 with the link-local gateway, the default route.
+// with its sandbox), the /32 with the link-local gateway, the default route;
+// for an IPv6 pod the /128 with gateway fe80::1 and the route ::/0 (CNI spec
+// 1.1: an ips entry's family is its address's; there is no version field).
 func result(args *skel.CmdArgs, att datapath.Attachment, w datapath.Wired) *current.Result {
 	gw := net.IP(datapath.Gateway.AsSlice())
+	def := net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)}
+	if att.PodIP.Is6() {
+		gw = net.IP(datapath.GatewayIPv6.AsSlice())
+		def = net.IPNet{IP: net.IPv6zero, Mask: net.CIDRMask(0, 128)}
+	}
 	return &current.Result{
 		CNIVersion: current.ImplementedSpecVersion,
 		Interfaces: []*current.Interface{
 			{Name: w.Host.Name, Mac: w.Host.HardwareAddr.String(), Mtu: w.Host.MTU},
 			{Name: w.Pod.Name, Mac: w.Pod.HardwareAddr.String(), Mtu: w.Pod.MTU, Sandbox: args.Netns},
 		},
-		IPs: []*current.IPConfig{{Interface: current.Int(1), Address: ipNet32(att.PodIP), Gateway: gw}},
-		Routes: []*types.Route{
-			{Dst: net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)}, GW: gw},
-		},
+		IPs:    []*current.IPConfig{{Interface: current.Int(1), Address: podIPNet(att.PodIP), Gateway: gw}},
+		Routes: []*types.Route{{Dst: def, GW: gw}},
 	}
 }
 

@@ -203,7 +203,7 @@ func localAddrs(in *invocation, ifName string, podAddrs []netip.Addr) []netip.Ad
 // nothing is removed and errRoutedElsewhere comes back. DEL takes that as
 // done (delHostSide); GC keeps the attachment held and reports it.
 func removeHostSide(in *invocation, addr netip.Addr, key api.Key, owners ...string) error {
-	if !addr.Is4() {
+	if !addr.IsValid() {
 		return nil
 	}
 	log := in.log

@@ -210,14 +210,18 @@ func prevResultAddrs(conf *Config, ifName string, log *slog.Logger) []netip.Addr
 			res.Interfaces[*ipc.Interface].Name != ifName) {
 			continue
 		}
-		if a, ok := netip.AddrFromSlice(ipc.Address.IP); ok && a.Unmap().Is4() {
+		if a, ok := netip.AddrFromSlice(ipc.Address.IP); ok && (a.Unmap().Is4() || a.IsGlobalUnicast()) {
 			out = append(out, a.Unmap())
 		}
 	}
 	return out
 }
 
-// ipNet32 is the CNI result's form of a pod address.
-func ipNet32(a netip.Addr) net.IPNet {
+// podIPNet is the CNI result's form of a pod address: /32, or /128 for an
+// IPv6 one.
+func podIPNet(a netip.Addr) net.IPNet {
+	if a.Is6() {
+		return net.IPNet{IP: net.IP(a.AsSlice()), Mask: net.CIDRMask(128, 128)}
+	}
 	return net.IPNet{IP: net.IP(a.AsSlice()), Mask: net.CIDRMask(32, 32)}
 }

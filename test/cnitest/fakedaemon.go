@@ -29,8 +29,8 @@ type Daemon interface {
 
 // FakeAddress is one address of the double's pool.
 type FakeAddress struct {
-	Addr         netip.Addr
-	DeviceNumber int // 0: primary ENI (main table); d ≥ 1: route table routing.TableForDevice(d)
+	Addr         netip.Addr // IPv4, or IPv6 as the daemon's IPv6 mode hands out (DeviceNumber 0)
+	DeviceNumber int        // 0: primary ENI (main table); d ≥ 1: route table routing.TableForDevice(d)
 }
 
 // FakeDaemon serves ipamd/api over a unix socket from a fixed address list,
@@ -308,10 +308,13 @@ func (d *FakeDaemon) assign(body []byte) (any, *api.Error) {
 	if fa.DeviceNumber > 0 {
 		table = routing.TableForDevice(fa.DeviceNumber)
 	}
+	subnet, vpc := netip.PrefixFrom(fa.Addr, 24).Masked(), netip.MustParsePrefix("100.64.0.0/16")
+	if fa.Addr.Is6() { // IPv6 mode: a /64 subnet of the VPC's /56
+		subnet, vpc = netip.PrefixFrom(fa.Addr, 64).Masked(), netip.PrefixFrom(fa.Addr, 56).Masked()
+	}
 	a := api.Assignment{Version: api.Version, Key: req.Key, Pod: req.Pod, Address: fa.Addr,
 		ENIID: fmt.Sprintf("eni-%d", fa.DeviceNumber), DeviceNumber: fa.DeviceNumber, RouteTable: table,
-		SubnetCIDR: netip.PrefixFrom(fa.Addr, 24).Masked(), VPCCIDRs: []netip.Prefix{netip.MustParsePrefix("100.64.0.0/16")},
-		MTU: d.mtu, AssignedAt: time.Now()}
+		SubnetCIDR: subnet, VPCCIDRs: []netip.Prefix{vpc}, MTU: d.mtu, AssignedAt: time.Now()}
 	d.held[req.Key] = a
 	return a, nil
 }

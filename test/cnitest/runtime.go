@@ -146,7 +146,8 @@ func (e *Env) Add(t testing.TB, p *Pod) error {
 	}
 	p.Result = r
 	if len(r.IPs) > 0 {
-		p.Address, _ = netip.AddrFromSlice(r.IPs[0].Address.IP.To4())
+		a, _ := netip.AddrFromSlice(r.IPs[0].Address.IP)
+		p.Address = a.Unmap()
 	}
 	return nil
 }

@@ -17,6 +17,11 @@
 // attachment other than the pod's default one has a source rule of its own
 // (AttachmentRule; attachment.go).
 //
+// Pod rules are IPv4 only. An IPv6 pod (the daemon's IPv6 mode) has none:
+// its address is on the primary ENI, whose routes are the main table's, so
+// its /128 host route in the main table is all the node needs
+// (cni/datapath, ipv6.go).
+//
 // It imports the standard library and netlink only, so the plugin stays
 // light (test/deps). Functions that touch the kernel work in the network
 // namespace of the calling goroutine's OS thread.

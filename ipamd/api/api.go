@@ -63,7 +63,7 @@ type Assignment struct {
 	Version      string         `json:"version"`
 	Key          Key            `json:"key"`
 	Pod          Pod            `json:"pod"`
-	Address      netip.Addr     `json:"address"`      // the pod's IPv4 address (used as /32)
+	Address      netip.Addr     `json:"address"`      // the pod's IPv4 address (used as /32), or in IPv6 mode its IPv6 address (used as /128, RouteTable 0): the plugin wires the family of this address
 	ENIID        string         `json:"eniID"`        // ENI the address lives on
 	DeviceNumber int            `json:"deviceNumber"` // that ENI's device number; 0 is the primary ENI
 	RouteTable   int            `json:"routeTable"`   // 0: main table (primary ENI); else routing.TableForDevice(DeviceNumber)

@@ -58,6 +58,9 @@ func (a Attachment) validate6() error {
 	case a.RouteTable != 0:
 		// IPv6 mode assigns from the primary ENI's prefix only.
 		return fmt.Errorf("IPv6 pod address %v on route table %d: IPv6 addresses live on the primary ENI (table 0)", a.PodIP, a.RouteTable)
+	case a.MTU > 0 && a.MTU < ipv6MinMTU:
+		// The kernel turns IPv6 off on a link below it (RFC 8200 §5).
+		return fmt.Errorf("MTU %d is below IPv6's minimum %d for pod address %v", a.MTU, ipv6MinMTU, a.PodIP)
 	case a.IfName != DefaultIfName:
 		// A second attachment would need a source rule in the pod, which
 		// routing.AttachmentRule defines for IPv4 only.
@@ -65,6 +68,9 @@ func (a Attachment) validate6() error {
 	}
 	return nil
 }
+
+// ipv6MinMTU is IPv6's minimum link MTU in bytes (RFC 8200 §5).
+const ipv6MinMTU = 1280
 
 // configure6 is Session.Configure for an IPv6 attachment.
 func (s *Session) configure6(a Attachment, hostLink netlink.Link) (Wired, error) {
@@ -125,7 +131,13 @@ func setupHostSide6(h netlinksafe.Handle, a Attachment, host netlink.Link, podMA
 			return fmt.Errorf("set %s MTU %d: %w", a.HostVeth, a.MTU, err)
 		}
 	}
-	if err := ensureSysctl(ipv6Forward, "IPv6 forwarding"); err != nil {
+	if err := ensureSysctl(ipv6Forward, "1", "IPv6 forwarding"); err != nil {
+		return err
+	}
+	// A node with net.ipv6.conf.default.disable_ipv6=1 creates the host
+	// veth without IPv6, and the kernel refuses a route through it
+	// (EACCES).
+	if err := ensureSysctl("/proc/sys/net/ipv6/conf/"+a.HostVeth+"/disable_ipv6", "0", "IPv6 on "+a.HostVeth); err != nil {
 		return err
 	}
 	r := &netlink.Route{LinkIndex: host.Attrs().Index, Dst: hostNet(a.PodIP), Table: routing.MainTable}
@@ -147,14 +159,15 @@ func setupHostSide6(h netlinksafe.Handle, a Attachment, host netlink.Link, podMA
 // daemon's host setup in IPv6 mode, as the reference does).
 const ipv6Forward = "/proc/sys/net/ipv6/conf/all/forwarding"
 
-// ensureSysctl sets the sysctl file to "1" unless it already is (so the
-// common case writes nothing); what names it in the error.
-func ensureSysctl(path, what string) error {
+// ensureSysctl sets the sysctl file at path (in the calling thread's
+// netns) to value unless it already holds it, so the common case writes
+// nothing; what names it in the error.
+func ensureSysctl(path, value, what string) error {
 	b, err := os.ReadFile(path)
-	if err == nil && strings.TrimSpace(string(b)) == "1" {
+	if err == nil && strings.TrimSpace(string(b)) == value {
 		return nil
 	}
-	if err := os.WriteFile(path, []byte("1"), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte(value), 0o644); err != nil {
 		return fmt.Errorf("enable %s: %w", what, err)
 	}
 	return nil

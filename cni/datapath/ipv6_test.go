@@ -63,7 +63,8 @@ func ping6(netnsName string, to netip.Addr) error {
 
 // TestIPv6SetupPingCheckTeardown: two IPv6 pods wired on one node reach
 // each other through the host at once (no wait for duplicate address
-// detection on either end), the node reaches them from its own address,
+// detection on either end, and on a node whose new links come without
+// IPv6), the node reaches them from its own address,
 // Check passes, and Teardown removes the veth and /128 routes, twice.
 func TestIPv6SetupPingCheckTeardown(t *testing.T) {
 	nodeName, node := uniqueNetns(t)
@@ -82,6 +83,10 @@ func TestIPv6SetupPingCheckTeardown(t *testing.T) {
 			return err
 		}
 		if err := netlink.AddrAdd(lo, &netlink.Addr{IPNet: hostNet(nodeAddr), Flags: unix.IFA_F_NODAD}); err != nil {
+			return err
+		}
+		// A hardened node: new links come without IPv6 (the host veths).
+		if err := os.WriteFile("/proc/sys/net/ipv6/conf/default/disable_ipv6", []byte("1"), 0o644); err != nil {
 			return err
 		}
 		for _, p := range []struct {
@@ -263,6 +268,8 @@ func TestIPv6Validate(t *testing.T) {
 		{"link-local", func(a Attachment) Attachment { a.PodIP = netip.MustParseAddr("fe80::5"); return a }, "not a global"},
 		{"ENI table", func(a Attachment) Attachment { a.RouteTable = 2; return a }, "primary ENI"},
 		{"second attachment", func(a Attachment) Attachment { a.IfName = "net1"; return a }, "default interface"},
+		{"MTU below 1280", func(a Attachment) Attachment { a.MTU = 1279; return a }, "below IPv6's minimum 1280"},
+		{"MTU 1280", func(a Attachment) Attachment { a.MTU = 1280; return a }, ""},
 	}
 	for _, tt := range tests {
 		err := tt.a(ok).validate()

@@ -1,6 +1,7 @@
 package cnitest
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"os/exec"
@@ -290,5 +291,50 @@ func TestIPv6GCRemovesHostSide(t *testing.T) {
 	assertNoHostSide6(t, e, lost, lost.Address)
 	assertPodWired6(t, e, keep, 9001)
 	mustDel(t, e, keep)
+	assertNodeClean6(t, e)
+}
+
+// TestIPv6ResultVersions: the plugin alone prints an IPv6 pod's result in
+// each supported version: 0.4.0's ipConfig says "version": "6", 1.0.0 and
+// 1.1.0 have no such field (the family is the address's); every one has
+// the /128, gateway fe80::1 and the route ::/0.
+func TestIPv6ResultVersions(t *testing.T) {
+	RequireRoot(t)
+	e, _ := fakeEnv(t, FakePool6(2))
+	e.Chain = false
+	for _, v := range []string{"0.4.0", "1.0.0", "1.1.0"} {
+		ve := *e
+		ve.CNIVersion = v
+		p := ve.NewPod(t, "six-v"+strings.ReplaceAll(v, ".", ""))
+		out, stderr, err := ve.Exec(t, ve.addEnv(p), ve.pluginStdin(t, nil))
+		var res struct {
+			CNIVersion string `json:"cniVersion"`
+			IPs        []struct {
+				Version *string `json:"version"`
+				Address string  `json:"address"`
+				Gateway string  `json:"gateway"`
+			} `json:"ips"`
+			Routes []struct {
+				Dst string `json:"dst"`
+				GW  string `json:"gw"`
+			} `json:"routes"`
+		}
+		if err != nil || json.Unmarshal(out, &res) != nil || res.CNIVersion != v || len(res.IPs) != 1 || len(res.Routes) != 1 {
+			t.Fatalf("%s: ADD printed %s %s (%v); want a result of version %s with one IP and one route", v, out, stderr, err, v)
+		}
+		ip, r := res.IPs[0], res.Routes[0]
+		if !strings.HasSuffix(ip.Address, "/128") || ip.Gateway != gateway6 || r.Dst != "::/0" || r.GW != gateway6 {
+			t.Errorf("%s: ip %+v route %+v, want a /128 via %s and ::/0 via %s", v, ip, r, gateway6, gateway6)
+		}
+		switch {
+		case v == "0.4.0" && (ip.Version == nil || *ip.Version != "6"):
+			t.Errorf("%s: ipConfig version %v, want \"6\"", v, ip.Version)
+		case v != "0.4.0" && ip.Version != nil:
+			t.Errorf("%s: ipConfig version %q; the field is gone since 1.0.0", v, *ip.Version)
+		}
+		if _, _, err := ve.Exec(t, ve.delEnv(p), ve.pluginStdin(t, nil)); err != nil {
+			t.Errorf("%s: DEL: %v", v, err)
+		}
+	}
 	assertNodeClean6(t, e)
 }

@@ -13,11 +13,18 @@ import (
 
 // BenchmarkSetupTeardown measures the in-process datapath work of one ADD
 // (one Session's CreatePair and Configure, as the plugin's ADD) and one DEL (pod interface removal and host
-// cleanup), with per-step metrics in ms, in throwaway netns.
+// cleanup), with per-step metrics in ms, in throwaway netns: an IPv4 pod
+// on a secondary ENI (rules at 512 and 1536) and an IPv6 pod (no rules, two
+// permanent neighbours).
 func BenchmarkSetupTeardown(b *testing.B) {
 	if os.Geteuid() != 0 {
 		b.Skip("needs root")
 	}
+	b.Run("ipv4", func(b *testing.B) { benchSetupTeardown(b, attachment(2), "vct-dpb4-") })
+	b.Run("ipv6", func(b *testing.B) { benchSetupTeardown(b, pod6(0x51, "bench"), "vct-dpb6-") })
+}
+
+func benchSetupTeardown(b *testing.B, a Attachment, prefix string) {
 	open := func(name string) ns.NetNS {
 		_ = netnsdir.Delete(name)
 		if err := netnsdir.Create(name); err != nil {
@@ -30,8 +37,7 @@ func BenchmarkSetupTeardown(b *testing.B) {
 		b.Cleanup(func() { h.Close(); _ = netnsdir.Delete(name) })
 		return h
 	}
-	node, pod := open("vct-dpb-node"), open("vct-dpb-pod")
-	a := attachment(2)
+	node, pod := open(prefix+"node"), open(prefix+"pod")
 	var pair, conf, del float64
 	err := node.Do(func(ns.NetNS) error {
 		b.ResetTimer()

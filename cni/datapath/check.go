@@ -56,6 +56,9 @@ func Check(podNS ns.NetNS, a Attachment) (Wired, error) {
 			problems = append(problems, checkHost6(a, host, link)...)
 		}
 		problems = append(problems, checkPod6(pod, a, link, w.Host.HardwareAddr)...)
+		if a.Egress4.IsValid() {
+			problems = append(problems, checkEgress4(pod, a, host, link, w.Host.HardwareAddr)...)
+		}
 		return w, errors.Join(problems...)
 	}
 	problems = append(problems, checkPodSide(pod, a, link, w.Host.HardwareAddr)...)

@@ -78,6 +78,9 @@ type Attachment struct {
 	MTU        int        // bytes, both veth ends
 	HostVeth   string     // host-side veth name (AttachmentVethName)
 	IfName     string     // pod-side name (CNI_IFNAME)
+	// Egress4 is an IPv6 pod's IPv4 egress address in Egress4Range
+	// (egress4.go); zero for none, always zero for an IPv4 pod.
+	Egress4 netip.Addr
 }
 
 func (a Attachment) validate() error {
@@ -86,8 +89,13 @@ func (a Attachment) validate() error {
 		if err := a.validate6(); err != nil {
 			return err
 		}
+		if err := a.validateEgress4(); err != nil {
+			return err
+		}
 	case !a.PodIP.Is4():
 		return fmt.Errorf("pod address %v is neither IPv4 nor IPv6", a.PodIP)
+	case a.Egress4.IsValid():
+		return a.validateEgress4()
 	}
 	switch {
 	case a.MTU <= 0:

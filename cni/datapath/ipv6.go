@@ -81,6 +81,11 @@ func (s *Session) configure6(a Attachment, hostLink netlink.Link) (Wired, error)
 	if err := setupHostSide6(s.host, a, hostLink, podLink.Attrs().HardwareAddr); err != nil {
 		return Wired{}, err
 	}
+	if a.Egress4.IsValid() {
+		if err := s.configureEgress4(a, hostLink); err != nil {
+			return Wired{}, err
+		}
+	}
 	return readBack(s.host, s.pod, a)
 }
 

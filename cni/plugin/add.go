@@ -3,6 +3,7 @@ package plugin
 import (
 	"fmt"
 	"net"
+	"path/filepath"
 	"slices"
 	"time"
 
@@ -47,8 +48,15 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	att := in.attachment(asg)
 	in.log = in.log.With("address", asg.Address.String(), "routeTable", asg.RouteTable, "hostVeth", att.HostVeth)
 	var wired datapath.Wired
-	if err = pair.err; err == nil {
+	err = pair.err
+	if err == nil && att.PodIP.Is6() && in.conf.V4Egress {
+		err = in.egress4(&att)
+	}
+	if err == nil {
 		wired, err = nl.Configure(att)
+	}
+	if err == nil && att.Egress4.IsValid() {
+		err = datapath.EnsureEgress4SNAT(filepath.Join(in.conf.V4EgressDataDir, "iptables.lock"))
 	}
 	if err != nil {
 		in.undo(args.Netns, att)
@@ -180,6 +188,11 @@ func (in *invocation) undo(netnsPath string, att datapath.Attachment) {
 	}
 	ctx, cancel := in.ctx(in.conf.Timeouts.Release)
 	defer cancel()
+	if att.Egress4.IsValid() {
+		if err := in.releaseEgress4(ctx); err != nil {
+			in.log.Error("release of the IPv4 egress address after failed ADD; GC reclaims it", "error", err)
+		}
+	}
 	if _, err := in.client.Release(ctx, api.ReleaseRequest{Key: in.key}); err != nil {
 		in.log.Error("release after failed ADD; the daemon's GC reclaims it", "error", err)
 	}
@@ -188,7 +201,9 @@ func (in *invocation) undo(netnsPath string, att datapath.Attachment) {
 // result is the CNI Result: host veth (index 0), pod interface (index 1,
 // with its sandbox), the /32 with the link-local gateway, the default route;
 // for an IPv6 pod the /128 with gateway fe80::1 and the route ::/0 (CNI spec
-// 1.1: an ips entry's family is its address's; there is no version field).
+// 1.1: an ips entry's family is its address's; there is no version field),
+// then its IPv4 egress address as a /32 with gateway 169.254.1.1 and the
+// route 0.0.0.0/0 (the pod's address stays the first entry).
 func result(args *skel.CmdArgs, att datapath.Attachment, w datapath.Wired) *current.Result {
 	gw := net.IP(datapath.Gateway.AsSlice())
 	def := net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)}
@@ -196,15 +211,35 @@ func result(args *skel.CmdArgs, att datapath.Attachment, w datapath.Wired) *curr
 		gw = net.IP(datapath.GatewayIPv6.AsSlice())
 		def = net.IPNet{IP: net.IPv6zero, Mask: net.CIDRMask(0, 128)}
 	}
+	ips := []*current.IPConfig{{Interface: current.Int(1), Address: podIPNet(att.PodIP), Gateway: gw}}
+	routes := []*types.Route{{Dst: def, GW: gw}}
+	if att.Egress4.IsValid() {
+		gw4 := net.IP(datapath.Gateway.AsSlice())
+		ips = append(ips, &current.IPConfig{Interface: current.Int(1), Address: podIPNet(att.Egress4), Gateway: gw4})
+		routes = append(routes, &types.Route{Dst: net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)}, GW: gw4})
+	}
 	return &current.Result{
 		CNIVersion: current.ImplementedSpecVersion,
 		Interfaces: []*current.Interface{
 			{Name: w.Host.Name, Mac: w.Host.HardwareAddr.String(), Mtu: w.Host.MTU},
 			{Name: w.Pod.Name, Mac: w.Pod.HardwareAddr.String(), Mtu: w.Pod.MTU, Sandbox: args.Netns},
 		},
-		IPs:    []*current.IPConfig{{Interface: current.Int(1), Address: podIPNet(att.PodIP), Gateway: gw}},
-		Routes: []*types.Route{{Dst: def, GW: gw}},
+		IPs:    ips,
+		Routes: routes,
 	}
+}
+
+// egress4 gives an IPv6 attachment its IPv4 egress address (egress4.go).
+func (in *invocation) egress4(att *datapath.Attachment) error {
+	ctx, cancel := in.ctx(in.conf.Timeouts.Assign)
+	defer cancel()
+	a, err := in.allocEgress4(ctx)
+	if err != nil {
+		return err
+	}
+	att.Egress4 = a
+	in.log = in.log.With("egress4", a.String())
+	return nil
 }
 
 // ms renders d in milliseconds with microsecond precision, for logs.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 
+	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
@@ -41,6 +42,10 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 	prev, perr := in.conf.PrevResult()
 	if perr != nil {
 		return types.NewError(types.ErrDecodingFailure, fmt.Sprintf("prevResult: %v", perr), "")
+	}
+
+	if att.PodIP.Is6() && in.conf.V4Egress {
+		problems = append(problems, in.checkEgress4(prev, &att)...)
 	}
 
 	podNS, err := ns.GetNS(args.Netns)
@@ -103,4 +108,31 @@ func comparePrev(prev types.Result, att datapath.Attachment, w datapath.Wired) [
 		}
 	}
 	return p
+}
+
+// checkEgress4 is CHECK's part for an IPv6 attachment's IPv4 egress
+// address: host-local must still hold an allocation for the attachment, and
+// the address prevResult lists (when given) is set on att, whose wiring
+// datapath.Check then verifies.
+func (in *invocation) checkEgress4(prev types.Result, att *datapath.Attachment) []error {
+	var p []error
+	ctx, cancel := in.ctx(in.conf.Timeouts.Check)
+	defer cancel()
+	if err := invoke.DelegateCheck(ctx, egress4IPAM, in.egress4Conf(nil), nil); err != nil {
+		p = append(p, fmt.Errorf("IPv4 egress address: %s CHECK: %w", egress4IPAM, err))
+	}
+	if prev == nil {
+		return p
+	}
+	res, err := current.NewResultFromResult(prev)
+	if err != nil {
+		return p // comparePrev reports it
+	}
+	for _, ipc := range res.IPs {
+		if a, ok := netip.AddrFromSlice(ipc.Address.IP); ok && datapath.IsEgress4(a) {
+			att.Egress4 = a.Unmap()
+			return p
+		}
+	}
+	return append(p, fmt.Errorf("prevResult lists no IPv4 egress address in %v", datapath.Egress4Range))
 }

@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -30,6 +31,9 @@ const (
 	DefaultVethPrefix = "eni"
 	DefaultLogFile    = "/var/log/vpcip/plugin.log"
 	DefaultLogLevel   = "info"
+	// DefaultV4EgressDataDir is where host-local records IPv6 pods' IPv4
+	// egress addresses (one file per address, named by it).
+	DefaultV4EgressDataDir = "/var/lib/cni/vpcip-egress4"
 
 	DefaultAssignTimeout = 30 * time.Second // ADD may wait on a pool refill
 	DefaultCallTimeout   = 10 * time.Second // release, check, gc
@@ -57,6 +61,11 @@ type Config struct {
 	PluginLogFile  string   `json:"pluginLogFile"`  // JSON log lines are appended here (rotated, package logfile), or "stderr"
 	PluginLogLevel string   `json:"pluginLogLevel"` // debug, info, warn or error
 	Timeouts       Timeouts `json:"timeouts"`
+	// IPv4 egress of IPv6 pods (docs/design.md §4): on unless
+	// "enableV4Egress" is false; host-local keeps its allocations of
+	// datapath.Egress4Range under "v4EgressDataDir".
+	V4Egress        bool   `json:"-"`
+	V4EgressDataDir string `json:"v4EgressDataDir"`
 
 	RuntimeConfig    map[string]any       `json:"runtimeConfig,omitempty"`
 	RawPrevResult    map[string]any       `json:"prevResult,omitempty"`
@@ -72,6 +81,8 @@ type Config struct {
 	HasValidAttachments bool `json:"-"`
 	// LogLevel is PluginLogLevel parsed.
 	LogLevel slog.Level `json:"-"`
+
+	v4EgressOff bool // "enableV4Egress": false
 }
 
 // Timeouts bound each daemon call. Each is a Go duration string ("30s") or a
@@ -177,6 +188,15 @@ func decodeField(c *Config, key string, val json.RawMessage) error {
 		dst = &c.PluginLogLevel
 	case "timeouts":
 		return decodeTimeouts(&c.Timeouts, val)
+	case "enableV4Egress":
+		var on *bool
+		if err := json.Unmarshal(val, &on); err != nil {
+			return fmt.Errorf("wrong type: %s", jsonTypeError(err))
+		}
+		c.v4EgressOff = on != nil && !*on
+		return nil
+	case "v4EgressDataDir":
+		dst = &c.V4EgressDataDir
 	case "runtimeConfig":
 		dst = &c.RuntimeConfig
 	case "prevResult":
@@ -241,6 +261,12 @@ func (c *Config) defaultsAndValidate() error {
 	}
 	if c.IPAMDSocket == "" {
 		c.IPAMDSocket = api.DefaultSocket
+	}
+	c.V4Egress = !c.v4EgressOff
+	if c.V4EgressDataDir == "" {
+		c.V4EgressDataDir = DefaultV4EgressDataDir
+	} else if !filepath.IsAbs(c.V4EgressDataDir) {
+		return invalidConfig("v4EgressDataDir", "must be an absolute path")
 	}
 	if !c.MTUSet || c.MTU == 0 {
 		c.MTUSet = false

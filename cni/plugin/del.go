@@ -31,12 +31,20 @@ import (
 //
 // A config whose network name cannot be read is an error (code 7): without
 // it the attachment key cannot be formed.
-func (p *Plugin) Del(args *skel.CmdArgs) error {
+//
+// An IPv6 attachment's IPv4 egress address (egress4.go) is released last,
+// once its host veth is gone, whatever the daemon answered.
+func (p *Plugin) Del(args *skel.CmdArgs) (rerr error) {
 	in, err := start("DEL", args, true)
 	if err != nil {
 		return err
 	}
 	defer in.close()
+	defer func() {
+		if err := in.releaseEgress4AfterDel(); err != nil && rerr == nil {
+			rerr = types.NewError(types.ErrInternal, fmt.Sprintf("DEL %s: %v", in.key, err), "")
+		}
+	}()
 
 	// The daemon's record and the pod interface's removal are independent:
 	// the daemon answers while the kernel deletes the veth.
@@ -184,6 +192,9 @@ func (in *invocation) delWithoutDaemon(args *skel.CmdArgs, podAddrs []netip.Addr
 // the daemon: prevResult and the pod interface DEL just removed.
 func localAddrs(in *invocation, ifName string, podAddrs []netip.Addr) []netip.Addr {
 	local := slices.Concat(prevResultAddrs(in.conf, ifName, in.log), podAddrs)
+	// An IPv6 pod's IPv4 egress address is host-local's, not the daemon's:
+	// its route goes with the veth, its release is releaseEgress4AfterDel.
+	local = slices.DeleteFunc(local, datapath.IsEgress4)
 	slices.SortFunc(local, netip.Addr.Compare)
 	return slices.Compact(local)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
@@ -50,9 +51,12 @@ func (p *Plugin) GC(args *skel.CmdArgs) error {
 		return daemonError("gc plan", api.Key{Network: in.conf.Name}, err)
 	}
 	var errs []error
+	// Attachments whose host state stays keep their IPv4 egress address.
+	kept := slices.Clone(in.conf.ValidAttachments)
 	for _, asg := range plan.Released {
 		if err := removeHostSide(in, asg.Address, asg.Key, in.recordedVeths(asg)...); err != nil {
 			errs = append(errs, fmt.Errorf("%s (%v) kept for the next GC: %w", asg.Key, asg.Address, err))
+			kept = append(kept, types.GCAttachment{ContainerID: asg.Key.ContainerID, IfName: asg.Key.IfName})
 			continue
 		}
 		req.Release = append(req.Release, api.GCTarget{Key: asg.Key, Address: asg.Address})
@@ -65,6 +69,9 @@ func (p *Plugin) GC(args *skel.CmdArgs) error {
 			return daemonError("gc release", api.Key{Network: in.conf.Name}, err)
 		}
 		released = len(resp.Released)
+	}
+	if err := in.gcEgress4(ctx, kept); err != nil {
+		errs = append(errs, err)
 	}
 	in.log.Info("gc", "valid", len(req.Valid), "stale", len(plan.Released), "released", released)
 	if err := errors.Join(errs...); err != nil {

@@ -1,0 +1,136 @@
+package plugin
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/containernetworking/cni/pkg/invoke"
+	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
+
+	"github.com/vpcip/vpcip/cni/datapath"
+)
+
+// IPv4 egress of IPv6 pods (docs/design.md §4): the node-local IPv4
+// address comes from the reference host-local IPAM plugin, delegated to as
+// a runtime chains IPAM (the binary named egress4IPAM in CNI_PATH), with a
+// range of datapath.Egress4Range and a store of ours
+// (Config.V4EgressDataDir/<network>/, one file per address holding its
+// container ID and interface). host-local keys an allocation by
+// (CNI_CONTAINERID, CNI_IFNAME), which the delegate inherits from this
+// process, so DEL and GC release exactly this attachment's address.
+
+// egress4IPAM is the delegated IPAM plugin's type.
+const egress4IPAM = "host-local"
+
+// egress4Conf is host-local's network config for this network; valid, when
+// not nil, is the GC's list of valid attachments.
+func (in *invocation) egress4Conf(valid []types.GCAttachment) []byte {
+	conf := map[string]any{
+		"cniVersion": "1.1.0",
+		"name":       in.conf.Name,
+		"ipam": map[string]any{
+			"type":    egress4IPAM,
+			"ranges":  [][]map[string]string{{{"subnet": datapath.Egress4Range.String()}}},
+			"dataDir": in.conf.V4EgressDataDir,
+		},
+	}
+	if valid != nil {
+		conf["cni.dev/valid-attachments"] = valid
+	}
+	b, _ := json.Marshal(conf)
+	return b
+}
+
+// egress4Used reports whether host-local ever allocated for this network on
+// this node (its store exists): DEL and GC of a node that never had an
+// IPv6 pod run no delegate.
+func (in *invocation) egress4Used() bool {
+	if !in.conf.V4Egress {
+		return false
+	}
+	_, err := os.Stat(filepath.Join(in.conf.V4EgressDataDir, in.conf.Name))
+	return err == nil
+}
+
+// allocEgress4 has host-local allocate this attachment's IPv4 egress
+// address. An earlier allocation of the same attachment (an ADD retried
+// without a DEL) is released first: host-local refuses a second one.
+func (in *invocation) allocEgress4(ctx context.Context) (netip.Addr, error) {
+	conf := in.egress4Conf(nil)
+	res, err := invoke.DelegateAdd(ctx, egress4IPAM, conf, nil)
+	if err != nil && strings.Contains(err.Error(), "duplicate allocation") {
+		if derr := invoke.DelegateDel(ctx, egress4IPAM, conf, nil); derr != nil {
+			return netip.Addr{}, fmt.Errorf("%s ADD: %v; release of the earlier allocation: %w", egress4IPAM, err, derr)
+		}
+		res, err = invoke.DelegateAdd(ctx, egress4IPAM, conf, nil)
+	}
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("%s ADD of an IPv4 egress address in %v: %w", egress4IPAM, datapath.Egress4Range, err)
+	}
+	r, err := current.NewResultFromResult(res)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("%s result: %w", egress4IPAM, err)
+	}
+	for _, ipc := range r.IPs {
+		if a, ok := netip.AddrFromSlice(ipc.Address.IP); ok && datapath.IsEgress4(a) {
+			return a.Unmap(), nil
+		}
+	}
+	return netip.Addr{}, fmt.Errorf("%s returned no address in %v: %v", egress4IPAM, datapath.Egress4Range, r.IPs)
+}
+
+// releaseEgress4 has host-local release this attachment's IPv4 egress
+// address; none held is success (host-local's DEL is idempotent).
+func (in *invocation) releaseEgress4(ctx context.Context) error {
+	if err := invoke.DelegateDel(ctx, egress4IPAM, in.egress4Conf(nil), nil); err != nil {
+		return fmt.Errorf("%s DEL of the IPv4 egress address: %w", egress4IPAM, err)
+	}
+	return nil
+}
+
+// releaseEgress4AfterDel is DEL's release of the IPv4 egress address: only
+// once this attachment's host veth is gone (and the egress /32 route with
+// it), so the address never goes to another pod while this one's route
+// still leads to it. A failure is logged and returned.
+func (in *invocation) releaseEgress4AfterDel() error {
+	if !in.egress4Used() {
+		return nil
+	}
+	own, _, err := vethOwner(in.hostVeth(), in.key)
+	if err != nil {
+		return err
+	}
+	if own == vethOurs {
+		in.log.Warn("host veth still present; IPv4 egress address kept for a retried DEL", "hostVeth", in.hostVeth())
+		return nil
+	}
+	ctx, cancel := in.ctx(in.conf.Timeouts.Release)
+	defer cancel()
+	if err := in.releaseEgress4(ctx); err != nil {
+		in.log.Error("IPv4 egress release failed", "error", err)
+		return err
+	}
+	return nil
+}
+
+// gcEgress4 has host-local release every egress address whose attachment
+// is not in valid (the runtime's list plus the attachments GC kept).
+func (in *invocation) gcEgress4(ctx context.Context, valid []types.GCAttachment) error {
+	if !in.egress4Used() {
+		return nil
+	}
+	if valid == nil {
+		valid = []types.GCAttachment{}
+	}
+	if err := invoke.DelegateGC(ctx, egress4IPAM, in.egress4Conf(valid), nil); err != nil {
+		return fmt.Errorf("%s GC of IPv4 egress addresses: %w", egress4IPAM, err)
+	}
+	return nil
+}
+

@@ -92,4 +92,3 @@ func checkEgress4(h netlinksafe.Handle, a Attachment, host, pod netlink.Link, ho
 	}
 	return p
 }
-

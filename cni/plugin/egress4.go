@@ -133,4 +133,3 @@ func (in *invocation) gcEgress4(ctx context.Context, valid []types.GCAttachment)
 	}
 	return nil
 }
-

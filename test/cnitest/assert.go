@@ -107,6 +107,11 @@ func AssertNodeClean(t testing.TB, e *Env, live ...*Pod) {
 	for _, p := range live {
 		liveVeth[e.HostVeth(p)] = true
 		liveAddr[p.Address.String()] = true
+		if p.Result != nil { // an IPv6 pod's IPv4 egress address, routed to its veth too
+			for _, ipc := range p.Result.IPs {
+				liveAddr[ipc.Address.IP.String()] = true
+			}
+		}
 	}
 	for _, l := range links(t, node) {
 		if strings.HasPrefix(l.IfName, e.VethPrefix) && !liveVeth[l.IfName] {

@@ -35,6 +35,9 @@ type Env struct {
 	MTU        int    // written as "mtu" when non-zero
 	VethPrefix string // default "eni"
 	Chain      bool   // chain tuning, bandwidth and portmap after vpcip-cni (default true via NewEnv)
+	// EgressDir is the plugin's v4EgressDataDir, host-local's store of IPv6
+	// pods' IPv4 egress addresses (private to the test via NewEnv).
+	EgressDir string
 	// RawConfList, when set, is the conflist used instead of ConfListJSON
 	// (a reference chain, for comparison).
 	RawConfList []byte
@@ -45,7 +48,8 @@ func NewEnv(t testing.TB, node *Node, d Daemon) *Env {
 	t.Helper()
 	dir := t.TempDir()
 	return &Env{Node: node, Daemon: d, BinDir: BinDir(t), CacheDir: filepath.Join(dir, "cache"),
-		LogFile: filepath.Join(dir, "plugin.log"), CNIVersion: "1.1.0", VethPrefix: "eni", Chain: true}
+		LogFile: filepath.Join(dir, "plugin.log"), CNIVersion: "1.1.0", VethPrefix: "eni", Chain: true,
+		EgressDir: filepath.Join(dir, "egress4")}
 }
 
 // PluginConf is the vpcip-cni entry of the conflist.
@@ -54,6 +58,9 @@ func (e *Env) PluginConf() map[string]any {
 		"pluginLogFile": e.LogFile, "pluginLogLevel": "debug"}
 	if e.MTU != 0 {
 		c["mtu"] = e.MTU
+	}
+	if e.EgressDir != "" {
+		c["v4EgressDataDir"] = e.EgressDir
 	}
 	return c
 }

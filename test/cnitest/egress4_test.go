@@ -1,0 +1,279 @@
+package cnitest
+
+import (
+	"errors"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+)
+
+// IPv4 egress of IPv6 pods (issue #30, docs/design.md §4): each IPv6 pod
+// also gets an IPv4 address of 169.254.172.0/22 from host-local, and its
+// IPv4 traffic leaves the node SNATed to the node's address.
+
+const (
+	egressRange  = "169.254.172.0/22"
+	gateway4     = "169.254.1.1"
+	nodeUplinkIP = "198.51.100.1" // TEST-NET-2, only inside the test's netns
+	outsideIP    = "198.51.100.2"
+)
+
+// newOutside creates a netns "outside" the node, joined to it by a veth
+// (node 198.51.100.1/24, outside 198.51.100.2/24). The outside has no route
+// to 169.254.172.0/22: it can answer an IPv6 pod's IPv4 only once the node
+// SNATed it to its own address.
+func newOutside(t testing.TB, e *Env) string {
+	t.Helper()
+	out := NewNetns(t, "vct-out-")
+	ipCmd(t, "-n", e.Node.Name, "link", "add", "vct-up", "type", "veth", "peer", "name", "eth0", "netns", out)
+	ipCmd(t, "-n", e.Node.Name, "addr", "add", nodeUplinkIP+"/24", "dev", "vct-up")
+	ipCmd(t, "-n", e.Node.Name, "link", "set", "vct-up", "up")
+	ipCmd(t, "-n", out, "addr", "add", outsideIP+"/24", "dev", "eth0")
+	ipCmd(t, "-n", out, "link", "set", "eth0", "up")
+	ipCmd(t, "-n", out, "link", "set", "lo", "up")
+	return out
+}
+
+// udpEcho sends one datagram from netns from to to:7777 (a socket bound in
+// netns at), retrying for 3 s, and returns the source address the receiver
+// saw; the receiver echoes it and the reply must arrive back.
+func udpEcho(t testing.TB, from, at string, to netip.Addr) (netip.Addr, error) {
+	t.Helper()
+	inNS := func(name string, fn func() error) error {
+		h, err := ns.GetNS(filepath.Join(NetnsDir, name))
+		if err != nil {
+			return err
+		}
+		defer h.Close()
+		return h.Do(func(ns.NetNS) error { return fn() })
+	}
+	var srv *net.UDPConn
+	if err := inNS(at, func() (err error) {
+		srv, err = net.ListenUDP("udp4", &net.UDPAddr{IP: net.IP(to.AsSlice()), Port: 7777})
+		return err
+	}); err != nil {
+		t.Fatalf("listen in %s: %v", at, err)
+	}
+	defer srv.Close()
+	seen := make(chan netip.Addr, 8)
+	go func() {
+		buf := make([]byte, 64)
+		for {
+			n, src, err := srv.ReadFromUDPAddrPort(buf)
+			if err != nil {
+				return
+			}
+			seen <- src.Addr().Unmap()
+			_, _ = srv.WriteToUDPAddrPort(buf[:n], src)
+		}
+	}()
+	var cl *net.UDPConn
+	if err := inNS(from, func() (err error) {
+		cl, err = net.DialUDP("udp4", nil, &net.UDPAddr{IP: net.IP(to.AsSlice()), Port: 7777})
+		return err
+	}); err != nil {
+		t.Fatalf("dial from %s: %v", from, err)
+	}
+	defer cl.Close()
+	var lastErr error
+	for i := 0; i < 6; i++ {
+		if _, err := cl.Write([]byte("egress")); err != nil {
+			lastErr = err
+			time.Sleep(500 * time.Millisecond)
+			continue
+		}
+		_ = cl.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+		buf := make([]byte, 64)
+		if _, err := cl.Read(buf); err != nil {
+			lastErr = err
+			continue
+		}
+		return <-seen, nil
+	}
+	select {
+	case src := <-seen:
+		return src, errors.New("the receiver saw " + src.String() + " but its reply never came back: " + lastErr.Error())
+	default:
+		return netip.Addr{}, errors.New("nothing arrived: " + lastErr.Error())
+	}
+}
+
+// egressOf returns the IPv4 egress address of p's result (its second IP)
+// after checking its shape: a /32 in 169.254.172.0/22 with gateway
+// 169.254.1.1 on the pod interface, and the route 0.0.0.0/0 via it.
+func egressOf(t testing.TB, p *Pod) netip.Addr {
+	t.Helper()
+	r := p.Result
+	if len(r.IPs) != 2 || len(r.Routes) != 2 {
+		t.Fatalf("%s: result IPs %v routes %v, want the IPv6 address and an IPv4 egress address, a route each", p.Name, r.IPs, r.Routes)
+	}
+	ipc := r.IPs[1]
+	a, _ := netip.AddrFromSlice(ipc.Address.IP.To4())
+	ones, _ := ipc.Address.Mask.Size()
+	if !netip.MustParsePrefix(egressRange).Contains(a) || ones != 32 || ipc.Gateway.String() != gateway4 ||
+		ipc.Interface == nil || *ipc.Interface != 1 {
+		t.Errorf("%s: egress IP %+v, want a /32 in %s gw %s on interface 1", p.Name, ipc, egressRange, gateway4)
+	}
+	if rt := r.Routes[1]; rt.Dst.String() != "0.0.0.0/0" || rt.GW.String() != gateway4 {
+		t.Errorf("%s: IPv4 route %v, want 0.0.0.0/0 via %s", p.Name, rt, gateway4)
+	}
+	return a
+}
+
+// egressFile is host-local's record of addr in e's store.
+func egressFile(e *Env, addr netip.Addr) string {
+	return filepath.Join(e.EgressDir, Network, addr.String())
+}
+
+func assertEgressHeld(t testing.TB, e *Env, p *Pod, addr netip.Addr, held bool) {
+	t.Helper()
+	b, err := os.ReadFile(egressFile(e, addr))
+	switch {
+	case held && err != nil:
+		t.Errorf("host-local has no record of %s's egress address %v: %v", p.Name, addr, err)
+	case held && !strings.Contains(string(b), p.ContainerID):
+		t.Errorf("host-local's record of %v is %q, want %s's container", addr, b, p.Name)
+	case !held && err == nil:
+		t.Errorf("host-local still holds %v (%q)", addr, b)
+	}
+}
+
+// assertEgressWired checks the pod's IPv4 egress wiring as iproute2 shows
+// it: exactly <egress>/32 on the pod interface, default via 169.254.1.1,
+// and the node's /32 route to the host veth.
+func assertEgressWired(t testing.TB, e *Env, p *Pod, egress netip.Addr) {
+	t.Helper()
+	var addrs []ipAddr
+	ipJSON(t, p.NetnsName, &addrs, "-4", "addr", "show", "dev", p.IfName)
+	var got []string
+	for _, a := range addrs {
+		for _, ai := range a.AddrInfo {
+			if ai.Local != "" {
+				got = append(got, ai.Local+"/"+itoa(ai.PrefixLen))
+			}
+		}
+	}
+	if want := egress.String() + "/32"; len(got) != 1 || got[0] != want {
+		t.Errorf("pod IPv4 addresses %v, want [%s]", got, want)
+	}
+	var routes []ipRoute
+	ipJSON(t, p.NetnsName, &routes, "-4", "route", "show", "default")
+	if len(routes) != 1 || routes[0].Gateway != gateway4 || routes[0].Dev != p.IfName {
+		t.Errorf("pod IPv4 default routes %+v, want one via %s dev %s", routes, gateway4, p.IfName)
+	}
+	var hr []ipRoute
+	ipJSON(t, e.Node.Name, &hr, "-4", "route", "show", "table", "main", "exact", egress.String()+"/32")
+	if len(hr) != 1 || hr[0].Dev != e.HostVeth(p) {
+		t.Errorf("host routes to %v/32: %+v, want one dev %s", egress, hr, e.HostVeth(p))
+	}
+}
+
+// TestIPv6PodIPv4Egress: an IPv6 pod gets an IPv4 egress address from
+// host-local and reaches an IPv4 address outside the node, which sees the
+// node's address (SNAT), while another pod reached at its egress address
+// sees the pod's own (no SNAT between pods); CHECK names a missing IPv4
+// default route; DEL (twice) releases the address in host-local's store and
+// removes its route.
+func TestIPv6PodIPv4Egress(t *testing.T) {
+	RequireRoot(t)
+	e, _ := fakeEnv(t, FakePool6(4))
+	out := newOutside(t, e)
+	a, b := e.NewPod(t, "egress-a"), e.NewPod(t, "egress-b")
+	e.MustAdd(t, a)
+	e.MustAdd(t, b)
+	ea, eb := egressOf(t, a), egressOf(t, b)
+	if ea == eb {
+		t.Fatalf("both pods got egress address %v", ea)
+	}
+	for _, p := range []*Pod{a, b} {
+		assertPodWired6(t, e, p, 9001)
+		assertEgressWired(t, e, p, egressOf(t, p))
+		assertEgressHeld(t, e, p, egressOf(t, p), true)
+		if err := e.Check(t, p); err != nil {
+			t.Errorf("CHECK %s: %v", p.Name, err)
+		}
+	}
+	src, err := udpEcho(t, a.NetnsName, out, netip.MustParseAddr(outsideIP))
+	if err != nil {
+		t.Errorf("IPv4 from IPv6 pod %s to %s outside the node: %v", a.Name, outsideIP, err)
+	} else if src.String() != nodeUplinkIP {
+		t.Errorf("the outside saw source %v, want the node's %s (SNAT)", src, nodeUplinkIP)
+	}
+	src, err = udpEcho(t, b.NetnsName, a.NetnsName, ea)
+	if err != nil {
+		t.Errorf("IPv4 from pod %s to pod %s's egress address: %v", b.Name, a.Name, err)
+	} else if src != eb {
+		t.Errorf("pod %s saw source %v, want pod %s's egress address %v (no SNAT between pods)", a.Name, src, b.Name, eb)
+	}
+	ipCmd(t, "-n", a.NetnsName, "-4", "route", "del", "default")
+	if err := e.Check(t, a); err == nil || !strings.Contains(err.Error(), "default route via "+gateway4+" dev eth0 missing") {
+		t.Errorf("CHECK without the IPv4 default route: %v", err)
+	}
+	mustDel(t, e, a)
+	assertEgressHeld(t, e, a, ea, false)
+	var hr []ipRoute
+	ipJSON(t, e.Node.Name, &hr, "-4", "route", "show", "table", "main", "exact", ea.String()+"/32")
+	if len(hr) != 0 {
+		t.Errorf("host route to %v/32 left after DEL: %+v", ea, hr)
+	}
+	mustDel(t, e, a)
+	assertEgressHeld(t, e, b, eb, true)
+	if err := e.Check(t, b); err != nil {
+		t.Errorf("CHECK of the other pod after DEL: %v", err)
+	}
+	if _, err := udpEcho(t, b.NetnsName, out, netip.MustParseAddr(outsideIP)); err != nil {
+		t.Errorf("the other pod's IPv4 egress after DEL: %v", err)
+	}
+	mustDel(t, e, b)
+	assertEgressHeld(t, e, b, eb, false)
+	assertNodeClean6(t, e)
+}
+
+// TestIPv6PodIPv4EgressGC: the IPv4 egress address of an attachment the
+// runtime lost is released by the plugin's GC; a valid one's stays.
+func TestIPv6PodIPv4EgressGC(t *testing.T) {
+	RequireRoot(t)
+	e, _ := fakeEnv(t, FakePool6(4))
+	e.Chain = false
+	keep := e.NewPod(t, "egress-keep")
+	e.MustAdd(t, keep)
+	lostEnv := *e
+	lostEnv.CacheDir = t.TempDir()
+	lost := lostEnv.NewPod(t, "egress-lost")
+	lostEnv.MustAdd(t, lost)
+	ek, el := egressOf(t, keep), egressOf(t, lost)
+	assertEgressHeld(t, e, lost, el, true)
+	if err := e.GC(t, keep); err != nil {
+		t.Fatalf("GC: %v", err)
+	}
+	assertEgressHeld(t, e, lost, el, false)
+	assertEgressHeld(t, e, keep, ek, true)
+	if err := e.Check(t, keep); err != nil {
+		t.Errorf("CHECK of the kept pod after GC: %v", err)
+	}
+	mustDel(t, e, keep)
+	assertEgressHeld(t, e, keep, ek, false)
+}
+
+// TestIPv4PodHasNoEgressAddress: IPv4 mode is unchanged: one IP in the
+// result, and host-local is never run.
+func TestIPv4PodHasNoEgressAddress(t *testing.T) {
+	RequireRoot(t)
+	e, _ := fakeEnv(t, FakePool(2))
+	e.Chain = false
+	p := e.NewPod(t, "four")
+	e.MustAdd(t, p)
+	if len(p.Result.IPs) != 1 || !p.Address.Is4() || netip.MustParsePrefix(egressRange).Contains(p.Address) {
+		t.Errorf("IPv4 pod result IPs %v, want its one pod address", p.Result.IPs)
+	}
+	mustDel(t, e, p)
+	if _, err := os.Stat(filepath.Join(e.EgressDir, Network)); err == nil {
+		t.Errorf("host-local's store %s exists for an IPv4 pod", filepath.Join(e.EgressDir, Network))
+	}
+}

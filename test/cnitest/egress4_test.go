@@ -1,6 +1,7 @@
 package cnitest
 
 import (
+	"encoding/json"
 	"errors"
 	"net"
 	"net/netip"
@@ -276,4 +277,40 @@ func TestIPv4PodHasNoEgressAddress(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(e.EgressDir, Network)); err == nil {
 		t.Errorf("host-local's store %s exists for an IPv4 pod", filepath.Join(e.EgressDir, Network))
 	}
+}
+
+// TestIPv6PodIPv4EgressNeedsHostLocal: on a node whose CNI bin dir has no
+// host-local, an IPv6 pod's ADD fails naming it and leaves nothing held or
+// wired; with "enableV4Egress": false the pod is added with its IPv6
+// address alone.
+func TestIPv6PodIPv4EgressNeedsHostLocal(t *testing.T) {
+	RequireRoot(t)
+	e, d := fakeEnv(t, FakePool6(2))
+	e.Chain = false
+	bin := t.TempDir()
+	if err := os.Symlink(filepath.Join(e.BinDir, "vpcip-cni"), filepath.Join(bin, "vpcip-cni")); err != nil {
+		t.Fatal(err)
+	}
+	e.BinDir = bin
+	p := e.NewPod(t, "egress-nohl")
+	if err := e.Add(t, p); err == nil || !strings.Contains(err.Error(), "needs the reference host-local IPAM plugin in CNI_PATH") {
+		t.Errorf("ADD without host-local: %v, want an error naming host-local", err)
+	}
+	if len(d.Held()) != 0 {
+		t.Errorf("failed ADD left %v held", d.Held())
+	}
+	assertNodeClean6(t, e)
+	conf := e.PluginConf()
+	conf["enableV4Egress"] = false
+	e.RawConfList, _ = json.Marshal(map[string]any{"cniVersion": e.CNIVersion, "name": Network, "plugins": []any{conf}})
+	q := e.NewPod(t, "egress-off")
+	e.MustAdd(t, q)
+	if len(q.Result.IPs) != 1 || !q.Address.Is6() {
+		t.Errorf("ADD with enableV4Egress false: IPs %v, want the IPv6 address alone", q.Result.IPs)
+	}
+	if err := e.Check(t, q); err != nil {
+		t.Errorf("CHECK with enableV4Egress false: %v", err)
+	}
+	mustDel(t, e, q)
+	assertNodeClean6(t, e)
 }

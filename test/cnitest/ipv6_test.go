@@ -244,6 +244,9 @@ func TestIPv6StaleDelKeepsTheNextOwner(t *testing.T) {
 	if diff := cmp.Diff(before, snapshot6(t, e, next)); diff != "" {
 		t.Errorf("the next owner's state changed (-before +after):\n%s", diff)
 	}
+	// host-local keys the IPv4 egress address by sandbox: the stale DELs
+	// released nothing of the next owner's.
+	assertEgressHeld(t, e, next, egressOf(t, next), true)
 	assertPodWired6(t, e, next, 9001)
 	if err := e.Check(t, next); err != nil {
 		t.Errorf("CHECK of the next owner: %v", err)

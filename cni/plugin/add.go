@@ -50,7 +50,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	var wired datapath.Wired
 	err = pair.err
 	if err == nil && att.PodIP.Is6() && in.conf.V4Egress {
-		err = in.egress4(&att)
+		err = in.egress4(&att, args.Path)
 	}
 	if err == nil {
 		wired, err = nl.Configure(att)
@@ -229,11 +229,12 @@ func result(args *skel.CmdArgs, att datapath.Attachment, w datapath.Wired) *curr
 	}
 }
 
-// egress4 gives an IPv6 attachment its IPv4 egress address (egress4.go).
-func (in *invocation) egress4(att *datapath.Attachment) error {
+// egress4 gives an IPv6 attachment its IPv4 egress address (egress4.go),
+// from the host-local found in cniPath (CNI_PATH).
+func (in *invocation) egress4(att *datapath.Attachment, cniPath string) error {
 	ctx, cancel := in.ctx(in.conf.Timeouts.Assign)
 	defer cancel()
-	a, err := in.allocEgress4(ctx)
+	a, err := in.allocEgress4(ctx, cniPath)
 	if err != nil {
 		return err
 	}

@@ -62,10 +62,10 @@ func (in *invocation) egress4Used() bool {
 // address. An earlier allocation of the same attachment (an ADD retried
 // without a DEL) is released first: host-local refuses a second one.
 //
-// A node whose CNI_PATH has no host-local fails the ADD saying so: the
+// A node whose CNI_PATH (cniPath) has no host-local fails the ADD saying so: the
 // pod would otherwise start without the IPv4 reach its users expect.
-func (in *invocation) allocEgress4(ctx context.Context) (netip.Addr, error) {
-	if _, err := invoke.FindInPath(egress4IPAM, filepath.SplitList(os.Getenv("CNI_PATH"))); err != nil {
+func (in *invocation) allocEgress4(ctx context.Context, cniPath string) (netip.Addr, error) {
+	if _, err := invoke.FindInPath(egress4IPAM, filepath.SplitList(cniPath)); err != nil {
 		return netip.Addr{}, fmt.Errorf("IPv4 egress of IPv6 pods needs the reference %s IPAM plugin in CNI_PATH (install containernetworking/plugins, or set \"enableV4Egress\": false): %w",
 			egress4IPAM, err)
 	}

@@ -73,6 +73,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	}
 	in.log.Info("added", "mtu", att.MTU, "assignMs", ms(assigned.Sub(began)), "wireMs", ms(time.Since(assigned)))
 	in.releaseReplaced(pair)
+	in.releaseReplacedEgress4(pair, args.Path)
 	return nil
 }
 

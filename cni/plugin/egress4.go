@@ -140,3 +140,26 @@ func (in *invocation) gcEgress4(ctx context.Context, valid []types.GCAttachment)
 	}
 	return nil
 }
+
+// releaseReplacedEgress4 has host-local release the IPv4 egress address of
+// the older sandbox of this pod whose veth ADD replaced (its egress route
+// went with the veth), under that sandbox's key as the veth recorded it;
+// cniPath is CNI_PATH. A failure is logged, GC reclaims it.
+func (in *invocation) releaseReplacedEgress4(pair pairing, cniPath string) {
+	if !pair.replaced.Veth || pair.previous.ContainerID == "" || pair.previous == in.key || !in.egress4Used() {
+		return
+	}
+	ctx, cancel := in.ctx(in.conf.Timeouts.Release)
+	defer cancel()
+	err := func() error {
+		bin, err := invoke.FindInPath(egress4IPAM, filepath.SplitList(cniPath))
+		if err != nil {
+			return err
+		}
+		return invoke.ExecPluginWithoutResult(ctx, bin, in.egress4Conf(nil), &invoke.Args{Command: "DEL",
+			ContainerID: pair.previous.ContainerID, IfName: pair.previous.IfName, Path: cniPath}, nil)
+	}()
+	if err != nil {
+		in.log.Warn("IPv4 egress release of the replaced sandbox failed; GC reclaims it", "sandbox", pair.previous.String(), "error", err)
+	}
+}

@@ -314,3 +314,31 @@ func TestIPv6PodIPv4EgressNeedsHostLocal(t *testing.T) {
 	mustDel(t, e, q)
 	assertNodeClean6(t, e)
 }
+
+// TestIPv6ReplacedSandboxReleasesEgress: a new sandbox of the same pod
+// ADDed while the old sandbox's veth exists replaces it, and the old
+// sandbox's IPv4 egress address is released in host-local's store with
+// its IPv6 address (no DEL of it ever comes).
+func TestIPv6ReplacedSandboxReleasesEgress(t *testing.T) {
+	RequireRoot(t)
+	e, d := fakeEnv(t, FakePool6(4))
+	e.Chain = false
+	old := e.NewPod(t, "egress-recreated")
+	e.MustAdd(t, old)
+	eo := egressOf(t, old)
+	nu := sameSandboxPod(t, e, old)
+	e.MustAdd(t, nu)
+	if _, held := d.Held()[e.key(old)]; held {
+		t.Errorf("the replaced sandbox still holds %v", old.Address)
+	}
+	assertEgressHeld(t, e, old, eo, false)
+	en := egressOf(t, nu)
+	assertEgressHeld(t, e, nu, en, true)
+	assertEgressWired(t, e, nu, en)
+	if err := e.Check(t, nu); err != nil {
+		t.Errorf("CHECK of the new sandbox: %v", err)
+	}
+	mustDel(t, e, nu)
+	assertEgressHeld(t, e, nu, en, false)
+	assertNodeClean6(t, e)
+}

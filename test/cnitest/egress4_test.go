@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -340,5 +341,58 @@ func TestIPv6ReplacedSandboxReleasesEgress(t *testing.T) {
 	}
 	mustDel(t, e, nu)
 	assertEgressHeld(t, e, nu, en, false)
+	assertNodeClean6(t, e)
+}
+
+// TestIPv6PodIPv4EgressConcurrentAdds: six IPv6 pods ADDed at once get six
+// distinct egress addresses, and the node holds the SNAT rules once: one
+// POSTROUTING jump, the chain's RETURN and MASQUERADE.
+func TestIPv6PodIPv4EgressConcurrentAdds(t *testing.T) {
+	RequireRoot(t)
+	e, _ := fakeEnv(t, FakePool6(6))
+	e.Chain = false
+	pods := make([]*Pod, 6)
+	for i := range pods {
+		pods[i] = e.NewPod(t, "egress-c")
+	}
+	errs := make(chan error, len(pods))
+	for _, p := range pods {
+		go func() { errs <- e.Add(t, p) }()
+	}
+	for range pods {
+		if err := <-errs; err != nil {
+			t.Fatalf("concurrent ADD: %v", err)
+		}
+	}
+	seen := map[netip.Addr]bool{}
+	for _, p := range pods {
+		a := egressOf(t, p)
+		if seen[a] {
+			t.Errorf("egress address %v given twice", a)
+		}
+		seen[a] = true
+	}
+	out, err := exec.Command("ip", "netns", "exec", e.Node.Name, "iptables-save", "-t", "nat").CombinedOutput()
+	if err != nil {
+		t.Fatalf("iptables-save: %v %s", err, out)
+	}
+	var jumps, rules int
+	for _, l := range strings.Split(string(out), "\n") {
+		switch {
+		case strings.HasPrefix(l, "-A POSTROUTING ") && strings.Contains(l, "-j VPCIP-EGRESS4"):
+			jumps++
+			if !strings.Contains(l, "-s "+egressRange) {
+				t.Errorf("jump %q, want it for source %s", l, egressRange)
+			}
+		case strings.HasPrefix(l, "-A VPCIP-EGRESS4 "):
+			rules++
+		}
+	}
+	if jumps != 1 || rules != 2 {
+		t.Errorf("nat table has %d jumps to VPCIP-EGRESS4 and %d rules in it, want 1 and 2:\n%s", jumps, rules, out)
+	}
+	for _, p := range pods {
+		mustDel(t, e, p)
+	}
 	assertNodeClean6(t, e)
 }

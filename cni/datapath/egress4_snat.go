@@ -29,7 +29,9 @@ const egress4Comment = "vpcip: IPv4 egress of IPv6 pods"
 // current netns (the node's), once however many plugins run at a time:
 // check-then-add is serialized by an exclusive flock on lockPath (created
 // with its directory when missing), as iptables' own lock covers only one
-// command. Errors name the rule that could not be read or added.
+// command. Once the POSTROUTING jump exists (added last) nothing else is
+// checked: a rule deleted by hand from the chain is not restored while the
+// jump stays. Errors name the rule that could not be read or added.
 func EnsureEgress4SNAT(lockPath string) error {
 	ipt, err := iptables.New()
 	if err != nil {
@@ -47,6 +49,14 @@ func EnsureEgress4SNAT(lockPath string) error {
 		return fmt.Errorf("IPv4 egress lock %s: %w", lockPath, err)
 	}
 	const table = "nat"
+	rng := Egress4Range.String()
+	cm := []string{"-m", "comment", "--comment", egress4Comment}
+	jump := append([]string{"-s", rng}, append(cm, "-j", ChainEgress4)...)
+	// The jump is added last, so its presence means the chain is complete:
+	// every ADD after the node's first runs this one check.
+	if ok, err := ipt.Exists(table, "POSTROUTING", jump...); err == nil && ok {
+		return nil
+	}
 	exists, err := ipt.ChainExists(table, ChainEgress4)
 	if err != nil {
 		return fmt.Errorf("iptables -t nat -L %s: %w", ChainEgress4, err)
@@ -56,15 +66,13 @@ func EnsureEgress4SNAT(lockPath string) error {
 			return fmt.Errorf("iptables -t nat -N %s: %w", ChainEgress4, err)
 		}
 	}
-	rng := Egress4Range.String()
-	cm := []string{"-m", "comment", "--comment", egress4Comment}
 	rules := []struct {
 		chain string
 		spec  []string
 	}{
 		{ChainEgress4, append([]string{"-d", rng}, append(cm, "-j", "RETURN")...)},
 		{ChainEgress4, append(cm, "-j", "MASQUERADE")},
-		{"POSTROUTING", append([]string{"-s", rng}, append(cm, "-j", ChainEgress4)...)},
+		{"POSTROUTING", jump},
 	}
 	// In order, so the jump exists only once the chain is complete.
 	for _, r := range rules {

@@ -77,6 +77,30 @@ func (b *bench) instructions(ctx context.Context) error {
 		}
 		return fmt.Errorf("vpcip-cni under cachegrind: %w", err)
 	}
+	type counted struct {
+		name     string
+		add, del float64
+	}
+	var others []counted
+	for i, o := range b.otherPlugins {
+		n := *node.Runtime
+		n.Prefix = fmt.Sprintf("%scg%d", b.prefix("bi"), i)
+		dir := filepath.Join(work, fmt.Sprintf("plugin-%d", i))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		if err := os.Symlink(o.path, filepath.Join(dir, "vpcip-cni")); err != nil {
+			return err
+		}
+		if n.BinDir, err = cachegrindBinDir(work, fmt.Sprintf("other-%d", i), dir, "vpcip-cni"); err != nil {
+			return err
+		}
+		a, d, err := countPods(ctx, &n, filepath.Join(profiles, fmt.Sprintf("plugin-%d", i)))
+		if err != nil {
+			return fmt.Errorf("vpcip-cni %s (%s) under cachegrind: %w", o.name, o.path, err)
+		}
+		others = append(others, counted{o.name, a, d})
+	}
 	ra, rd, err := countPods(ctx, &theirs, filepath.Join(profiles, "reference"))
 	if err != nil {
 		if why := valgrindCannotRun(filepath.Join(profiles, "reference", "add")) + valgrindCannotRun(filepath.Join(profiles, "reference", "del")); why != "" {
@@ -87,6 +111,40 @@ func (b *bench) instructions(ctx context.Context) error {
 	}
 	b.add(Figure{Name: "(e) instructions per ADD (user space)", Value: oa / 1e6, Ref: ra / 1e6, Unit: "M"})
 	b.add(Figure{Name: "(e) instructions per DEL (user space)", Value: od / 1e6, Ref: rd / 1e6, Unit: "M"})
+	for _, o := range others {
+		b.add(Figure{Name: "(e) instructions per ADD, " + o.name, Value: o.add / 1e6, Ref: ra / 1e6, Unit: "M",
+			Note: fmt.Sprintf("ours ÷ this %.3f×", oa/o.add)})
+		b.add(Figure{Name: "(e) instructions per DEL, " + o.name, Value: o.del / 1e6, Ref: rd / 1e6, Unit: "M",
+			Note: fmt.Sprintf("ours ÷ this %.3f×", od/o.del)})
+	}
+	return nil
+}
+
+// namedPlugin is a vpcip-cni binary (e) counts beside ours
+// (--cachegrind-plugin NAME=PATH).
+type namedPlugin struct{ name, path string }
+
+// pluginFlag collects --cachegrind-plugin values.
+type pluginFlag []namedPlugin
+
+func (f *pluginFlag) String() string { return fmt.Sprint(*f) }
+
+// Set parses NAME=PATH; PATH must be an executable file.
+func (f *pluginFlag) Set(v string) error {
+	name, path, ok := strings.Cut(v, "=")
+	if !ok || name == "" || path == "" {
+		return fmt.Errorf("want NAME=PATH, got %q", v)
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return err
+	}
+	if st, err := os.Stat(abs); err != nil {
+		return err
+	} else if st.IsDir() || st.Mode()&0o111 == 0 {
+		return fmt.Errorf("%s is not an executable file", abs)
+	}
+	*f = append(*f, namedPlugin{name, abs})
 	return nil
 }
 

@@ -43,6 +43,8 @@ func main() {
 	smoke := flag.Bool("smoke", false, "a quick run with small counts, to check the bench itself works (make test runs it)")
 	only := flag.String("only", "", "comma-separated steps to run (latency, instructions, memory, calls); empty: all")
 	profiles := flag.String("cachegrind-out", "", "keep the cachegrind profiles of (e) under this directory (vpcip|reference/add|del/cachegrind.<pid>; read them with cg_annotate)")
+	var others pluginFlag
+	flag.Var(&others, "cachegrind-plugin", "NAME=PATH: (e) also counts the vpcip-cni binary at PATH (say, one built from another revision) on the same node in the same run, as NAME; repeatable")
 	flag.Parse()
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "bench: needs root")
@@ -54,7 +56,7 @@ func main() {
 	if *profiles != "" {
 		*profiles, _ = filepath.Abs(*profiles)
 	}
-	b := &bench{bin: binAbs, profileDir: *profiles, tag: fmt.Sprintf("%04d", os.Getpid()%10000), rounds: *rounds, burstRounds: *burstRounds, memPods: 250, callPods: 100, deleteWindow: 90 * time.Second}
+	b := &bench{bin: binAbs, profileDir: *profiles, otherPlugins: others, tag: fmt.Sprintf("%04d", os.Getpid()%10000), rounds: *rounds, burstRounds: *burstRounds, memPods: 250, callPods: 100, deleteWindow: 90 * time.Second}
 	if *smoke {
 		b.rounds, b.burstRounds, b.memPods, b.callPods, b.deleteWindow = 1, 1, 20, 10, 3*time.Second
 	}
@@ -72,6 +74,7 @@ func main() {
 type bench struct {
 	bin          string
 	profileDir   string        // (e): where cachegrind profiles are kept; "": removed
+	otherPlugins []namedPlugin // (e): more vpcip-cni binaries counted beside ours
 	tag          string        // makes this run's netns names its own (prefix)
 	rounds       int           // (a): sequential rounds of 20 pods
 	burstRounds  int           // (b): bursts of 30 pods, alternating with the reference's

@@ -17,10 +17,14 @@ LDFLAGS := -s -w
 # The plugin is linked statically (CGO_ENABLED=0): a dynamically linked Go
 # binary spends ~0.5M instructions per start in the dynamic loader and libc
 # before main. The others keep the default (their packages stay cached).
+# Its build tags (net/http without HTTP/2, docs/design.md §3) are in
+# cmd/vpcip-cni/build-tags, which every build of the plugin reads
+# (test/pluginbuild checks they do).
+PLUGIN_TAGS := $(shell cat cmd/vpcip-cni/build-tags)
 build:
 	@mkdir -p $(BIN)
 	$(GO) build -ldflags='$(LDFLAGS)' -o $(BIN)/ $(addprefix ./cmd/,$(filter-out vpcip-cni,$(BINARIES)))
-	CGO_ENABLED=0 $(GO) build -ldflags='$(LDFLAGS)' -o $(BIN)/ ./cmd/vpcip-cni
+	CGO_ENABLED=0 $(GO) build -ldflags='$(LDFLAGS)' -tags=$(PLUGIN_TAGS) -o $(BIN)/ ./cmd/vpcip-cni
 	ln -f $(BIN)/vpcipctl $(BIN)/kubectl-vpcip
 
 deps:
@@ -41,7 +45,9 @@ image: deps
 	@mkdir -p $(BIN)/image
 	for arch in $(IMAGE_ARCHES); do \
 		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -ldflags='$(LDFLAGS) -X main.version=$(IMAGE_VERSION)' \
-			-o $(BIN)/image/linux_$$arch/ $(addprefix ./cmd/,$(IMAGE_BINARIES)) || exit 1; \
+			-o $(BIN)/image/linux_$$arch/ $(addprefix ./cmd/,$(filter-out vpcip-cni,$(IMAGE_BINARIES))) || exit 1; \
+		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -ldflags='$(LDFLAGS) -X main.version=$(IMAGE_VERSION)' -tags=$(PLUGIN_TAGS) \
+			-o $(BIN)/image/linux_$$arch/ ./cmd/vpcip-cni || exit 1; \
 	done
 	$(if $(filter $(HOSTARCH),$(IMAGE_ARCHES)),ln -f $(addprefix $(BIN)/image/linux_$(HOSTARCH)/,$(IMAGE_BINARIES)) $(BIN)/image/)
 	$(GO) run ./build/mkimage -bin $(BIN)/image $(foreach arch,$(IMAGE_ARCHES),-root $(arch)="$$(bash scripts/image-root.sh $(arch) | tail -1)") \

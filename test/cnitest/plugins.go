@@ -13,7 +13,6 @@ package cnitest
 
 import (
 	"errors"
-	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -23,6 +22,8 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+
+	"github.com/vpcip/vpcip/test/pluginbuild"
 )
 
 // ReferenceVersion is the containernetworking/plugins release the chained
@@ -67,14 +68,13 @@ func BuildPlugin(t testing.TB) string {
 		if buildErr = os.MkdirAll(buildDir, 0o755); buildErr != nil {
 			return
 		}
-		// As the Makefile builds it: stripped and static.
-		cmd := exec.Command("go", "build", "-ldflags=-s -w", "-o", filepath.Join(buildDir, "vpcip-cni"),
-			"github.com/vpcip/vpcip/cmd/vpcip-cni")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		out, err := cmd.CombinedOutput()
+		// As the Makefile builds it: stripped, static, its build tags.
+		root, err := pluginbuild.Root()
 		if err != nil {
-			buildErr = fmt.Errorf("go build cmd/vpcip-cni: %v\n%s", err, out)
+			buildErr = err
+			return
 		}
+		buildErr = pluginbuild.Build(root, filepath.Join(buildDir, "vpcip-cni"))
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)

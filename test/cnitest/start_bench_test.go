@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/vpcip/vpcip/test/pluginbuild"
 )
 
 // BenchmarkPluginStartVsRevision compares the plugin built from this tree
@@ -181,26 +183,23 @@ func median[T any](xs []T, of func(T) float64) float64 {
 	return vs[len(vs)/2]
 }
 
-// buildPluginAt builds cmd/vpcip-cni as the Makefile does (stripped,
-// static) from git revision rev of this module's repository.
+// buildPluginAt builds cmd/vpcip-cni as the Makefile of git revision rev
+// of this module's repository does (stripped, static, that revision's
+// build tags).
 func buildPluginAt(b testing.TB, rev string) string {
 	b.Helper()
-	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
+	root, err := pluginbuild.Root()
 	if err != nil {
-		b.Fatalf("go list -m: %v", err)
+		b.Fatal(err)
 	}
-	root := strings.TrimSpace(string(out))
 	src := b.TempDir()
 	archive := exec.Command("sh", "-c", `git -C "$1" archive "$2" | tar -x -C "$3"`, "sh", root, rev, src)
 	if out, err := archive.CombinedOutput(); err != nil {
 		b.Fatalf("git archive %s: %v: %s", rev, err, out)
 	}
 	bin := filepath.Join(b.TempDir(), "vpcip-cni")
-	build := exec.Command("go", "build", "-ldflags=-s -w", "-o", bin, "./cmd/vpcip-cni")
-	build.Dir = src
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		b.Fatalf("build vpcip-cni at %s: %v\n%s", rev, err, out)
+	if err := pluginbuild.Build(src, bin); err != nil {
+		b.Fatalf("revision %s: %v", rev, err)
 	}
 	return bin
 }

@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+
+	"github.com/vpcip/vpcip/test/pluginbuild"
 )
 
 // ReferencePluginsVersion is the containernetworking/plugins release the
@@ -57,23 +59,27 @@ func ReferencePlugins(ctx context.Context, dir string, names ...string) (string,
 }
 
 // BuildBinaries builds vpcipd, vpcip-cni and vpcipctl into dir as `make
-// build` does: stripped, and the plugin, which starts for every pod,
-// statically linked (PluginBuildEnv).
+// build` does: stripped, and the plugin, which starts for every pod, as
+// package pluginbuild builds it (static, with its build tags).
 func BuildBinaries(ctx context.Context, dir string) error {
 	cmd := exec.CommandContext(ctx, "go", "build", "-ldflags=-s -w", "-o", dir+"/",
 		"github.com/vpcip/vpcip/cmd/vpcipd", "github.com/vpcip/vpcip/cmd/vpcipctl")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("go build: %v\n%s", err, out)
 	}
-	cmd = exec.CommandContext(ctx, "go", "build", "-ldflags=-s -w", "-o", dir+"/", "github.com/vpcip/vpcip/cmd/vpcip-cni")
-	cmd.Env = append(os.Environ(), PluginBuildEnv...)
+	root, err := pluginbuild.Root()
+	if err != nil {
+		return err
+	}
+	args, err := pluginbuild.Args(root, dir+"/")
+	if err != nil {
+		return err
+	}
+	cmd = exec.CommandContext(ctx, "go", args...)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), pluginbuild.Env...)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("go build cmd/vpcip-cni: %v\n%s", err, out)
 	}
 	return nil
 }
-
-// PluginBuildEnv is the environment the plugin is built with (as the
-// Makefile does): no cgo, so the binary is static and skips the dynamic
-// loader at every start.
-var PluginBuildEnv = []string{"CGO_ENABLED=0"}

@@ -44,7 +44,14 @@ func NewClient(socket string, timeout time.Duration) *Client {
 	}
 	var d net.Dialer
 	tr := &http.Transport{
+		// roundTrip dials in the caller's goroutine and hands the
+		// connection over through the request's context; dialling
+		// here, in the Transport's fresh goroutine, also grows that
+		// goroutine's small stack (~25K instructions per call).
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			if conn, ok := ctx.Value(dialedConn{}).(net.Conn); ok {
+				return conn, nil
+			}
 			return d.DialContext(ctx, "unix", socket)
 		},
 		DisableKeepAlives:      true,
@@ -167,6 +174,13 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 // failed: connecting, awaiting answer (request sent, no answer headers
 // yet), reading answer (the body).
 func (c *Client) roundTrip(ctx context.Context, method, path string, body io.Reader) (int, []byte, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", c.socket)
+	if err != nil {
+		return 0, nil, stepError(ctx, "connecting", err)
+	}
+	defer conn.Close() // the Transport closes it too (no keep-alive)
+	ctx = context.WithValue(ctx, dialedConn{}, conn)
 	req, err := http.NewRequestWithContext(ctx, method, "http://vpcipd"+path, body)
 	if err != nil {
 		return 0, nil, err
@@ -180,11 +194,7 @@ func (c *Client) roundTrip(ctx context.Context, method, path string, body io.Rea
 		if errors.As(err, &ue) {
 			err = ue.Err // the method and URL are in the caller's message
 		}
-		step := "awaiting answer"
-		if op := (*net.OpError)(nil); errors.As(err, &op) && op.Op == "dial" {
-			step = "connecting"
-		}
-		return 0, nil, stepError(ctx, step, err)
+		return 0, nil, stepError(ctx, "awaiting answer", err)
 	}
 	defer resp.Body.Close()
 	if resp.ContentLength > maxAnswer {
@@ -199,6 +209,10 @@ func (c *Client) roundTrip(ctx context.Context, method, path string, body io.Rea
 	}
 	return resp.StatusCode, data, nil
 }
+
+// dialedConn is the context key under which roundTrip hands the
+// Transport the connection it dialled for the request.
+type dialedConn struct{}
 
 // stepError is err from step of a call ending by ctx. When ctx is done its
 // deadline or the caller's cancellation is the cause, not the socket

@@ -263,7 +263,9 @@ func TestClientNoEndpoint(t *testing.T) {
 
 // Each call has a connection of its own, closed when the answer is read:
 // no idle connection is kept for a call that may never come (the plugin
-// exits after one or two calls) and none the daemon closed is reused.
+// exits after one or two calls) and none the daemon closed is reused; and
+// the Transport sends on the connection roundTrip dialled, not one more of
+// its own (6 connections for 3 calls if it dialled again).
 func TestClientOneConnectionPerCall(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "s.sock")
 	l, err := net.Listen("unix", sock)

@@ -172,9 +172,10 @@ chaos: deps containerd-setup k8s-tools image
 	VPCIP_IMAGE=$(BIN)/vpcip-image.tar VPCIP_VPCIPCTL=$(BIN)/image/vpcipctl $(ONEBUILD) $(GO) test -count=1 -timeout 12h -run '^TestChaosCampaign$$' -v ./test/kubecluster/
 
 ## bench: plugin latency, CPU time and instructions vs the reference chain, burst latency, daemon RSS, EC2 calls per 100 pods.
+## BENCH_FLAGS go to test/bench (say, --cachegrind-plugin NAME=PATH to count another plugin binary's instructions in the same run).
 bench: deps build containerd-setup
 	@bash scripts/deps.sh valgrind
-	$(GO) run ./test/bench --bin $(BIN) --out $(CURDIR)/results
+	$(GO) run ./test/bench --bin $(BIN) --out $(CURDIR)/results $(BENCH_FLAGS)
 	$(GO) test -run '^$$' -bench RunPodSandbox -benchtime 3x ./test/containerd/
 	$(MAKE) bench-pool
 

@@ -184,6 +184,14 @@ func (p *Plugin) print(r types.Result, ver string) error {
 	if w == nil {
 		w = os.Stdout
 	}
+	if r, ok := out.(*current.Result); ok {
+		data, err := appendResult(nil, r)
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(data)
+		return err
+	}
 	return out.PrintTo(w)
 }
 

@@ -103,9 +103,10 @@ TESTLOG := $(CURDIR)/results/make-test.log
 TESTJSON := $(CURDIR)/results/make-test.json
 BESIDELOG := $(CURDIR)/results/make-test-beside.log
 # make test's clusters run an image of the host's architecture alone
-# (bin/test/vpcip-image.tar); the image of every architecture, lint and the
-# image's test under qemu run beside the tests at the lowest priority, on the
-# processor time the tests leave idle (waiting for pods, grace periods).
+# (bin/test/vpcip-image.tar); the image of every architecture
+# (bin/every-arch/, apart from bin/image/ which test/pluginbuild reads), lint
+# and the image's test under qemu run beside the tests at the lowest priority,
+# on the processor time the tests leave idle (waiting for pods, grace periods).
 TESTBIN := $(BIN)/test
 PHASE = VPCIP_PHASES=$(PHASES) bash scripts/phase.sh
 # One build configuration for the probe, the image, vet, the test binaries
@@ -127,8 +128,8 @@ test:
 	@$(ONEBUILD) $(PHASE) "build test binaries" sh -c 'bash scripts/gotestsum.sh >/dev/null && $(GO) test -count=1 -exec /bin/true ./... >/dev/null'
 	@set -o pipefail; export CGO_ENABLED=0 GOFLAGS="$(GOFLAGS) -trimpath"; \
 	( $(PHASE) "beside: lint" nice -n 19 $(MAKE) --no-print-directory lint && \
-	  $(PHASE) "beside: image, every architecture" nice -n 19 $(MAKE) --no-print-directory image && \
-	  VPCIP_REQUIRE_QEMU=1 VPCIP_IMAGE=$(BIN)/vpcip-image.tar $(PHASE) "beside: image test, every architecture" \
+	  $(PHASE) "beside: image, every architecture" nice -n 19 $(MAKE) --no-print-directory image BIN=$(BIN)/every-arch && \
+	  VPCIP_REQUIRE_QEMU=1 VPCIP_IMAGE=$(BIN)/every-arch/vpcip-image.tar $(PHASE) "beside: image test, every architecture" \
 		nice -n 19 $(GO) test -count=1 -run '^TestImageArchiveRunsOnEachArchitecture$$' ./build/mkimage ) >$(BESIDELOG) 2>&1 & beside=$$!; \
 	VPCIP_K8S_BIN=$$(bash scripts/k8s-tools.sh | tail -n 1) VPCIP_REQUIRE_CONTAINERD=1 VPCIP_REQUIRE_CONTAINERD2=1 VPCIP_REQUIRE_KUBE=1 VPCIP_REQUIRE_VALGRIND=1 VPCIP_REQUIRE_QEMU=1 \
 	VPCIP_IMAGE=$(TESTBIN)/vpcip-image.tar VPCIP_VPCIPCTL=$(TESTBIN)/image/vpcipctl $(PHASE) tests \

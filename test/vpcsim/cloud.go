@@ -10,8 +10,8 @@
 // included; /28 prefixes are aligned, on Nitro or bare-metal types only; no
 // address is ever held twice in the VPC. The VPC has an IPv6 /56 and each
 // subnet a /64 of it (unless made without IPv6); IMDS lists ENIs' IPv6
-// addresses and /80 prefixes, the fabric does not route IPv6 yet (see
-// ipv6.go). Instance-type limits come from a
+// addresses and /80 prefixes and the fabric routes them (see ipv6.go).
+// Instance-type limits come from a
 // table of real EC2 figures embedded in the package.
 //
 // EC2Handler answers DescribeInstances, DescribeInstanceTypes,
@@ -92,6 +92,12 @@ type SubnetSpec struct {
 	// NoIPv6 creates the subnet without an IPv6 CIDR block, as EC2 allows
 	// in a VPC that has one: IPv6 assignments in it are refused.
 	NoIPv6 bool
+	// AssignIPv6OnCreation is EC2's subnet attribute
+	// AssignIpv6AddressOnCreation: every ENI created in the subnet, an
+	// instance's primary ENI included (when its type supports IPv6), gets
+	// one IPv6 address of the /64, its primary IPv6 address. The fabric
+	// puts it on the instance's eth0.
+	AssignIPv6OnCreation bool
 }
 
 // SecurityGroupSpec is one security group of the VPC.
@@ -125,9 +131,11 @@ type ENIInfo struct {
 	IPv6Prefixes                   []netip.Prefix // /80s, in assignment order
 	SubnetCIDR                     netip.Prefix
 	Gateway                        netip.Addr // subnet network address + 1
-	Tags                           map[string]string
-	DeleteOnTermination            bool
-	SecurityGroups                 []string
+	// SubnetIPv6CIDR is the subnet's /64; not valid when it has none.
+	SubnetIPv6CIDR      netip.Prefix
+	Tags                map[string]string
+	DeleteOnTermination bool
+	SecurityGroups      []string
 }
 
 // SubnetInfo is a copy of one subnet's model state.
@@ -153,7 +161,8 @@ type Observer interface {
 	ENIAttached(instanceID string, eni ENIInfo)
 	// ENIDetached: all the ENI's routes go.
 	ENIDetached(instanceID string, eniID string)
-	// AddressesAssigned: /32 secondary IPs and /28 prefixes.
+	// AddressesAssigned: /32 secondary IPs and /28 prefixes, /128 IPv6
+	// addresses and /80 IPv6 prefixes (never both families in one call).
 	AddressesAssigned(eniID string, p []netip.Prefix)
 	// AddressesUnassigned: their routes go.
 	AddressesUnassigned(eniID string, p []netip.Prefix)

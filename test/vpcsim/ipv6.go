@@ -14,8 +14,11 @@ import (
 // of every subnet's IPv6 CIDR block, as for IPv4. IPv6 addresses are
 // chosen at random in the /64, as EC2's are; /80 prefixes are aligned.
 // IMDS lists them (ipv6s, ipv6-prefix, subnet-ipv6-cidr-blocks,
-// vpc-ipv6-cidr-blocks, ipv6). The fabric does not route IPv6 yet: the
-// Observer is not told of it.
+// vpc-ipv6-cidr-blocks, ipv6). The Observer is told of IPv6 assignments
+// as of IPv4 ones (AddressesAssigned/Unassigned with /128s and /80s), so
+// the fabric routes them. An ENI's first IPv6 address in assignment order
+// is its primary IPv6 address: IMDS's meta-data/ipv6 for the primary ENI,
+// the address InstanceByAddress knows an instance by over IPv6.
 
 const (
 	vpcIPv6Bits    = 56 // EC2's Amazon-provided VPC IPv6 CIDR block
@@ -35,6 +38,9 @@ type subnet6 struct {
 	addrs    map[netip.Addr]bool   // held IPv6 addresses
 	prefixes map[netip.Prefix]bool // held /80s
 	rnd      *rand.Rand
+	// autoAssign gives every new ENI one address
+	// (SubnetSpec.AssignIPv6OnCreation).
+	autoAssign bool
 }
 
 // setVPCIPv6 gives the VPC its /56 (Config.VPCIPv6CIDR, or one of
@@ -76,8 +82,8 @@ func (c *Cloud) ipv6Rand(n uint64) *rand.Rand {
 // spec.NoIPv6.
 func (c *Cloud) setSubnetIPv6(s *subnet, spec SubnetSpec) error {
 	if spec.NoIPv6 || !c.vpc.ipv6.IsValid() {
-		if spec.IPv6CIDR.IsValid() {
-			return fmt.Errorf("vpcsim: subnet %s: IPv6 CIDR %s without IPv6", s.cidr, spec.IPv6CIDR)
+		if spec.IPv6CIDR.IsValid() || spec.AssignIPv6OnCreation {
+			return fmt.Errorf("vpcsim: subnet %s: IPv6 CIDR %s or AssignIPv6OnCreation without IPv6", s.cidr, spec.IPv6CIDR)
 		}
 		return nil
 	}
@@ -110,7 +116,7 @@ func (c *Cloud) setSubnetIPv6(s *subnet, spec SubnetSpec) error {
 			return fmt.Errorf("vpcsim: no free /64 left in the VPC's %s", c.vpc.ipv6)
 		}
 	}
-	s.v6 = &subnet6{cidr: p, addrs: map[netip.Addr]bool{}, prefixes: map[netip.Prefix]bool{}, rnd: c.ipv6Rand(uint64(1 + len(c.subnetIDs)))}
+	s.v6 = &subnet6{cidr: p, addrs: map[netip.Addr]bool{}, prefixes: map[netip.Prefix]bool{}, rnd: c.ipv6Rand(uint64(1 + len(c.subnetIDs))), autoAssign: spec.AssignIPv6OnCreation}
 	return nil
 }
 
@@ -342,6 +348,9 @@ func (c *Cloud) assignIPv6Locked(req assign6Request) ([]netip.Addr, []netip.Pref
 	e.ipv6 = append(e.ipv6, addrs...)
 	e.ipv6Prefixes = append(e.ipv6Prefixes, prefixes...)
 	c.recordIMDSLocked(e.inst)
+	if c.observer != nil {
+		c.observer.AddressesAssigned(e.id, asPrefixes(addrs, prefixes))
+	}
 	return addrs, prefixes, nil
 }
 
@@ -373,6 +382,9 @@ func (c *Cloud) unassignIPv6Locked(eniID string, addrs []netip.Addr, prefixes []
 	e.ipv6 = slices.DeleteFunc(e.ipv6, func(a netip.Addr) bool { return slices.Contains(addrs, a) })
 	e.ipv6Prefixes = slices.DeleteFunc(e.ipv6Prefixes, func(p netip.Prefix) bool { return slices.Contains(prefixes, p) })
 	c.recordIMDSLocked(e.inst)
+	if c.observer != nil {
+		c.observer.AddressesUnassigned(e.id, asPrefixes(addrs, prefixes))
+	}
 	return nil
 }
 

@@ -213,7 +213,7 @@ func (c *Cloud) unassignLocked(eniID string, addrs []netip.Addr, prefixes []neti
 func asPrefixes(addrs []netip.Addr, prefixes []netip.Prefix) []netip.Prefix {
 	out := make([]netip.Prefix, 0, len(addrs)+len(prefixes))
 	for _, a := range addrs {
-		out = append(out, netip.PrefixFrom(a, 32))
+		out = append(out, netip.PrefixFrom(a, a.BitLen()))
 	}
 	return append(out, prefixes...)
 }

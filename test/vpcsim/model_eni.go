@@ -17,6 +17,7 @@ type createENIRequest struct {
 	prefixes    []netip.Prefix
 	prefixCount int
 	tags        map[string]string
+	noIPv6      bool // no IPv6 address even if the subnet assigns one on creation
 }
 
 // createENILocked creates an unattached ENI (EC2 CreateNetworkInterface).
@@ -69,6 +70,9 @@ func (c *Cloud) createENILocked(req createENIRequest) (*eni, *Error) {
 	}
 	e.secondaries = append(e.secondaries, h.addrs[1:]...)
 	e.prefixes = append(e.prefixes, h.prefixes...)
+	if s.v6 != nil && s.v6.autoAssign && !req.noIPv6 {
+		e.ipv6 = s.v6.takeAddrs(1)
+	}
 	c.enis[e.id] = e
 	return e, nil
 }
@@ -102,7 +106,7 @@ func (c *Cloud) launchLocked(instanceType, subnetID string) (*instance, *Error) 
 	if !ok {
 		return nil, errorf("InvalidSubnetID.NotFound", "The subnet ID '%s' does not exist", subnetID)
 	}
-	e, err := c.createENILocked(createENIRequest{subnetID: subnetID})
+	e, err := c.createENILocked(createENIRequest{subnetID: subnetID, noIPv6: !it.IPv6Supported})
 	if err != nil {
 		return nil, err
 	}

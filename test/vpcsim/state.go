@@ -145,12 +145,14 @@ func (c *Cloud) HoldAddresses(subnetID string, n int) ([]netip.Addr, error) {
 }
 
 // InstanceByAddress returns the running instance whose ENI holds a as its
-// primary address (how IMDS identifies a caller by source address).
+// primary address, or as its primary IPv6 address (the ENI's first IPv6
+// address): how IMDS identifies a caller by source address.
 func (c *Cloud) InstanceByAddress(a netip.Addr) (string, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, e := range c.enis {
-		if e.primary == a && e.inst != nil && e.inst.state == "running" {
+		primary := e.primary == a || len(e.ipv6) > 0 && e.ipv6[0] == a
+		if primary && e.inst != nil && e.inst.state == "running" {
 			return e.inst.id, true
 		}
 	}
@@ -181,7 +183,7 @@ func (c *Cloud) eniInfoLocked(e *eni) ENIInfo {
 		Prefixes:      slices.Clone(e.prefixes),
 		IPv6Addresses: slices.Clone(e.ipv6),
 		IPv6Prefixes:  slices.Clone(e.ipv6Prefixes),
-		SubnetCIDR:    s.cidr, Gateway: s.gateway(),
+		SubnetCIDR:    s.cidr, Gateway: s.gateway(), SubnetIPv6CIDR: s.ipv6CIDR(),
 		Tags:           copyTags(e.tags),
 		SecurityGroups: slices.Clone(e.groups),
 	}

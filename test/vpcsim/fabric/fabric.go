@@ -124,6 +124,12 @@ type attached struct {
 	instanceID string
 	routerLink string     // name of the router end, in the router netns
 	primary    netip.Addr // the ENI's primary address: next hop of its other routes
+	// ll is the ENI's EUI-64 link-local address: next hop of its IPv6
+	// routes.
+	ll netip.Addr
+	// addr6 is the primary IPv6 address the fabric put on eth0 (device 0
+	// only), or not valid.
+	addr6 netip.Addr
 }
 
 // New creates the router netns "<prefix>-rtr" with IP forwarding on and the
@@ -169,18 +175,21 @@ func (f *Fabric) setupRouter(name string) error {
 	if err := f.rtr.AddrReplace(lo, hostAddr(metadataIP)); err != nil {
 		return fmt.Errorf("add %s to lo: %w", MetadataAddr, err)
 	}
+	if err := f.rtr.AddrReplace(lo, addrNoDAD(netip.PrefixFrom(metadataIP6, 128))); err != nil {
+		return fmt.Errorf("add %s to lo: %w", MetadataAddr6, err)
+	}
 	// Links made later inherit the "default" values; routerEndSysctls sets
 	// them on each ENI's router end again, with the neighbour settings that
 	// have no per-netns default.
 	return f.rtrNS.Do(func(ns.NetNS) error {
-		return writeSysctls(map[string]string{
+		return errors.Join(writeSysctls(map[string]string{
 			"net/ipv4/ip_forward":                  "1",
 			"net/ipv4/conf/all/rp_filter":          "0",
 			"net/ipv4/conf/default/rp_filter":      "1",
 			"net/ipv4/conf/default/proxy_arp":      "1",
 			"net/ipv4/conf/all/send_redirects":     "0",
 			"net/ipv4/conf/default/send_redirects": "0",
-		})
+		}), writeSysctls(routerSysctls6), writeSysctls(noDADSysctls))
 	})
 }
 

@@ -59,6 +59,9 @@ func (f *Fabric) attachLocked(instanceID string, eni vpcsim.ENIInfo) error {
 			return fmt.Errorf("configure eth0 in %s: %w", inst.netns, err)
 		}
 		inst.primary = eni.PrimaryIP
+		if eni.SubnetIPv6CIDR.IsValid() && len(eni.IPv6Addresses) > 0 {
+			a.addr6 = eni.IPv6Addresses[0]
+		}
 		if f.outside {
 			if err := f.allowOutsideLocked(eni.PrimaryIP); err != nil {
 				return err
@@ -69,7 +72,11 @@ func (f *Fabric) attachLocked(instanceID string, eni vpcsim.ENIInfo) error {
 	for _, ip := range eni.SecondaryIPs {
 		routes = append(routes, netip.PrefixFrom(ip, 32))
 	}
-	return f.routeLocked(a, append(routes, eni.Prefixes...))
+	routes = append(routes, eni.Prefixes...)
+	for _, ip := range eni.IPv6Addresses {
+		routes = append(routes, netip.PrefixFrom(ip, 128))
+	}
+	return f.routeLocked(a, append(routes, eni.IPv6Prefixes...))
 }
 
 // ensureInstanceLocked returns the instance's netns, creating it with its
@@ -86,6 +93,9 @@ func (f *Fabric) ensureInstanceLocked(instanceID string) (*instance, error) {
 	err := inst.open()
 	if err == nil {
 		err = setLoUp(inst.h)
+	}
+	if err == nil {
+		err = inst.sysctls(noDADSysctls)
 	}
 	if err != nil {
 		inst.close()
@@ -105,6 +115,11 @@ func (inst *instance) open() error {
 	return err
 }
 
+// sysctls writes sysctls inside the instance's netns.
+func (inst *instance) sysctls(kv map[string]string) error {
+	return ns.WithNetNSPath(netnsPath(inst.netns), func(ns.NetNS) error { return writeSysctls(kv) })
+}
+
 func (inst *instance) close() {
 	inst.h.Close()
 	if inst.nsh.IsOpen() {
@@ -122,8 +137,9 @@ func setLoUp(h netlinksafe.Handle) error {
 
 // addVethLocked creates the ENI's veth: the router end, up, with the subnet
 // gateway as a /32 (so the router answers ARP for the gateway on every end,
-// and sources its own ARP requests from it), and the instance end with the
-// ENI's MAC, created directly inside the instance netns.
+// and sources its own ARP requests from it) and the IPv6 gateway fe80::1,
+// and the instance end with the ENI's MAC, created directly inside the
+// instance netns.
 func (f *Fabric) addVethLocked(instanceID string, inst *instance, eni vpcsim.ENIInfo, mac net.HardwareAddr) (*attached, error) {
 	name := f.routerLinkName(eni.ID)
 	if old, err := f.rtr.LinkByName(name); err == nil {
@@ -160,16 +176,20 @@ func (f *Fabric) addVethLocked(instanceID string, inst *instance, eni vpcsim.ENI
 		err = f.rtr.NeighSet(&netlink.Neigh{LinkIndex: link.Attrs().Index, Family: netlink.FAMILY_V4,
 			State: netlink.NUD_PERMANENT, IP: eni.PrimaryIP.AsSlice(), HardwareAddr: mac})
 	}
+	if err == nil {
+		err = f.setupRouterEnd6(link, mac)
+	}
 	if err != nil {
 		f.rtr.LinkDel(veth)
 		return nil, fmt.Errorf("router end %s: %w", name, err)
 	}
-	return &attached{instanceID: instanceID, routerLink: name, primary: eni.PrimaryIP}, nil
+	return &attached{instanceID: instanceID, routerLink: name, primary: eni.PrimaryIP, ll: eui64LinkLocal(mac)}, nil
 }
 
 // configurePrimary sets up eth0 as an EC2 instance's DHCP client would: up,
 // the primary address with the subnet's mask (which adds the subnet route),
-// a default route via the subnet gateway and a route to the metadata address.
+// a default route via the subnet gateway and a route to the metadata
+// address; and IPv6 when the subnet has it (configurePrimary6).
 func configurePrimary(h netlinksafe.Handle, eni vpcsim.ENIInfo) error {
 	eth0, err := h.LinkByName("eth0")
 	if err != nil {
@@ -191,7 +211,7 @@ func configurePrimary(h netlinksafe.Handle, eni vpcsim.ENIInfo) error {
 	if err := h.RouteReplace(def); err != nil {
 		return fmt.Errorf("default route via %s: %w", eni.Gateway, err)
 	}
-	return nil
+	return configurePrimary6(h, eth0, eni)
 }
 
 // routeLocked routes each prefix to the ENI's router end, replacing a route
@@ -211,9 +231,14 @@ func (f *Fabric) routeLocked(a *attached, ps []netip.Prefix) error {
 
 // route is the router's route for p to this ENI: the primary address on
 // link, everything else via the primary address (resolved by the permanent
-// neighbour entry to the ENI's MAC).
+// neighbour entry to the ENI's MAC); IPv6 addresses and prefixes via the
+// ENI's EUI-64 link-local address (likewise resolved).
 func (a *attached) route(link netlink.Link, p netip.Prefix) *netlink.Route {
 	r := &netlink.Route{LinkIndex: link.Attrs().Index, Dst: ipNet(p.Masked())}
+	if p.Addr().Is6() {
+		r.Gw = a.ll.AsSlice()
+		return r
+	}
 	if p == netip.PrefixFrom(a.primary, 32) || !a.primary.IsValid() {
 		r.Scope = netlink.SCOPE_LINK
 		return r
@@ -223,8 +248,10 @@ func (a *attached) route(link netlink.Link, p netip.Prefix) *netlink.Route {
 	return r
 }
 
-// AddressesAssigned routes each /32 secondary address or /28 prefix to the
-// ENI's router end. An ENI that is not attached has no router end: EC2's
+// AddressesAssigned routes each /32 secondary address or /28 prefix, /128
+// IPv6 address or /80 IPv6 prefix to the ENI's router end. It configures no
+// address in the instance: a primary IPv6 address assigned after the
+// attachment is left to the instance's daemon, as secondary addresses are. An ENI that is not attached has no router end: EC2's
 // model keeps the addresses and ENIAttached routes them later.
 func (f *Fabric) AddressesAssigned(eniID string, ps []netip.Prefix) {
 	f.mu.Lock()
@@ -239,7 +266,8 @@ func (f *Fabric) AddressesAssigned(eniID string, ps []netip.Prefix) {
 }
 
 // AddressesUnassigned removes the routes of these addresses or prefixes to
-// the ENI's router end. A route already gone, or pointing at another ENI,
+// the ENI's router end, and the primary IPv6 address from eth0 when the
+// fabric put it there. A route already gone, or pointing at another ENI,
 // is left alone.
 func (f *Fabric) AddressesUnassigned(eniID string, ps []netip.Prefix) {
 	f.mu.Lock()
@@ -256,6 +284,12 @@ func (f *Fabric) AddressesUnassigned(eniID string, ps []netip.Prefix) {
 	for _, p := range ps {
 		if err := f.rtr.RouteDel(a.route(link, p)); err != nil && !errors.Is(err, syscall.ESRCH) {
 			f.failLocked(fmt.Errorf("fabric: unassign %s from %s: %w", p, eniID, err))
+		}
+		if a.addr6.IsValid() && p == netip.PrefixFrom(a.addr6, 128) {
+			if err := dropPrimary6(f.instances[a.instanceID], a.addr6); err != nil {
+				f.failLocked(fmt.Errorf("fabric: unassign %s from %s: %w", p, eniID, err))
+			}
+			a.addr6 = netip.Addr{}
 		}
 	}
 }

@@ -33,8 +33,9 @@ func (f *Fabric) OutsideNetns() string { return f.outsideNetns() }
 
 func (f *Fabric) outsideNetns() string { return f.prefix + "-out" }
 
-// EnableOutsideHost adds netns "<prefix>-out" with address 203.0.113.10,
-// linked to the router, and returns that address. Only the primary address
+// EnableOutsideHost adds netns "<prefix>-out" with address 203.0.113.10
+// (and 2001:db8::10, see setupOutside6), linked to the router, and returns
+// the IPv4 address. Only the primary address
 // of an instance's primary ENI reaches it, as on EC2 only that address is
 // NATed to the instance's public address: the router's main table holds a
 // blackhole route for 203.0.113.0/24, and a rule per primary address (from
@@ -76,6 +77,9 @@ func (f *Fabric) addOutsideLocked() error {
 		return err
 	}
 	defer out.close()
+	if err := out.sysctls(noDADSysctls); err != nil {
+		return err
+	}
 	link := f.prefix + "out"
 	veth := &netlink.Veth{
 		LinkAttrs:     netlink.LinkAttrs{Name: link, MTU: 1500},
@@ -88,7 +92,18 @@ func (f *Fabric) addOutsideLocked() error {
 	if err := f.setupOutsideRouterEnd(link); err != nil {
 		return err
 	}
-	return setupOutsideHost(out.h)
+	if err := setupOutsideHost(out.h); err != nil {
+		return err
+	}
+	rtrEnd, err := f.rtr.LinkByName(link)
+	if err != nil {
+		return err
+	}
+	eth0, err := out.h.LinkByName("eth0")
+	if err != nil {
+		return err
+	}
+	return f.setupOutside6(rtrEnd, out.h, eth0)
 }
 
 // setupOutsideRouterEnd addresses the router end without a prefix route, so

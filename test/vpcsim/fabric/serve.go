@@ -21,25 +21,30 @@ type Servers struct {
 	ec2, imds *http.Server
 }
 
-// Serve starts c's EC2 API on EC2Addr and its IMDS on IMDSAddr inside the
-// router netns. IMDS answers each caller for the instance whose primary
-// address the request comes from (CallerInstance). Stop them with Close.
+// Serve starts c's EC2 API on EC2Addr and EC2Addr6 and its IMDS on
+// IMDSAddr and IMDSAddr6 inside the router netns. IMDS answers each caller
+// for the instance whose primary address (or primary IPv6 address) the
+// request comes from (CallerInstance). Stop them with Close.
 func (f *Fabric) Serve(c *vpcsim.Cloud) (*Servers, error) {
-	ec2l, err := f.Listen(EC2Addr)
-	if err != nil {
-		return nil, err
-	}
-	imdsl, err := f.Listen(IMDSAddr)
-	if err != nil {
-		ec2l.Close()
-		return nil, err
+	var ls [4]net.Listener
+	for i, addr := range []string{EC2Addr, EC2Addr6, IMDSAddr, IMDSAddr6} {
+		l, err := f.Listen(addr)
+		if err != nil {
+			for _, l := range ls[:i] {
+				l.Close()
+			}
+			return nil, err
+		}
+		ls[i] = l
 	}
 	s := &Servers{
 		ec2:  &http.Server{Handler: c.EC2Handler(), ReadHeaderTimeout: 10 * time.Second},
 		imds: &http.Server{Handler: c.IMDSHandler(CallerInstance(c)), ReadHeaderTimeout: 10 * time.Second},
 	}
-	go s.ec2.Serve(ec2l)
-	go s.imds.Serve(imdsl)
+	go s.ec2.Serve(ls[0])
+	go s.ec2.Serve(ls[1])
+	go s.imds.Serve(ls[2])
+	go s.imds.Serve(ls[3])
 	return s, nil
 }
 
@@ -57,8 +62,9 @@ func (s *Servers) Close() error {
 }
 
 // CallerInstance identifies an IMDS caller as EC2 does, by the source
-// address of the request: the instance whose ENI has it as primary address.
-// Callers whose address is not a primary address get no answer (404).
+// address of the request: the instance whose ENI has it as primary address
+// or primary IPv6 address (the ENI's first IPv6 address). Callers whose
+// address is neither get no answer (404).
 func CallerInstance(c *vpcsim.Cloud) func(r *http.Request) (string, bool) {
 	return func(r *http.Request) (string, bool) {
 		ap, err := netip.ParseAddrPort(r.RemoteAddr)

@@ -431,3 +431,69 @@ func TestIMDSIPv6(t *testing.T) {
 		t.Fatal("ipv6-prefix still served after the /80 was unassigned")
 	}
 }
+
+// TestObserverSeesIPv6: IPv6 addresses (/128) and /80 prefixes assigned
+// and unassigned through the SDK reach the observer, as IPv4 ones do, so
+// the fabric routes them.
+func TestObserverSeesIPv6(t *testing.T) {
+	l := vpcsimtest.Start(t, ipv6Config(5))
+	rec := &recorder{}
+	l.Cloud.SetObserver(rec)
+	cli := ec2Client(l)
+	inst := launchIn(t, l, "m5.large", subnetBig)
+	eni := inst.PrimaryENI.ID
+	a, err := cli.AssignIpv6Addresses(ctx, &ec2.AssignIpv6AddressesInput{NetworkInterfaceId: aws.String(eni), Ipv6AddressCount: aws.Int32(1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := cli.AssignIpv6Addresses(ctx, &ec2.AssignIpv6AddressesInput{NetworkInterfaceId: aws.String(eni), Ipv6PrefixCount: aws.Int32(1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, prefix := a.AssignedIpv6Addresses[0], p.AssignedIpv6Prefixes[0]
+	_, err = cli.UnassignIpv6Addresses(ctx, &ec2.UnassignIpv6AddressesInput{NetworkInterfaceId: aws.String(eni),
+		Ipv6Addresses: []string{addr}, Ipv6Prefixes: []string{prefix}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"assign " + eni + " [" + addr + "/128]",
+		"assign " + eni + " [" + prefix + "]",
+		"unassign " + eni + " [" + addr + "/128 " + prefix + "]",
+	}
+	if got := rec.events[1:]; !slices.Equal(got, want) {
+		t.Fatalf("observer events after the launch:\n%q\nwant\n%q", got, want)
+	}
+}
+
+// TestAssignIPv6OnCreation: in a subnet with AssignIPv6OnCreation a
+// launched instance's primary ENI and a created ENI each get one IPv6
+// address of the /64, the primary ENI's being IMDS's ipv6 and the address
+// InstanceByAddress knows the instance by; a type without IPv6 gets none.
+func TestAssignIPv6OnCreation(t *testing.T) {
+	cfg := ipv6Config(6)
+	cfg.Subnets[0].AssignIPv6OnCreation = true
+	l := vpcsimtest.Start(t, cfg)
+	inst := launchIn(t, l, "m5.large", subnetBig)
+	v6 := inst.PrimaryENI.IPv6Addresses
+	if len(v6) != 1 || !mustSubnet(t, l.Cloud, subnetBig).IPv6CIDR.Contains(v6[0]) {
+		t.Fatalf("launched primary ENI's IPv6 %v: want one address of the subnet's /64", v6)
+	}
+	if got := imdsGet(t, imdsClient(l, inst.ID), "ipv6"); got != v6[0].String() {
+		t.Errorf("IMDS ipv6 = %q, want %s", got, v6[0])
+	}
+	if id, ok := l.Cloud.InstanceByAddress(v6[0]); !ok || id != inst.ID {
+		t.Errorf("InstanceByAddress(%s) = %q, %v; want %s", v6[0], id, ok, inst.ID)
+	}
+	if e := createENI(t, ec2Client(l), subnetBig); len(mustENI(t, l.Cloud, e).IPv6Addresses) != 1 {
+		t.Errorf("created ENI's IPv6 %v, want one address", mustENI(t, l.Cloud, e).IPv6Addresses)
+	}
+	if old := launchIn(t, l, "m3.medium", subnetBig); len(old.PrimaryENI.IPv6Addresses) != 0 {
+		t.Errorf("m3.medium (no IPv6) got %v", old.PrimaryENI.IPv6Addresses)
+	}
+	cfg = ipv6Config(6)
+	cfg.Subnets[2].AssignIPv6OnCreation = true // the subnet without IPv6
+	if _, err := vpcsim.New(cfg); err == nil {
+		t.Error("AssignIPv6OnCreation on a subnet without IPv6 accepted")
+	}
+}

@@ -104,6 +104,7 @@ type Fabric struct {
 	instances map[string]*instance // by instance ID
 	enis      map[string]*attached // by ENI ID
 	listeners []net.Listener
+	lastIndex int // interface index of the last router end made
 	outside   bool
 	errs      []error
 	closed    bool
@@ -278,6 +279,27 @@ func (f *Fabric) instanceNetnsLocked(instanceID string) string {
 func (f *Fabric) routerLinkName(eniID string) string {
 	sum := sha1.Sum([]byte(eniID))
 	return f.prefix + "e" + hex.EncodeToString(sum[:4])
+}
+
+// routerIndexBase is above every interface index of a router end: the
+// kernel numbers an instance's links from 1 up, so no router end shares
+// its index with its peer, eth<N> in the instance.
+const routerIndexBase = 1 << 20
+
+// routerIndexLocked picks the interface index of a new router end:
+// routerIndexBase and up, so never its peer's. The kernel's link watcher
+// handles a veth's carrier change at once only when the veth's index
+// differs from its peer's index (linkwatch_urgent_event); otherwise it
+// batches it, up to a second later. Until then the instance's eth<N> is not
+// operational: its IPv6 is not ready (a TCP SYN arriving in that second was
+// answered with ICMPv6 "no route") and packets the router sends into it
+// are dropped.
+func (f *Fabric) routerIndexLocked() int {
+	if f.lastIndex < routerIndexBase {
+		f.lastIndex = routerIndexBase
+	}
+	f.lastIndex++
+	return f.lastIndex
 }
 
 // Listen opens a TCP listener inside the router netns, e.g. on

@@ -149,7 +149,7 @@ func (f *Fabric) addVethLocked(instanceID string, inst *instance, eni vpcsim.ENI
 		}
 	}
 	veth := &netlink.Veth{
-		LinkAttrs:        netlink.LinkAttrs{Name: name, MTU: ENIMTU},
+		LinkAttrs:        netlink.LinkAttrs{Name: name, MTU: ENIMTU, Index: f.routerIndexLocked()},
 		PeerName:         fmt.Sprintf("eth%d", eni.DeviceIndex),
 		PeerHardwareAddr: mac,
 		PeerNamespace:    netlink.NsFd(inst.nsh),

@@ -82,7 +82,7 @@ func (f *Fabric) addOutsideLocked() error {
 	}
 	link := f.prefix + "out"
 	veth := &netlink.Veth{
-		LinkAttrs:     netlink.LinkAttrs{Name: link, MTU: 1500},
+		LinkAttrs:     netlink.LinkAttrs{Name: link, MTU: 1500, Index: f.routerIndexLocked()},
 		PeerName:      "eth0",
 		PeerNamespace: netlink.NsFd(out.nsh),
 	}

@@ -7,7 +7,8 @@
 //     (named p + "e" + 8 hex digits of the ENI ID's SHA-1), a /32 or /28
 //     route to that end for every private address or prefix assigned to the
 //     ENI, the subnet gateway (.1) of the ENI's subnet, and 169.254.169.254,
-//     where the EC2 API (port 8080) and IMDS (port 80) listen.
+//     where the EC2 API (port 8080) and IMDS (port 80) listen (for IPv6
+//     see below).
 //   - each instance is a netns "p-<last 8 hex digits of its ID>" whose eth0 is
 //     its primary ENI (MAC, primary address, subnet route, default route via
 //     the gateway, route to 169.254.169.254) and whose ethN (N = device index)
@@ -34,6 +35,39 @@
 // kernel applies the same check to ARP requests, so the router answers an
 // instance's ARP only when the sender address belongs to that ENI: the
 // daemon puts each ENI's primary address on its link, as EC2's own agents do.
+//
+// IPv6 is routed the same way, with a fixed, documented scheme where EC2
+// uses router advertisements and DHCPv6:
+//
+//   - the router forwards IPv6 (net.ipv6.conf.all.forwarding=1) and holds
+//     fd00:ec2::254/128 on its loopback: IMDS (port 80) and the EC2 API
+//     (port 8080) listen there too, as on Nitro instances (IMDSURL6).
+//   - every router end holds fe80::1/64, the VPC router's address on every
+//     ENI link (GatewayIPv6), and a permanent neighbour entry for the ENI's
+//     EUI-64 link-local address (fe80:: + the MAC with the universal/local bit
+//     (0x02) of its first byte flipped and ff:fe in the middle, as the
+//     kernel derives it) with the ENI's MAC. Each IPv6 address (/128) and
+//     /80 prefix EC2 assigns to the ENI is routed via that link-local
+//     address on that end, so the router delivers by MAC without neighbour
+//     discovery; the route goes on
+//     unassign, and with the veth on detach and terminate.
+//   - when the primary ENI's subnet has an IPv6 /64, eth0 gets
+//     "default via fe80::1 dev eth0", "fd00:ec2::254 via fe80::1 dev eth0"
+//     and, if the ENI has IPv6 addresses when it is attached (a subnet with
+//     AssignIPv6OnCreation), its first one as a /128: the ENI's primary IPv6
+//     address, also IMDS's ipv6 and the address IMDS knows the instance by
+//     over IPv6. There is no on-link /64: every IPv6 packet, also to the
+//     same subnet, goes through the router. Addresses assigned later, and
+//     secondary ENIs (route via fe80::1 dev ethN), are the daemon's to
+//     configure, as for IPv4.
+//   - duplicate address detection is off in every fabric netns
+//     (net.ipv6.conf.{all,default}.accept_dad=0), so addresses are usable
+//     at once, also those a daemon adds later.
+//   - the outside host also has 2001:db8::10/64, the router's end
+//     2001:db8::1/64; every routed IPv6 address reaches it (EC2 routes
+//     IPv6 to an internet gateway without NAT).
+//   - unlike IPv4, the router does not check IPv6 source addresses: a
+//     packet from an unassigned IPv6 source is forwarded.
 //
 // Nothing is linked to the host's interfaces and the router has no default
 // route: no packet can leave the fabric. Every netns and link name starts

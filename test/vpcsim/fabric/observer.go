@@ -18,8 +18,9 @@ import (
 // ENIAttached mirrors an attachment: it creates the instance's netns when
 // this is its first ENI, a veth from the router to the instance (instance end
 // "eth<device index>" with the ENI's MAC), and a route in the router for the
-// ENI's primary address, secondary addresses and prefixes. The primary ENI
-// (device index 0) is configured as eth0; a secondary ENI is left down and
+// ENI's primary address, secondary addresses and prefixes, IPv6 addresses
+// and /80 prefixes. The primary ENI (device index 0) is configured as eth0
+// (with IPv6 when its subnet has a /64); a secondary ENI is left down and
 // unaddressed. Attaching again is harmless; an ENI seen attached to another
 // instance is moved.
 func (f *Fabric) ENIAttached(instanceID string, eni vpcsim.ENIInfo) {

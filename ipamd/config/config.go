@@ -32,6 +32,14 @@ type Config struct {
 	PrefixDelegation bool // ENABLE_PREFIX_DELEGATION: assign /28 prefixes instead of /32s
 	MaxENI           int  // MAX_ENI: cap on ENIs below the instance type's limit; 0 (or -1) = no cap
 	MaxPods          int  // VPCIP_MAX_PODS: pods the node may run; 0 = limited by ENIs only
+	// IPv6 is ENABLE_IPv6 (default false): pods get IPv6 addresses from one
+	// /80 prefix on the primary ENI, assigned once and kept (no warm pool).
+	// The reference's rule holds: only with ENABLE_PREFIX_DELEGATION=true
+	// and ENABLE_IPv4=false (Parse refuses any other combination).
+	IPv6 bool
+	// IPv4 is ENABLE_IPv4 (default true): pods get IPv4 addresses. false
+	// only together with ENABLE_IPv6=true.
+	IPv4 bool
 
 	Cooldown        time.Duration // IP_COOLDOWN_PERIOD (seconds): a released address is not reused before this; default 30 s
 	ReleaseInterval time.Duration // VPCIP_RELEASE_INTERVAL: at most one release of surplus per interval; default 30 s
@@ -195,8 +203,28 @@ func (p *parser) crossChecks(c *Config) {
 	if c.Socket == c.Checkpoint && c.Socket != "" {
 		p.fail("VPCIP_SOCKET", c.Socket, "a path different from VPCIP_CHECKPOINT")
 	}
+	p.familyChecks(c)
 	if c.MetricsSecure && c.MetricsAddr == "" {
 		p.fail("VPCIP_METRICS_SECURE", "true", "false while VPCIP_METRICS_ADDR=off (there is no metrics listener to secure)")
+	}
+}
+
+// familyChecks applies the AWS VPC CNI's rule for the address family: IPv4
+// (ENABLE_IPv4=true, ENABLE_IPv6=false, the default), or IPv6 with prefix
+// delegation and without IPv4 (ENABLE_IPv6=true, ENABLE_PREFIX_DELEGATION=true,
+// ENABLE_IPv4=false). Dual stack and neither family are refused, as the
+// reference refuses them at start.
+func (p *parser) familyChecks(c *Config) {
+	v6, _ := p.get("ENABLE_IPv6")
+	v4, _ := p.get("ENABLE_IPv4")
+	switch {
+	case !c.IPv6 && c.IPv4:
+	case c.IPv6 && c.IPv4:
+		p.fail("ENABLE_IPv6", v6, "false while ENABLE_IPv4=true: dual stack is not supported; for IPv6 pods set ENABLE_IPv6=true, ENABLE_IPv4=false and ENABLE_PREFIX_DELEGATION=true")
+	case !c.IPv6 && !c.IPv4:
+		p.fail("ENABLE_IPv4", v4, "true while ENABLE_IPv6=false: one address family is needed; for IPv6 pods set ENABLE_IPv6=true, ENABLE_IPv4=false and ENABLE_PREFIX_DELEGATION=true")
+	case !c.PrefixDelegation:
+		p.fail("ENABLE_IPv6", v6, "false while ENABLE_PREFIX_DELEGATION=false: IPv6 pods take their addresses from a /80 prefix: set ENABLE_PREFIX_DELEGATION=true too (with ENABLE_IPv4=false)")
 	}
 }
 

@@ -205,3 +205,46 @@ func TestGCGraceBelowMinimumRefused(t *testing.T) {
 		t.Errorf("VPCIP_GC_GRACE=%s: %v, %v; want accepted", MinGCGrace, c.GCGrace, err)
 	}
 }
+
+// TestAddressFamilyCombinations: IPv4 (the default) or IPv6 with prefix
+// delegation and without IPv4, as the AWS VPC CNI requires; every other
+// combination is refused naming the variables to change.
+func TestAddressFamilyCombinations(t *testing.T) {
+	tests := []struct {
+		name     string
+		env      map[string]string
+		v6, v4   bool
+		refusing string // "" when valid; else the variable the error starts with
+		mentions []string
+	}{
+		{"default is IPv4", nil, false, true, "", nil},
+		{"IPv4 spelt out", map[string]string{"ENABLE_IPv4": "true", "ENABLE_IPv6": "false"}, false, true, "", nil},
+		{"IPv6 mode", map[string]string{"ENABLE_IPv6": "true", "ENABLE_IPv4": "false", "ENABLE_PREFIX_DELEGATION": "true"}, true, false, "", nil},
+		{"dual stack", map[string]string{"ENABLE_IPv6": "true", "ENABLE_PREFIX_DELEGATION": "true"}, false, false, "ENABLE_IPv6=", []string{"ENABLE_IPv4", "dual stack"}},
+		{"IPv6 without prefixes", map[string]string{"ENABLE_IPv6": "true", "ENABLE_IPv4": "false"}, false, false, "ENABLE_IPv6=", []string{"ENABLE_PREFIX_DELEGATION"}},
+		{"no family", map[string]string{"ENABLE_IPv4": "false"}, false, false, "ENABLE_IPv4=", []string{"ENABLE_IPv6"}},
+		{"no family, prefixes", map[string]string{"ENABLE_IPv4": "false", "ENABLE_PREFIX_DELEGATION": "true"}, false, false, "ENABLE_IPv4=", []string{"ENABLE_IPv6"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := Parse(env(tt.env))
+			if tt.refusing == "" {
+				if err != nil {
+					t.Fatalf("Parse: %v", err)
+				}
+				if c.IPv6 != tt.v6 || c.IPv4 != tt.v4 {
+					t.Errorf("IPv6, IPv4 = %v, %v; want %v, %v", c.IPv6, c.IPv4, tt.v6, tt.v4)
+				}
+				return
+			}
+			if err == nil || !strings.HasPrefix(err.Error(), tt.refusing) {
+				t.Fatalf("err = %v, want one starting %q", err, tt.refusing)
+			}
+			for _, m := range tt.mentions {
+				if !strings.Contains(err.Error(), m) {
+					t.Errorf("err %q does not mention %s", err, m)
+				}
+			}
+		})
+	}
+}

@@ -25,6 +25,10 @@ type Var struct {
 	// as the effective view shows it. The config test sets every variable to
 	// its Example and expects both the parsed Config and Map to show it.
 	Example string
+	// ExampleNeeds are the other variables Example is valid only with
+	// (ENABLE_IPv6=true needs ENABLE_IPv4=false and
+	// ENABLE_PREFIX_DELEGATION=true); nil for most rows.
+	ExampleNeeds map[string]string
 
 	read func(p *parser, name string, c *Config) // parses the value of name into c
 	show func(c *Config) string                  // the effective value, for Map
@@ -48,6 +52,12 @@ func withAliases(v Var, aliases ...string) Var {
 	return v
 }
 
+// withNeeds returns v whose Example is valid only with the variables of needs set.
+func withNeeds(v Var, needs map[string]string) Var {
+	v.ExampleNeeds = needs
+	return v
+}
+
 // Vars lists every variable, in parse order (a row's reader may use rows
 // above it, as VPCIP_PLUGIN_LOG_LEVEL's default is the daemon's
 // level).
@@ -57,6 +67,10 @@ var Vars = []Var{
 	setting("WARM_IP_TARGET", "5", func(c *Config) *int { return &c.WarmIPTarget }, count(0), showTarget),
 	setting("MINIMUM_IP_TARGET", "11", func(c *Config) *int { return &c.MinimumIPTarget }, count(0), showTarget),
 	setting("ENABLE_PREFIX_DELEGATION", "true", func(c *Config) *bool { return &c.PrefixDelegation }, boolean(false), strconv.FormatBool),
+	withNeeds(setting("ENABLE_IPv6", "true", func(c *Config) *bool { return &c.IPv6 }, boolean(false), strconv.FormatBool),
+		map[string]string{"ENABLE_IPv4": "false", "ENABLE_PREFIX_DELEGATION": "true"}),
+	withNeeds(setting("ENABLE_IPv4", "false", func(c *Config) *bool { return &c.IPv4 }, boolean(true), strconv.FormatBool),
+		map[string]string{"ENABLE_IPv6": "true", "ENABLE_PREFIX_DELEGATION": "true"}),
 	setting("WARM_PREFIX_TARGET", "4", func(c *Config) *int { return &c.WarmPrefixTarget }, count(0), showTarget),
 	setting("MAX_ENI", "2", func(c *Config) *int { return &c.MaxENI }, readMaxENI, strconv.Itoa),
 	setting("VPCIP_MAX_PODS", "29", func(c *Config) *int { return &c.MaxPods }, count(0), strconv.Itoa),

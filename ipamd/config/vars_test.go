@@ -32,7 +32,11 @@ func TestEveryVariableReachesConfigAndView(t *testing.T) {
 			t.Errorf("%s: Example %q must be a valid value other than the default %q", v.Name, v.Example, defView[v.Name])
 			continue
 		}
-		c, err := Parse(env(map[string]string{v.Name: v.Example}))
+		set := map[string]string{v.Name: v.Example}
+		for k, x := range v.ExampleNeeds {
+			set[k] = x
+		}
+		c, err := Parse(env(set))
 		if err != nil {
 			t.Errorf("%s=%q: %v", v.Name, v.Example, err)
 			continue

@@ -274,6 +274,7 @@ func TestTemplateRefuses(t *testing.T) {
 		name, values, want string
 	}{
 		{"IPv6 asked for", "env: {ENABLE_IPv6: \"true\"}", "ENABLE_IPv6"},
+		{"IPv4 turned off", "env: {ENABLE_IPv4: \"false\"}", "ENABLE_IPv4"},
 		{"pod IP annotations asked for", "env: {ANNOTATE_POD_IP: \"true\"}", "ANNOTATE_POD_IP"},
 		{"pod ENIs asked for", "env: {ENABLE_POD_ENI: true}", "ENABLE_POD_ENI"},
 		{"multi-NIC asked for", "env: {ENABLE_MULTI_NIC: \"true\"}", "ENABLE_MULTI_NIC"},

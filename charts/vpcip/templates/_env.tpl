@@ -20,6 +20,12 @@ unchanged (files/env.yaml explains the rules) and returns nothing.
 {{- fail (printf "env.VPCIP_GC_GRACE=%q: want a duration like 30s or 2m, at least 10s: a CNI GC's list of valid attachments can predate an ADD in flight, and a shorter grace lets that GC remove the new pod's veth and release its address (vpcipd refuses to start with it)" $v) -}}
 {{- end -}}
 {{- end -}}
+{{- if and (eq $name "ENABLE_IPv6") (not (has $v (list "" "false"))) -}}
+{{- fail (printf "env.ENABLE_IPv6=%q: vpcipd's IPv6 mode runs only outside the chart until the IPv6 datapath is complete (issue #30); accepted: unset or \"false\"" $v) -}}
+{{- end -}}
+{{- if and (eq $name "ENABLE_IPv4") (not (has $v (list "" "true"))) -}}
+{{- fail (printf "env.ENABLE_IPv4=%q: vpcipd runs without IPv4 only in its IPv6 mode, which the chart does not install yet (issue #30); accepted: unset or \"true\"" $v) -}}
+{{- end -}}
 {{- if and (eq $name "AWS_VPC_K8S_PLUGIN_LOG_FILE") (eq $v "stdout") -}}
 {{- fail "env.AWS_VPC_K8S_PLUGIN_LOG_FILE=\"stdout\": the plugin's stdout carries its CNI result; use stderr or a host path" -}}
 {{- end -}}

@@ -318,9 +318,13 @@ func (s *apiServer) wire(a datastore.Assignment) api.Assignment {
 	if a.DeviceNumber > 0 {
 		table = routing.TableForDevice(a.DeviceNumber)
 	}
+	subnet, vpc := a.SubnetCIDR, self.VPCCIDRs
+	if a.Address.Is6() { // IPv6 mode: the subnet's /64 and the VPC's /56s
+		subnet, vpc = self.SubnetIPv6CIDR, self.VPCIPv6CIDRs
+	}
 	return api.Assignment{
 		Version: api.Version, Key: a.Key, Pod: a.Pod, Address: a.Address,
 		ENIID: a.ENIID, DeviceNumber: a.DeviceNumber, RouteTable: table,
-		SubnetCIDR: a.SubnetCIDR, VPCCIDRs: self.VPCCIDRs, MTU: s.cfg.MTU, AssignedAt: a.AssignedAt,
+		SubnetCIDR: subnet, VPCCIDRs: vpc, MTU: s.cfg.MTU, AssignedAt: a.AssignedAt,
 	}
 }

@@ -254,8 +254,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		})
 	}
 	g.Go(func() error {
-		d.work.run(gctx, restored)
-		return nil
+		return d.work.run(gctx, restored)
 	})
 	g.Go(func() error {
 		d.flush.run(gctx)

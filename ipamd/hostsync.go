@@ -111,9 +111,12 @@ func cloudENI(e datastore.ENI) provider.ENI {
 	pe := provider.ENI{ID: e.ID, MAC: e.MAC, DeviceNumber: e.DeviceNumber, SubnetID: e.SubnetID,
 		SubnetCIDR: e.SubnetCIDR, Gateway: e.Gateway, PrimaryIP: e.PrimaryIP, Attached: e.Attached}
 	for _, s := range e.Slots {
-		if s.Bits() == s.Addr().BitLen() {
+		switch {
+		case s.Addr().Is6():
+			pe.IPv6Prefixes = append(pe.IPv6Prefixes, s)
+		case s.Bits() == s.Addr().BitLen():
 			pe.SecondaryIPs = append(pe.SecondaryIPs, s.Addr())
-		} else {
+		default:
 			pe.Prefixes = append(pe.Prefixes, s)
 		}
 	}
@@ -187,6 +190,9 @@ func (h *hostSync) ensureAll(self provider.Instance) {
 
 // ensureSNAT installs the node's SNAT rules (nothing with NoHost).
 func (h *hostSync) ensureSNAT(self provider.Instance) error {
+	if h.cfg.IPv6 {
+		return nil // IPv6 pods have addresses of the VPC's /56, routable as they are: no SNAT
+	}
 	link, err := h.host.LinkName(self.PrimaryMAC)
 	if err != nil {
 		return err

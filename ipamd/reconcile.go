@@ -2,6 +2,7 @@ package ipamd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -32,6 +33,10 @@ type reconciler struct {
 	now     func() time.Time
 
 	missing map[string]int // consecutive EC2 reads that lacked an ENI the datastore has
+	// fatal is why start-up gave up for good (a configuration the node
+	// cannot serve, such as IPv6 on a subnet without an IPv6 CIDR block);
+	// the daemon stops with it. Set by start only.
+	fatal error
 }
 
 // start restores the daemon's view before it serves ADDs: instance and limits
@@ -43,6 +48,13 @@ func (r *reconciler) start(ctx context.Context, restored restoreOutcome) bool {
 		err := r.startOnce(ctx, restored)
 		if err == nil {
 			break
+		}
+		var fe *fatalError
+		if errors.As(err, &fe) {
+			r.fatal = err
+			r.life.setReady(false, err.Error())
+			r.log.Error("start-up failed: this node cannot serve this configuration", "err", err)
+			return false
 		}
 		wait := pool.RetryBackoff(n)
 		r.life.setReady(false, "waiting for the cloud: "+err.Error())
@@ -77,6 +89,12 @@ func (r *reconciler) startOnce(ctx context.Context, restored restoreOutcome) err
 	if err != nil {
 		return fmt.Errorf("ENIs from EC2: %w", err)
 	}
+	enis = r.family(enis)
+	if r.cfg.IPv6 {
+		if enis, err = r.ensureIPv6Prefix(ctx, self, lim, enis); err != nil {
+			return err
+		}
+	}
 	r.applyENIs(enis) // sets up every secondary ENI on the host
 	if err := r.hosts.ensureSNAT(self); err != nil {
 		return err
@@ -107,7 +125,7 @@ func (r *reconciler) reconcile(ctx context.Context, authoritative bool) {
 	if !authoritative {
 		meta, err := r.prov.MetadataENIs(ctx)
 		if err == nil {
-			diff := disagreement(meta, r.store.ENIs())
+			diff := disagreement(r.family(meta), r.store.ENIs())
 			if diff == "" {
 				r.hosts.ensureAll(self)
 				r.hosts.checkPods(false)
@@ -123,7 +141,7 @@ func (r *reconciler) reconcile(ctx context.Context, authoritative bool) {
 		r.log.Warn("reconciliation: EC2 ENIs unreadable", "err", err)
 		return
 	}
-	r.applyENIs(enis)
+	r.applyENIs(r.family(enis))
 	r.hosts.ensureAll(self)
 	r.hosts.checkPods(false)
 	if err := r.ckpt.persist(); err != nil {
@@ -137,7 +155,7 @@ func (r *reconciler) resync(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r.applyENIs(enis)
+	r.applyENIs(r.family(enis))
 	return nil
 }
 
@@ -241,6 +259,9 @@ func metaSlots(e provider.ENI) []netip.Prefix {
 		out = append(out, netip.PrefixFrom(a, a.BitLen()))
 	}
 	for _, p := range e.Prefixes {
+		out = append(out, p.Masked())
+	}
+	for _, p := range e.IPv6Prefixes {
 		out = append(out, p.Masked())
 	}
 	slices.SortFunc(out, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })

@@ -74,6 +74,9 @@ func (v *statusView) published() nodestatus.Snapshot {
 // (lim.MaxENIs excludes it too: see api.Counts).
 func (v *statusView) counts(now time.Time, lim warmpool.Limits) api.Counts {
 	c := v.store.Counts(now)
+	if v.cfg.IPv6 {
+		return v.countsIPv6(c, lim)
+	}
 	unit := slotSize(v.cfg, lim)
 	capacity, podENIs := 0, 0
 	for _, e := range v.store.ENIs() {
@@ -86,6 +89,39 @@ func (v *statusView) counts(now time.Time, lim warmpool.Limits) api.Counts {
 	return api.Counts{Assigned: c.Assigned, Warm: c.Warm, Cooling: c.Cooling,
 		Capacity: capacity, ENIs: podENIs, MaxENIs: lim.MaxENIs,
 		Budget: warmpool.Budget(capacity, podENIs, lim, unit)}
+}
+
+// countsIPv6 are the pool's numbers in IPv6 mode: capacity is what the
+// node's /80s hold (2^48 − 1 addresses each: lazySlotSize), every free
+// address out of cooldown is warm, and the budget is the capacity (no other
+// /80 is ever taken). Under custom networking the primary ENI still counts:
+// IPv6 mode takes pods' addresses from it.
+func (v *statusView) countsIPv6(c datastore.Counts, lim warmpool.Limits) api.Counts {
+	capacity, podENIs := 0, 0
+	for _, e := range v.store.ENIs() {
+		podENIs++
+		capacity += eniCapacityIPv6(e)
+	}
+	warm := max(capacity-c.Assigned-c.Cooling-c.Releasing, 0)
+	return api.Counts{Assigned: c.Assigned, Warm: warm, Cooling: c.Cooling, Capacity: capacity,
+		ENIs: podENIs, MaxENIs: max(lim.MaxENIs, podENIs), Budget: capacity}
+}
+
+// lazySlotSize is the addresses a pod may get from a lazy slot (an IPv6
+// /80): all but its first (datastore.Store.Assign never hands that out).
+func lazySlotSize(s netip.Prefix) int {
+	return 1<<(s.Addr().BitLen()-s.Bits()) - 1
+}
+
+// eniCapacityIPv6 is what an ENI's /80s hold, in addresses.
+func eniCapacityIPv6(e datastore.ENI) int {
+	n := 0
+	for _, s := range e.Slots {
+		if s.Addr().Is6() && s.Addr().BitLen()-s.Bits() > datastore.LazySlotBits {
+			n += lazySlotSize(s)
+		}
+	}
+	return n
 }
 
 // status reports readiness and the pool's numbers.
@@ -141,7 +177,10 @@ func (v *statusView) state() introspect.State {
 	cp, _ := v.store.Recovery().Checkpoint(now)
 	links := v.hosts.linkNames()
 	mode := introspect.ModeSecondaryIP
-	if snap.PrefixMode {
+	switch {
+	case v.cfg.IPv6:
+		mode = introspect.ModeIPv6Prefix
+	case snap.PrefixMode:
 		mode = introspect.ModePrefix
 	}
 	out := introspect.State{
@@ -170,7 +209,11 @@ func (v *statusView) state() introspect.State {
 		out.Kubernetes = v.kube()
 	}
 	for _, e := range v.store.ENIs() {
-		out.ENIs = append(out.ENIs, introspectENI(e, links[e.ID], eniCapacity(e, lim, slotSize(v.cfg, lim))))
+		capacity := eniCapacity(e, lim, slotSize(v.cfg, lim))
+		if v.cfg.IPv6 {
+			capacity = eniCapacityIPv6(e)
+		}
+		out.ENIs = append(out.ENIs, introspectENI(e, links[e.ID], capacity))
 	}
 	for _, a := range v.store.Assignments() {
 		out.Assignments = append(out.Assignments, introspect.Assignment{Key: a.Key, Pod: a.Pod, Address: a.Address,
@@ -189,6 +232,9 @@ func introspectENI(e datastore.ENI, link string, capacity int) introspect.ENI {
 	for _, s := range e.Slots {
 		if s.Bits() < s.Addr().BitLen() {
 			ie.Prefixes = append(ie.Prefixes, s)
+		}
+		if s.Addr().BitLen()-s.Bits() > datastore.LazySlotBits {
+			continue // an IPv6 /80: its pods' addresses are in Assignments
 		}
 		for a := s.Addr(); s.Contains(a); a = a.Next() {
 			ie.Addresses = append(ie.Addresses, a)

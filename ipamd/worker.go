@@ -40,17 +40,29 @@ func (w *worker) Kick() {
 	}
 }
 
-// run is the worker goroutine.
-func (w *worker) run(ctx context.Context, restored restoreOutcome) {
+// run is the worker goroutine. It returns the error start-up gave up with
+// for good (reconciler.fatal), nil otherwise.
+func (w *worker) run(ctx context.Context, restored restoreOutcome) error {
 	// The status sink hears of the daemon while start-up still waits for
 	// the cloud (not ready, and why), as it did when the Kubernetes part
 	// polled the daemon.
 	w.publish()
 	if !w.rec.start(ctx, restored) {
-		return
+		w.publish()
+		return w.rec.fatal
 	}
 	w.publish()
 	w.loop(ctx)
+	return nil
+}
+
+// cycle is a pool cycle, and the time until the next one. In IPv6 mode the
+// node's one /80 needs no pool (see ipv6.go): no cycle, no EC2 call.
+func (w *worker) cycle(ctx context.Context) time.Duration {
+	if w.cfg.IPv6 {
+		return w.cfg.PoolInterval
+	}
+	return w.pool.Cycle(ctx)
 }
 
 // loop runs pool cycles (timer and kicks), reconciliation, the EC2 resync
@@ -77,20 +89,24 @@ func (w *worker) loop(ctx context.Context) {
 			w.rec.reconcile(ctx, false)
 			w.gone.run()
 		case <-resync.C:
-			w.rec.reconcile(ctx, true)
+			if !w.cfg.IPv6 { // IPv6: the /80 never changes; periodic reconciliation still asks IMDS
+				w.rec.reconcile(ctx, true)
+			}
 		case <-sweep.C:
-			w.rec.sweepLeaked(ctx)
+			if !w.cfg.IPv6 { // IPv6: this node creates no ENI, so leaks none
+				w.rec.sweepLeaked(ctx)
+			}
 			sweep.Reset(jitter(w.cfg.LeakSweepInterval))
 		case req := <-w.calls:
 			if req.fn != nil {
 				req.fn(ctx)
 			}
-			next.Reset(w.pool.Cycle(ctx))
+			next.Reset(w.cycle(ctx))
 			w.publish()
 			close(req.done)
 			continue
 		}
-		next.Reset(w.pool.Cycle(ctx))
+		next.Reset(w.cycle(ctx))
 		w.publish()
 	}
 }

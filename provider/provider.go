@@ -68,6 +68,13 @@ type Instance struct {
 	PrimaryIP        netip.Addr     // primary private IPv4 of the primary ENI
 	SubnetID         string         // subnet of the primary ENI
 	SecurityGroups   []string       // security group ids of the primary ENI
+	// SubnetIPv6CIDR is the IPv6 CIDR block (a /64) of the primary ENI's
+	// subnet; invalid when the subnet has none (IMDS
+	// subnet-ipv6-cidr-blocks).
+	SubnetIPv6CIDR netip.Prefix
+	// VPCIPv6CIDRs are the VPC's IPv6 CIDR blocks (/56s); none when it has
+	// none (IMDS vpc-ipv6-cidr-blocks).
+	VPCIPv6CIDRs []netip.Prefix
 }
 
 // Limits are the network limits of an instance type (EC2 DescribeInstanceTypes
@@ -121,6 +128,7 @@ type ENI struct {
 	PrimaryIP      netip.Addr     // the ENI's primary private address (never a pod address)
 	SecondaryIPs   []netip.Addr   // secondary private addresses, sorted
 	Prefixes       []netip.Prefix // delegated /28 prefixes, sorted
+	IPv6Prefixes   []netip.Prefix // delegated IPv6 /80 prefixes, sorted (IPv6Assigner)
 	SecurityGroups []string       //
 	Tags           map[string]string
 	Attached       time.Time // when the attachment was made; zero if unknown

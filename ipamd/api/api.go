@@ -67,9 +67,9 @@ type Assignment struct {
 	ENIID        string         `json:"eniID"`        // ENI the address lives on
 	DeviceNumber int            `json:"deviceNumber"` // that ENI's device number; 0 is the primary ENI
 	RouteTable   int            `json:"routeTable"`   // 0: main table (primary ENI); else routing.TableForDevice(DeviceNumber)
-	SubnetCIDR   netip.Prefix   `json:"subnetCIDR"`
-	VPCCIDRs     []netip.Prefix `json:"vpcCIDRs"`
-	MTU          int            `json:"mtu"` // bytes
+	SubnetCIDR   netip.Prefix   `json:"subnetCIDR"`   // the ENI subnet's CIDR of Address's family (IPv6: the subnet's /64)
+	VPCCIDRs     []netip.Prefix `json:"vpcCIDRs"`     // the VPC's CIDRs of Address's family (IPv6: its /56s)
+	MTU          int            `json:"mtu"`          // bytes
 	AssignedAt   time.Time      `json:"assignedAt"`
 }
 

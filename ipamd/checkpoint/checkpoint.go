@@ -277,8 +277,8 @@ func validate(as []Assignment, cs []Cooling) ([]Assignment, []Cooling, []string)
 	okA := as[:0]
 	for _, a := range as {
 		switch {
-		case !a.Address.Is4():
-			dropped = append(dropped, fmt.Sprintf("assignment of %s: address %q is not IPv4", a.Key, a.Address))
+		case !PodAddress(a.Address):
+			dropped = append(dropped, fmt.Sprintf("assignment of %s: address %q is neither IPv4 nor global IPv6", a.Key, a.Address))
 		case a.Key.ContainerID == "":
 			dropped = append(dropped, fmt.Sprintf("assignment of %s: empty container ID", a.Address))
 		case addrs[a.Address] > 1:
@@ -292,7 +292,7 @@ func validate(as []Assignment, cs []Cooling) ([]Assignment, []Cooling, []string)
 	}
 	okC := cs[:0]
 	for _, c := range cs {
-		if !c.Address.Is4() || seenAddr[c.Address] {
+		if !PodAddress(c.Address) || seenAddr[c.Address] {
 			dropped = append(dropped, fmt.Sprintf("cooldown record of %q: invalid or already assigned", c.Address))
 			continue
 		}
@@ -302,12 +302,19 @@ func validate(as []Assignment, cs []Cooling) ([]Assignment, []Cooling, []string)
 	return okA, okC, dropped
 }
 
-// validDeparted keeps the IPv4 departed addresses, each once.
+// PodAddress reports whether a can be a pod's address in a checkpoint: IPv4,
+// or an IPv6 unicast address that is not link-local (a pod's address from
+// the node's /80 in IPv6 mode), without a zone.
+func PodAddress(a netip.Addr) bool {
+	return a.Is4() || (a.Is6() && !a.Is4In6() && a.Zone() == "" && a.IsGlobalUnicast())
+}
+
+// validDeparted keeps the pod departed addresses (PodAddress), each once.
 func validDeparted(ds []netip.Addr, dropped []string) ([]netip.Addr, []string) {
 	seen := map[netip.Addr]bool{}
 	ok := ds[:0]
 	for _, d := range ds {
-		if !d.Is4() || seen[d] {
+		if !PodAddress(d) || seen[d] {
 			dropped = append(dropped, fmt.Sprintf("departed address %q: invalid or listed twice", d))
 			continue
 		}

@@ -81,6 +81,9 @@ func cloudSlots(e provider.ENI) []netip.Prefix {
 	for _, p := range e.Prefixes {
 		slots = append(slots, p.Masked())
 	}
+	for _, p := range e.IPv6Prefixes {
+		slots = append(slots, p.Masked())
+	}
 	slices.SortFunc(slots, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
 	return slices.Compact(slots)
 }
@@ -116,6 +119,15 @@ func (s *state) putENILocked(pe provider.ENI, r *Repairs) {
 // addSlotLocked makes every address of slot known on eni, keeping owners and
 // cooldown records restored from a checkpoint.
 func (s *state) addSlotLocked(eni string, slot netip.Prefix) {
+	if lazy(slot) {
+		// Only the addresses handed out before (restored from the
+		// checkpoint) are known; the rest are made as Assign needs them.
+		for _, addr := range s.knownInLocked(slot) {
+			a := s.addrs[addr]
+			a.eni, a.slot = eni, slot
+		}
+		return
+	}
 	for addr := range addrsOf(slot) {
 		a := s.addrs[addr]
 		if a == nil {
@@ -131,7 +143,7 @@ func (s *state) addSlotLocked(eni string, slot netip.Prefix) {
 // dropSlotLocked forgets a slot's free addresses; assigned ones become
 // orphans held for their pods.
 func (s *state) dropSlotLocked(slot netip.Prefix, r *Repairs) {
-	for addr := range addrsOf(slot) {
+	for addr := range s.slotAddrsLocked(slot) {
 		a := s.addrs[addr]
 		if a == nil {
 			continue
@@ -201,6 +213,9 @@ func (c Cloud) MarkRelease(eniID string, slots []netip.Prefix, now time.Time) []
 }
 
 func (s *state) slotFreeLocked(eniID string, slot netip.Prefix, now time.Time) bool {
+	if lazy(slot) {
+		return false // an IPv6 /80 is the node's for good: never given back by the pool
+	}
 	for addr := range addrsOf(slot) {
 		a := s.addrs[addr]
 		if a == nil || a.eni != eniID || a.owner != nil || a.releasing || s.coolingLocked(a, now) {
@@ -218,7 +233,7 @@ func (c Cloud) FinishRelease(eniID string, slots []netip.Prefix, done bool) {
 	defer s.mu.Unlock()
 	e := s.enis[eniID]
 	for _, slot := range slots {
-		for addr := range addrsOf(slot) {
+		for addr := range s.slotAddrsLocked(slot) {
 			a := s.addrs[addr]
 			if a == nil || !a.releasing {
 				continue
@@ -248,7 +263,7 @@ func (c Cloud) MarkDelete(eniID string) bool {
 		return false
 	}
 	for _, slot := range e.Slots {
-		for addr := range addrsOf(slot) {
+		for addr := range s.slotAddrsLocked(slot) {
 			if a := s.addrs[addr]; a != nil && a.owner != nil {
 				return false
 			}

@@ -44,7 +44,7 @@ type ENI struct {
 	Gateway      netip.Addr
 	PrimaryIP    netip.Addr // the ENI's own address, never a pod's
 	Attached     time.Time
-	Slots        []netip.Prefix // secondary /32s and /28 prefixes, sorted
+	Slots        []netip.Prefix // secondary /32s and /28 prefixes, or IPv6 /80 prefixes (lazy: LazySlotBits), sorted
 	Deleting     bool           // chosen for deletion: nothing on it is handed out
 }
 
@@ -224,6 +224,9 @@ func (d *Store) AssignIn(key api.Key, pod api.Pod, netns string, now time.Time) 
 	}
 	addr, ok := s.pickLocked(now)
 	if !ok {
+		addr, ok = s.freshLocked()
+	}
+	if !ok {
 		return Assignment{}, false, ErrNoAddress
 	}
 	st := s.addrs[addr]
@@ -284,6 +287,41 @@ func (s *state) pickLocked(now time.Time) (netip.Addr, bool) {
 		}
 	}
 	return best, best.IsValid()
+}
+
+// freshLocked makes and returns an address of a lazy slot (an IPv6 /80) the
+// store has never handed out: the lowest one above the prefix's first
+// address (left unused, as the subnet-router anycast address of a subnet
+// is) not known yet, in the first lazy slot of the primary ENI (then the
+// other ENIs by device number). The store knows released addresses until
+// they leave it, so a fresh address is one no pod of this daemon's record
+// used; it needs no conntrack flush unless it left the store unflushed
+// before (gone). Freed addresses out of cooldown are handed out first
+// (pickLocked), so the known addresses stay about as many as the pods.
+func (s *state) freshLocked() (netip.Addr, bool) {
+	for _, e := range s.enisLocked() {
+		if e.Deleting {
+			continue
+		}
+		for _, slot := range e.Slots {
+			if !lazy(slot) {
+				continue
+			}
+			for addr := slot.Masked().Addr().Next(); slot.Contains(addr); addr = addr.Next() {
+				if s.addrs[addr] != nil {
+					continue
+				}
+				a := &address{eni: e.ID, slot: slot}
+				if mark, ok := s.gone[addr]; ok {
+					a.unflushed = mark
+					delete(s.gone, addr)
+				}
+				s.addrs[addr] = a
+				return addr, true
+			}
+		}
+	}
+	return netip.Addr{}, false
 }
 
 func less(a, b [4]int) bool {

@@ -69,7 +69,7 @@ func (d *Store) Snapshot(now time.Time) []warmpool.ENI {
 		for _, slot := range e.Slots {
 			ws := warmpool.Slot{Prefix: slot}
 			releasing := false
-			for addr := range addrsOf(slot) {
+			for addr := range s.slotAddrsLocked(slot) {
 				a := s.addrs[addr]
 				switch {
 				case a == nil:
@@ -91,6 +91,37 @@ func (d *Store) Snapshot(now time.Time) []warmpool.ENI {
 		out = append(out, we)
 	}
 	return out
+}
+
+// LazySlotBits is the size, in host bits, above which a slot is lazy: an
+// IPv6 /80 (48 host bits, 2^48 addresses) is never listed address by
+// address; the store knows only the addresses it handed out (and their
+// cooldown), and Assign makes the next one as it needs it. IPv4 slots (/32
+// secondary addresses, /28 prefixes) are listed whole, as before.
+const LazySlotBits = 16
+
+// lazy reports whether slot is a lazy slot (see LazySlotBits).
+func lazy(slot netip.Prefix) bool { return slot.Addr().BitLen()-slot.Bits() > LazySlotBits }
+
+// knownInLocked lists the known addresses inside slot, sorted.
+func (s *state) knownInLocked(slot netip.Prefix) []netip.Addr {
+	var out []netip.Addr
+	for addr := range s.addrs {
+		if slot.Contains(addr) {
+			out = append(out, addr)
+		}
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return out
+}
+
+// slotAddrsLocked yields the addresses of slot the store may know: every
+// address of an IPv4 slot, the known ones of a lazy slot.
+func (s *state) slotAddrsLocked(slot netip.Prefix) func(func(netip.Addr) bool) {
+	if !lazy(slot) {
+		return addrsOf(slot)
+	}
+	return slices.Values(s.knownInLocked(slot))
 }
 
 // addrsOf yields the addresses of a /32 or /28 slot.

@@ -96,7 +96,7 @@ type NodeInfo struct {
 	InstanceType     string     `json:"instanceType"`   // e.g. "m5.large"
 	AvailabilityZone string     `json:"availabilityZone,omitempty"`
 	PrimaryIP        netip.Addr `json:"primaryIP"` // primary private IPv4 of the primary ENI
-	Mode             string     `json:"mode"`      // ModeSecondaryIP or ModePrefix
+	Mode             string     `json:"mode"`      // ModeSecondaryIP, ModePrefix or ModeIPv6Prefix
 	Version          string     `json:"version,omitempty"`
 	StartedAt        time.Time  `json:"startedAt"` // when the daemon process started
 }
@@ -105,6 +105,7 @@ type NodeInfo struct {
 const (
 	ModeSecondaryIP = "secondary-ip" // one secondary IP per pod (EC2 AssignPrivateIpAddresses)
 	ModePrefix      = "prefix"       // /28 prefixes split into pod addresses (ENABLE_PREFIX_DELEGATION)
+	ModeIPv6Prefix  = "ipv6-prefix"  // IPv6 pods from one /80 on the primary ENI (ENABLE_IPv6)
 )
 
 // ENI is one attached ENI and the pod addresses it holds.

@@ -183,6 +183,14 @@ func convertENI(ni types.NetworkInterface, subnet netip.Prefix) (provider.ENI, e
 		eni.Prefixes = append(eni.Prefixes, pfx.Masked())
 	}
 	slices.SortFunc(eni.Prefixes, comparePrefix)
+	for _, p := range ni.Ipv6Prefixes {
+		pfx, err := netip.ParsePrefix(aws.ToString(p.Ipv6Prefix))
+		if err != nil || !pfx.Addr().Is6() {
+			return eni, bad("IPv6 prefix", aws.ToString(p.Ipv6Prefix), err)
+		}
+		eni.IPv6Prefixes = append(eni.IPv6Prefixes, pfx.Masked())
+	}
+	slices.SortFunc(eni.IPv6Prefixes, comparePrefix)
 	for _, g := range ni.Groups {
 		eni.SecurityGroups = append(eni.SecurityGroups, aws.ToString(g.GroupId))
 	}

@@ -105,7 +105,35 @@ func (c *Client) Self(ctx context.Context) (provider.Instance, error) {
 	if inst.VPCCIDRs, err = parsePrefixes(cidrs); err != nil {
 		return provider.Instance{}, fmt.Errorf("IMDS %svpc-ipv4-cidr-blocks: %w", macPath, err)
 	}
+	if err := c.selfIPv6(ctx, &inst, macPath); err != nil {
+		return provider.Instance{}, err
+	}
 	return inst, nil
+}
+
+// selfIPv6 fills the instance's IPv6 CIDRs from IMDS (subnet-ipv6-cidr-blocks
+// and vpc-ipv6-cidr-blocks of the primary MAC); both are absent where the
+// subnet or VPC has no IPv6 CIDR block. A subnet has at most one.
+func (c *Client) selfIPv6(ctx context.Context, inst *provider.Instance, macPath string) error {
+	subnet, _, err := c.metadata(ctx, macPath+"subnet-ipv6-cidr-blocks")
+	if err != nil {
+		return err
+	}
+	subnets, err := parsePrefixes(subnet)
+	if err != nil {
+		return fmt.Errorf("IMDS %ssubnet-ipv6-cidr-blocks: %w", macPath, err)
+	}
+	if len(subnets) > 0 {
+		inst.SubnetIPv6CIDR = subnets[0]
+	}
+	vpc, _, err := c.metadata(ctx, macPath+"vpc-ipv6-cidr-blocks")
+	if err != nil {
+		return err
+	}
+	if inst.VPCIPv6CIDRs, err = parsePrefixes(vpc); err != nil {
+		return fmt.Errorf("IMDS %svpc-ipv6-cidr-blocks: %w", macPath, err)
+	}
+	return nil
 }
 
 // identity returns the instance's identity, read from IMDS once.
@@ -183,6 +211,7 @@ func (c *Client) metadataENI(ctx context.Context, mac string) (provider.ENI, err
 	}
 	ips := get("local-ipv4s", true)
 	prefixes := get("ipv4-prefix", false)
+	v6Prefixes := get("ipv6-prefix", false)
 	eni.SubnetID = get("subnet-id", true)
 	subnet := get("subnet-ipv4-cidr-block", true)
 	eni.SecurityGroups = strings.Fields(get("security-group-ids", false))
@@ -191,6 +220,9 @@ func (c *Client) metadataENI(ctx context.Context, mac string) (provider.ENI, err
 	}
 	if err := parseMetadataENI(&eni, dev, card, ips, prefixes, subnet); err != nil {
 		return provider.ENI{}, fmt.Errorf("IMDS %s: %w", p, err)
+	}
+	if eni.IPv6Prefixes, err = parsePrefixes(v6Prefixes); err != nil {
+		return provider.ENI{}, fmt.Errorf("IMDS %sipv6-prefix: %w", p, err)
 	}
 	return eni, nil
 }

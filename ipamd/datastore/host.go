@@ -62,6 +62,12 @@ func (r Recovery) FromHost(routes []HostRoute, now time.Time) HostReport {
 	var rep HostReport
 	for _, r := range routes {
 		a := s.addrs[r.Address]
+		if a == nil {
+			// In a lazy slot (an IPv6 /80) the store knows only what it
+			// handed out; a routed address it does not know (a lost
+			// checkpoint) is made known so it is held, never handed out.
+			a = s.knowLazyLocked(r.Address)
+		}
 		if a == nil || a.eni == "" {
 			continue
 		}
@@ -117,4 +123,20 @@ func (s *state) rekeyLocked(addr netip.Addr, a *address, o *Owner) {
 	}
 	a.owner = o
 	s.byKey[o.Key] = addr
+}
+
+// knowLazyLocked makes addr known, free, on the ENI whose lazy slot holds
+// it, and returns it; nil when no lazy slot of a known ENI holds addr.
+func (s *state) knowLazyLocked(addr netip.Addr) *address {
+	for _, e := range s.enis {
+		for _, slot := range e.Slots {
+			if lazy(slot) && slot.Contains(addr) {
+				a := &address{eni: e.ID, slot: slot}
+				s.unflushedLocked(a)
+				s.addrs[addr] = a
+				return a
+			}
+		}
+	}
+	return nil
 }

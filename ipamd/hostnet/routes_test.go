@@ -25,14 +25,23 @@ func TestPodRoutes(t *testing.T) {
 		{"10.0.0.60/32", "dev", "lo", "scope", "link"},                           // not a veth
 		{"10.0.0.70/32", "via", "10.0.0.1", "dev", "eth0"},                       // via a gateway, not scope link
 		{"10.0.0.80/32", "dev", "enib2c3d4e5f60", "scope", "link", "table", "7"}, // not the main table
+		{"-6", "2600:1f14:1:2:3::5/128", "dev", "enib2c3d4e5f60"},                // an IPv6 pod (IPv6 mode)
+		{"-6", "2600:1f14:1:2:3::/80", "dev", "eth0"},                            // a /80, not a pod /128
+		{"-6", "fe80::5/128", "dev", "eni0123456789a"},                           // link-local
+		{"-6", "2600:1f14:1:2:3::7/128", "dev", "enib2c3d4e5f60", "table", "7"},  // not the main table
 	} {
-		n.run(t, append([]string{"ip", "route", "add"}, r...)...)
+		cmd := []string{"ip", "route", "add"}
+		if r[0] == "-6" {
+			cmd, r = []string{"ip", "-6", "route", "add"}, r[1:]
+		}
+		n.run(t, append(cmd, r...)...)
 	}
 	var got []PodRoute
 	n.do(t, func() (err error) { got, err = PodRoutes(); return err })
 	want := []PodRoute{
 		{Address: netip.MustParseAddr("10.0.0.50"), HostVeth: "eni0123456789a"},
 		{Address: netip.MustParseAddr("10.0.0.51"), HostVeth: "enib2c3d4e5f60", Sandbox: Sandbox{"vpcip", "c51", "eth0"}},
+		{Address: netip.MustParseAddr("2600:1f14:1:2:3::5"), HostVeth: "enib2c3d4e5f60", Sandbox: Sandbox{"vpcip", "c51", "eth0"}},
 	}
 	if diff := cmp.Diff(want, got, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
 		t.Fatalf("PodRoutes (-want +got):\n%s", diff)

@@ -96,17 +96,18 @@ type address struct {
 type state struct {
 	cooldown time.Duration
 
-	mu          sync.Mutex              // guards the fields below
-	maxAssigned int                     // 0: no limit (VPCIP_MAX_PODS)
-	enis        map[string]*ENI         // by ENI id
-	addrs       map[netip.Addr]*address // every address we know, assigned or not
-	byKey       map[api.Key]netip.Addr  // assigned addresses by key
-	gen         uint64                  // bumped on every change a checkpoint records
-	synced      bool                    // a Sync with the authoritative ENI list happened
-	changed     chan struct{}           // closed (and replaced) when an address may have become free
-	flushing    bool                    // conntrack flush bookkeeping on (Conntrack.SetFlushing)
-	flushMark   uint64                  // last mark given to an unflushed address
-	gone        map[netip.Addr]uint64   // addresses that left the node unflushed, by their mark (see forgetLocked)
+	mu          sync.Mutex                  // guards the fields below
+	maxAssigned int                         // 0: no limit (VPCIP_MAX_PODS)
+	enis        map[string]*ENI             // by ENI id
+	addrs       map[netip.Addr]*address     // every address we know, assigned or not
+	byKey       map[api.Key]netip.Addr      // assigned addresses by key
+	gen         uint64                      // bumped on every change a checkpoint records
+	synced      bool                        // a Sync with the authoritative ENI list happened
+	changed     chan struct{}               // closed (and replaced) when an address may have become free
+	flushing    bool                        // conntrack flush bookkeeping on (Conntrack.SetFlushing)
+	flushMark   uint64                      // last mark given to an unflushed address
+	gone        map[netip.Addr]uint64       // addresses that left the node unflushed, by their mark (see forgetLocked)
+	next        map[netip.Prefix]netip.Addr // per lazy slot, where freshLocked looks first
 }
 
 // Store is the datastore: the assignment of addresses to attachment keys
@@ -131,6 +132,7 @@ func New(cooldown time.Duration) *Store {
 		addrs:    map[netip.Addr]*address{},
 		byKey:    map[api.Key]netip.Addr{},
 		gone:     map[netip.Addr]uint64{},
+		next:     map[netip.Prefix]netip.Addr{},
 		changed:  make(chan struct{}),
 	}}
 }
@@ -272,6 +274,12 @@ func (s *state) pickLocked(now time.Time) (netip.Addr, bool) {
 		if a.owner != nil || a.releasing || len(a.fences) > 0 || a.eni == "" || s.coolingLocked(a, now) {
 			continue
 		}
+		if lazy(a.slot) {
+			// A freed address of a /80 is not handed out again (see
+			// freshLocked): once its cooldown is over the store forgets it.
+			s.forgetLocked(addr, a)
+			continue
+		}
 		e := s.enis[a.eni]
 		if e == nil || e.Deleting {
 			continue
@@ -290,14 +298,17 @@ func (s *state) pickLocked(now time.Time) (netip.Addr, bool) {
 }
 
 // freshLocked makes and returns an address of a lazy slot (an IPv6 /80) the
-// store has never handed out: the lowest one above the prefix's first
-// address (left unused, as the subnet-router anycast address of a subnet
-// is) not known yet, in the first lazy slot of the primary ENI (then the
-// other ENIs by device number). The store knows released addresses until
-// they leave it, so a fresh address is one no pod of this daemon's record
-// used; it needs no conntrack flush unless it left the store unflushed
-// before (gone). Freed addresses out of cooldown are handed out first
-// (pickLocked), so the known addresses stay about as many as the pods.
+// store has not handed out, in the first lazy slot of the primary ENI (then
+// the other ENIs by device number). Addresses go up from the prefix's
+// first (left unused, as a subnet's router anycast address is) and are not
+// reused: a /80 has 2^48 of them, so a released address is forgotten once
+// its cooldown is over (pickLocked) and the next pod gets the next address.
+// Conntrack entries of an earlier pod (kept for days for an established
+// connection) thus never meet a new one, for IPv6 as the flush does for
+// IPv4 (hostnet.FlushConntrack flushes IPv4 only). After a restart the
+// search starts above the highest address the checkpoint or the host's
+// routes name. A fresh address needs no conntrack flush unless it left the
+// store unflushed before (gone).
 func (s *state) freshLocked() (netip.Addr, bool) {
 	for _, e := range s.enisLocked() {
 		if e.Deleting {
@@ -307,7 +318,14 @@ func (s *state) freshLocked() (netip.Addr, bool) {
 			if !lazy(slot) {
 				continue
 			}
-			for addr := slot.Masked().Addr().Next(); slot.Contains(addr); addr = addr.Next() {
+			addr := s.next[slot]
+			if !slot.Contains(addr) {
+				addr = slot.Masked().Addr().Next()
+				if known := s.knownInLocked(slot); len(known) > 0 {
+					addr = known[len(known)-1].Next()
+				}
+			}
+			for ; slot.Contains(addr); addr = addr.Next() {
 				if s.addrs[addr] != nil {
 					continue
 				}
@@ -317,8 +335,10 @@ func (s *state) freshLocked() (netip.Addr, bool) {
 					delete(s.gone, addr)
 				}
 				s.addrs[addr] = a
+				s.next[slot] = addr.Next()
 				return addr, true
 			}
+			delete(s.next, slot) // the top reached: look again from the bottom next time
 		}
 	}
 	return netip.Addr{}, false

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/vpcip/vpcip/ipamd/api"
+	"github.com/vpcip/vpcip/ipamd/introspect"
 	"github.com/vpcip/vpcip/provider"
 	"github.com/vpcip/vpcip/test/vpcsim"
 )
@@ -116,6 +117,7 @@ func TestIPv6ModeOnePrefixThenNoEC2Call(t *testing.T) {
 	if after := ec2Calls(c); !maps.Equal(after, before) {
 		t.Errorf("EC2 calls after the first /80: %d (%v), before the pods %d (%v); want none", total(after), after, total(before), before)
 	}
+	checkIPv6Views(t, n, pfx[0], 100)
 
 	// A restart finds the /80 instead of assigning another, and the
 	// checkpoint gives every pod its address back.
@@ -234,5 +236,32 @@ func TestIPv6ModeShowsEC2Refusal(t *testing.T) {
 	var ae *api.Error
 	if !errors.As(err, &ae) {
 		t.Errorf("ADD without a /80 = %v, want the daemon's refusal", err)
+	}
+}
+
+// checkIPv6Views: introspection (what vpcipctl prints) and the metrics
+// speak the /80 and its pods' IPv6 addresses.
+func checkIPv6Views(t *testing.T, n *node, pfx netip.Prefix, pods int) {
+	t.Helper()
+	st := n.d.State()
+	if st.Node.Mode != introspect.ModeIPv6Prefix {
+		t.Errorf("introspection mode %q, want %q", st.Node.Mode, introspect.ModeIPv6Prefix)
+	}
+	if len(st.ENIs) != 1 || len(st.ENIs[0].Prefixes) != 1 || st.ENIs[0].Prefixes[0] != pfx || st.ENIs[0].Capacity != 1<<48-1 {
+		t.Errorf("introspection ENIs %+v, want the primary with %s, capacity 2^48-1", st.ENIs, pfx)
+	}
+	if len(st.Assignments) != pods {
+		t.Errorf("introspection lists %d assignments, want %d", len(st.Assignments), pods)
+	}
+	for _, a := range st.Assignments {
+		if !pfx.Contains(a.Address) {
+			t.Errorf("introspection: %s holds %s, outside %s", a.Key, a.Address, pfx)
+		}
+	}
+	if got := gaugeInt(t, n.reg, "vpcip_addresses_assigned"); got != pods {
+		t.Errorf("vpcip_addresses_assigned = %d, want %d", got, pods)
+	}
+	if got := gaugeInt(t, n.reg, "vpcip_addresses_capacity"); got != 1<<48-1 {
+		t.Errorf("vpcip_addresses_capacity = %d, want 2^48-1", got)
 	}
 }

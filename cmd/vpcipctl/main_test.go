@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -168,5 +170,39 @@ func TestErrors(t *testing.T) {
 				t.Fatalf("exit %d, stdout %q, stderr %q; want exit %d and stderr with %q", code, out, errOut, tt.wantCode, tt.wantErr)
 			}
 		})
+	}
+}
+
+// TestIPv6Tables: a node in IPv6 mode (one /80 on the primary ENI) shows
+// its mode, the /80 and its pods' IPv6 addresses, and a capacity of 2^48-1
+// used at 0%, in every table.
+func TestIPv6Tables(t *testing.T) {
+	s := introspecttest.Sample()
+	pfx := netip.MustParsePrefix("2600:1f14:1:2:3::/80")
+	s.Node.Mode = introspect.ModeIPv6Prefix
+	s.ENIs = s.ENIs[:1]
+	s.ENIs[0].Addresses, s.ENIs[0].Prefixes, s.ENIs[0].Capacity = []netip.Addr{}, []netip.Prefix{pfx}, 1<<48-1
+	for i := range s.Assignments {
+		s.Assignments[i].Address = netip.MustParseAddr(fmt.Sprintf("2600:1f14:1:2:3::%x", i+1))
+		s.Assignments[i].ENIID = s.ENIs[0].ID
+	}
+	s.Cooling = nil
+	s.Pool = api.Counts{Assigned: len(s.Assignments), Warm: 1<<48 - 1 - len(s.Assignments), Capacity: 1<<48 - 1, Budget: 1<<48 - 1, ENIs: 1, MaxENIs: 3}
+	addr := daemon(t, s)
+	for cmd, want := range map[string][]string{
+		"status":   {"Mode:        ipv6-prefix", "3 assigned, 281474976710652 warm, 0 cooling; capacity 281474976710655"},
+		"enis":     {"2600:1f14:1:2:3::/80", "281474976710655"},
+		"pods":     {"2600:1f14:1:2:3::1 ", "2600:1f14:1:2:3::2 ", "2600:1f14:1:2:3::3 "},
+		"capacity": {"281474976710655", " 0% "},
+	} {
+		out, errOut, code := runCtl(t, "--addr", addr, cmd)
+		if code != 0 {
+			t.Fatalf("%s: exit %d: %s", cmd, code, errOut)
+		}
+		for _, w := range want {
+			if !strings.Contains(out, w) {
+				t.Errorf("%s: output lacks %q:\n%s", cmd, w, out)
+			}
+		}
 	}
 }

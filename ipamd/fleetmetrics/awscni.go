@@ -78,7 +78,7 @@ func (c *awscniCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	prefixes := 0
 	for _, u := range c.cidrs() {
-		if u.CIDR.Bits() < 32 {
+		if u.CIDR.Addr().Is4() && u.CIDR.Bits() < 32 { // an IPv6 /80 is no IPv4 prefix
 			prefixes++
 		}
 		ch <- prometheus.MustNewConstMetric(c.perIP, prometheus.GaugeValue, float64(u.Assigned), u.CIDR.String())

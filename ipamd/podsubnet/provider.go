@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 
 	"github.com/vpcip/vpcip/provider"
 )
@@ -51,4 +52,27 @@ func (w *Provider) CreateENI(ctx context.Context, req provider.CreateENIRequest)
 		return e, err
 	}
 	return provider.ENI{}, last
+}
+
+var _ provider.IPv6Assigner = (*Provider)(nil)
+
+// AssignIPv6 is the wrapped provider's (provider.IPv6Assigner), which an
+// IPv6-mode daemon needs through this wrapper; a wrapped provider without
+// it returns an error wrapping errors.ErrUnsupported.
+func (w *Provider) AssignIPv6(ctx context.Context, eniID string, n int, prefix bool) ([]netip.Prefix, error) {
+	a, ok := w.Provider.(provider.IPv6Assigner)
+	if !ok {
+		return nil, fmt.Errorf("provider %T assigns no IPv6: %w", w.Provider, errors.ErrUnsupported)
+	}
+	return a.AssignIPv6(ctx, eniID, n, prefix)
+}
+
+// UnassignIPv6 is the wrapped provider's (provider.IPv6Assigner); without
+// it, an error wrapping errors.ErrUnsupported.
+func (w *Provider) UnassignIPv6(ctx context.Context, eniID string, addrs []netip.Prefix) error {
+	a, ok := w.Provider.(provider.IPv6Assigner)
+	if !ok {
+		return fmt.Errorf("provider %T assigns no IPv6: %w", w.Provider, errors.ErrUnsupported)
+	}
+	return a.UnassignIPv6(ctx, eniID, addrs)
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/vpcip/vpcip/ipamd/api"
 	"github.com/vpcip/vpcip/test/vpcsim"
@@ -37,7 +38,7 @@ func TestIPv6ModeRunDirectly(t *testing.T) {
 		{"IPv6 without prefixes", []string{"ENABLE_IPv6=true", "ENABLE_IPv4=false"}, []string{`ENABLE_IPv6="true"`, "ENABLE_PREFIX_DELEGATION"}},
 	} {
 		dir := shortDir(t)
-		cmd := exec.Command(bin)
+		cmd := exitingDaemon(t, bin)
 		cmd.Env = append(daemonEnv(l, "i-none", dir), tt.env...)
 		out, err := cmd.CombinedOutput()
 		var exit *exec.ExitError
@@ -56,7 +57,7 @@ func TestIPv6ModeRunDirectly(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := shortDir(t)
-	cmd := exec.Command(bin)
+	cmd := exitingDaemon(t, bin)
 	cmd.Env = append(daemonEnv(l, noV6.ID, dir), v6...)
 	out, err := cmd.CombinedOutput()
 	var exit *exec.ExitError
@@ -95,4 +96,12 @@ func TestIPv6ModeRunDirectly(t *testing.T) {
 	if n := l.Cloud.Faults().Calls("AssignIpv6Addresses"); n != 1 {
 		t.Errorf("AssignIpv6Addresses called %d times over two starts, want 1", n)
 	}
+}
+
+// exitingDaemon is vpcipd run to stop by itself: killed after a minute
+// (a daemon that keeps running fails the test instead of hanging it).
+func exitingDaemon(t *testing.T, bin string) *exec.Cmd {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return exec.CommandContext(ctx, bin)
 }

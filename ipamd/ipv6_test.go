@@ -72,6 +72,7 @@ func TestIPv6ModeOnePrefixThenNoEC2Call(t *testing.T) {
 		t.Errorf("AssignIpv6Addresses called %d times at start-up, want 1", got)
 	}
 	before := ec2Calls(c)
+	t.Logf("EC2 calls up to the first /80: %d %v", total(before), before)
 
 	subnet6 := c.Cloud.Subnets()[0].IPv6CIDR
 	seen := map[netip.Addr]string{}

@@ -36,8 +36,9 @@ var actions = map[string]action{
 
 // EC2Handler serves EC2's Query API, version 2016-11-15: form-encoded POST
 // (or GET) requests with Action=...&Version=2016-11-15, answered with EC2's
-// XML replies, or EC2's error shape and HTTP status. Requests are not
-// authenticated: any signature or none is accepted.
+// XML replies, or EC2's error shape and HTTP status. Until SetIAM, requests
+// are not authenticated: any signature or none is accepted; after, see IAM.
+// It also answers STS's AssumeRoleWithWebIdentity (see serveSTS).
 func (c *Cloud) EC2Handler() http.Handler { return http.HandlerFunc(c.serveEC2) }
 
 func (c *Cloud) serveEC2(w http.ResponseWriter, r *http.Request) {
@@ -52,11 +53,22 @@ func (c *Cloud) serveEC2(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, maxRequestBytes)
-	if err := r.ParseForm(); err != nil {
-		writeError(w, r, requestID, errorf("MalformedQueryString", "The request could not be parsed: %v", err))
+	body, rerr := readBody(r)
+	if rerr == nil {
+		rerr = r.ParseForm()
+	}
+	if rerr != nil {
+		writeError(w, r, requestID, errorf("MalformedQueryString", "The request could not be parsed: %v", rerr))
+		return
+	}
+	if isSTS(r.Form) {
+		c.serveSTS(w, r, requestID)
 		return
 	}
 	name, act, p, err := parseRequest(r.Form)
+	if err == nil {
+		err = c.checkEC2Auth(r, body, name)
+	}
 	if err != nil {
 		writeError(w, r, requestID, err)
 		return

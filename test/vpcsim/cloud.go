@@ -190,6 +190,7 @@ type Cloud struct {
 	tokens    map[string]clientToken // CreateNetworkInterface ClientToken
 	observer  Observer
 	imds      imdsState
+	iam       iamState // its own lock
 	// eniHistory holds ENI snapshots while Faults.SetDescribeLag is set.
 	eniHistory []eniSnapshot
 }

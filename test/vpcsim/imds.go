@@ -242,6 +242,11 @@ func (c *Cloud) imdsGet(w http.ResponseWriter, r *http.Request, instanceID strin
 		http.Error(w, "Not Found", http.StatusNotFound)
 		return
 	}
+	if body, ok := c.imdsIAM(instanceID, path); ok {
+		w.Header().Set("Content-Type", "text/plain")
+		w.Write([]byte(body))
+		return
+	}
 	tree := view.tree()
 	c.faults.applyIMDSEdits(instanceID, tree)
 	body, found := lookupIMDS(tree, path)

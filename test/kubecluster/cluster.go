@@ -45,9 +45,18 @@ type Options struct {
 	MaxPods      int    // kubelet maxPods; default 110 (above an m5.large's addresses, as on EKS without max-pods tuning)
 	// Sim is the simulated VPC (subnets, security groups); the zero value
 	// gives vpcsim's defaults. Nodes start in its first subnet.
-	Sim  vpcsim.Config
-	Logf func(format string, args ...any)
+	Sim vpcsim.Config
+	// DaemonCredentials, when non-nil, replaces the static credentials every
+	// install gives the daemons (AWS_ACCESS_KEY_ID=vpcsim, which vpcsim
+	// takes while its IAM is off) with these extraEnv entries: an empty
+	// list leaves the AWS SDK's default chain to find credentials (a web
+	// identity, IMDS's instance profile). May change between installs.
+	DaemonCredentials []EnvVar
+	Logf              func(format string, args ...any)
 }
+
+// EnvVar is one entry of the chart's extraEnv.
+type EnvVar struct{ Name, Value string }
 
 // Cluster is a running cluster.
 type Cluster struct {

@@ -16,23 +16,31 @@ const Release = "vpcip"
 
 // clusterValues are the values every install here adds to the user's: the
 // image imported into each node (no registry to pull from), the AWS SDK
-// pointed at vpcsim's EC2 endpoint inside the fabric (IMDS is at its real
-// address there), the API server at the nodes' loopback relay, and a GC
+// pointed at vpcsim's EC2 endpoint (which also answers STS) inside the
+// fabric (IMDS is at its real address there), static credentials unless
+// Options.DaemonCredentials says otherwise, the API server at the nodes' loopback relay, and a GC
 // grace of WitnessGrace and reconciliation every WitnessCheck (the host
 // checks that see a route gone run then; the witness step waits both out).
 func (c *Cluster) clusterValues() string {
+	creds := []EnvVar{{"AWS_ACCESS_KEY_ID", "vpcsim"}, {"AWS_SECRET_ACCESS_KEY", "vpcsim"}}
+	if c.DaemonCredentials != nil {
+		creds = c.DaemonCredentials
+	}
+	var extra strings.Builder
+	for _, e := range creds {
+		fmt.Fprintf(&extra, "  - {name: %s, value: %q}\n", e.Name, e.Value)
+	}
 	return fmt.Sprintf(`image:
   pullPolicy: Never
 extraEnv:
   - {name: AWS_REGION, value: %q}
   - {name: AWS_ENDPOINT_URL_EC2, value: %q}
-  - {name: AWS_ACCESS_KEY_ID, value: vpcsim}
-  - {name: AWS_SECRET_ACCESS_KEY, value: vpcsim}
-  - {name: KUBERNETES_SERVICE_HOST, value: localhost}
+  - {name: AWS_ENDPOINT_URL_STS, value: %q}
+%s  - {name: KUBERNETES_SERVICE_HOST, value: localhost}
   - {name: KUBERNETES_SERVICE_PORT, value: "%d"}
   - {name: VPCIP_GC_GRACE, value: %q}
   - {name: VPCIP_RECONCILE_INTERVAL, value: %q}
-`, c.Cloud.Region(), fabric.EC2URL, apiPort, WitnessGrace.String(), WitnessCheck.String())
+`, c.Cloud.Region(), fabric.EC2URL, fabric.EC2URL, extra.String(), apiPort, WitnessGrace.String(), WitnessCheck.String())
 }
 
 // Helm runs h against the cluster with the admin kubeconfig.

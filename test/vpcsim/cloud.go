@@ -25,6 +25,11 @@
 // error codes and HTTP statuses (400 for client errors, 503 for
 // RequestLimitExceeded, 403 for UnauthorizedOperation). IMDSHandler serves
 // IMDSv2. Faults adds latency, errors, throttling, IMDS and describe lag.
+// Requests are not authenticated until SetIAM gives the account roles and
+// OIDC providers (iam.go): then STS's AssumeRoleWithWebIdentity (sts.go,
+// served by EC2Handler too) trades a verified ServiceAccount token for a
+// role's credentials, IMDS serves the instance profile's, and EC2 checks
+// every request's SigV4 signature and refuses what its role does not allow.
 //
 // The netns fabric mirrors the model through the Observer interface.
 package vpcsim

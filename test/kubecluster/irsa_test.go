@@ -62,6 +62,8 @@ func webIdentityEnv(roleARN, region string) []EnvVar {
 //
 // aws-node's ServiceAccount is there as aws-node left it (annotated with
 // the role, labelled k8s-app=aws-node). In order:
+//   - step 3's first variant (the chart creates aws-node) while that
+//     ServiceAccount is still there: helm install refuses to take it over;
 //   - the chart's default ServiceAccount name (vpcip) with the role's
 //     annotation: STS refuses the token (AccessDenied), the daemon says so
 //     and is never ready;
@@ -132,6 +134,16 @@ metadata:
 	}
 	region := c.Cloud.Region()
 
+	// Step 3's first variant while aws-node's ServiceAccount is still there
+	// (aws-node deleted with kubectl): Helm does not take it over.
+	create := file("create-sa.yaml", fmt.Sprintf("serviceAccount: {name: aws-node, annotations: {%s: %s}, labels: {k8s-app: aws-node}}\npodLabels: {k8s-app: aws-node}\n", roleARNKey, arn))
+	c.DaemonCredentials = webIdentityEnv(arn, region)
+	if out, err := c.InstallChartFiles(h, false, []string{create, inject}); err == nil || !strings.Contains(out+err.Error(), "exists and cannot be imported") {
+		t.Fatalf("helm install creating aws-node over aws-node's ServiceAccount: %v: %s", err, out)
+	} else {
+		t.Logf("creating aws-node while aws-node's is there: %v", err)
+	}
+
 	// Refused: the chart's own ServiceAccount name with the role.
 	c.DaemonCredentials = webIdentityEnv(arn, region)
 	refused(t, ctx, r, []string{file("default-name.yaml", fmt.Sprintf("serviceAccount: {annotations: {%s: %s}}\n", roleARNKey, arn)), inject},
@@ -160,7 +172,6 @@ metadata:
 		t.Fatal(err)
 	}
 	before = c.Cloud.EC2Calls()
-	create := file("create-sa.yaml", fmt.Sprintf("serviceAccount: {name: aws-node, annotations: {%s: %s}, labels: {k8s-app: aws-node}}\npodLabels: {k8s-app: aws-node}\n", roleARNKey, arn))
 	if err := r.install(ctx, false, create, inject); err != nil {
 		fail(err)
 	}

@@ -66,8 +66,10 @@ type Role struct {
 }
 
 // AmazonEKSCNIPolicyActions are the EC2 actions of AWS's managed policy
-// AmazonEKS_CNI_Policy (the policy aws-node's role carries), as its
-// documentation lists them.
+// AmazonEKS_CNI_Policy (the policy aws-node's role carries), as AWS's
+// managed policy reference lists its version v5 (March 2024); CreateTags is
+// allowed there on network interfaces only, vpcsim does not look at
+// resources.
 var AmazonEKSCNIPolicyActions = []string{
 	"ec2:AssignPrivateIpAddresses", "ec2:AttachNetworkInterface", "ec2:CreateNetworkInterface",
 	"ec2:DeleteNetworkInterface", "ec2:DescribeInstances", "ec2:DescribeTags",

@@ -106,10 +106,20 @@ func TestClusterIRSA(t *testing.T) {
 		return p
 	}
 	inject := file("web-identity.yaml", webIdentityValues)
+	// The daemon's log as kubelet keeps it on the node (what `kubectl logs`
+	// shows; the API server cannot reach the kubelets here).
 	logs := func() string {
-		cur, _ := c.Kubectl(ctx, "logs", "-n", "kube-system", "-l", "app.kubernetes.io/name=vpcip", "-c", "vpcipd", "--tail=40")
-		prev, _ := c.Kubectl(ctx, "logs", "-n", "kube-system", "-l", "app.kubernetes.io/name=vpcip", "-c", "vpcipd", "--tail=40", "--previous")
-		return prev + cur
+		pods, _ := c.Pods(ctx, "kube-system", "app.kubernetes.io/name=vpcip")
+		var b strings.Builder
+		for _, p := range pods {
+			files, _ := filepath.Glob(c.Nodes[0].path("pod-logs", "kube-system_"+p.Name+"_"+p.UID, "vpcipd", "*.log"))
+			for _, f := range files {
+				data, _ := os.ReadFile(f)
+				b.Write(data)
+			}
+		}
+		l := strings.Split(strings.TrimRight(b.String(), "\n"), "\n")
+		return strings.Join(l[max(0, len(l)-40):], "\n")
 	}
 	fail := func(err error) {
 		t.Helper()
@@ -198,7 +208,8 @@ func refused(t *testing.T, ctx context.Context, r *releaseValuesRun, files []str
 	var l string
 	for l = logs(); !strings.Contains(l, code); l = logs() {
 		if time.Since(start) > 3*time.Minute || ctx.Err() != nil {
-			t.Fatalf("with %v: after %s the daemon's log does not name %s:\n%s\nEC2 calls: %v", baseNames(files), time.Since(start).Round(time.Second), code, l, c.Cloud.EC2Calls())
+			desc, _ := c.Kubectl(ctx, "-n", "kube-system", "describe", "pods", "-l", "app.kubernetes.io/name=vpcip")
+			t.Fatalf("with %v: after %s the daemon's log does not name %s:\n%s\nEC2 calls: %v\n%s\nkubelet:\n%s", baseNames(files), time.Since(start).Round(time.Second), code, l, c.Cloud.EC2Calls(), desc, tail(c.Nodes[0].KubeletLog(), 20))
 		}
 		time.Sleep(2 * time.Second)
 	}

@@ -42,6 +42,7 @@ func isSTS(form url.Values) bool {
 // verify, ExpiredTokenException (400), AccessDenied (403) when the role does
 // not trust the token, and InvalidAction without IAM set up.
 func (c *Cloud) serveSTS(w http.ResponseWriter, r *http.Request, requestID string) {
+	w.Header().Set("X-Amzn-Requestid", requestID) // where the SDK reads an STS error's request id
 	res, err := c.assumeRoleWithWebIdentity(r.Form)
 	if err != nil {
 		body, _ := xml.Marshal(stsErrorResponse{Error: stsError{Type: "Sender", Code: err.Code, Message: err.Message}, RequestID: requestID})

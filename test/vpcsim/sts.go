@@ -2,8 +2,6 @@ package vpcsim
 
 import (
 	"crypto"
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rsa"
 	"crypto/sha256"
 	"encoding/base64"
@@ -157,7 +155,8 @@ func (c *Cloud) assumeRoleWithWebIdentity(form url.Values) (*assumeRoleResponse,
 
 // verifyToken checks a JWT as STS does for AssumeRoleWithWebIdentity: its
 // issuer is one of providers, its signature verifies with one of the
-// issuer's keys (RS256 or ES256, by kid), it has not expired, and its
+// issuer's keys (RS256, by kid: the algorithm of a Kubernetes API server's
+// RSA ServiceAccount signing key, as EKS's), it has not expired, and its
 // audience is one the provider accepts.
 func verifyToken(providers []OIDCProvider, token string, now time.Time) (jwtClaims, OIDCProvider, *Error) {
 	invalid := func(format string, args ...any) (jwtClaims, OIDCProvider, *Error) {
@@ -212,11 +211,10 @@ func decodeSegment(seg string, v any) error {
 	return json.Unmarshal(b, v)
 }
 
-// jwk is one key of a JSON Web Key Set (RFC 7517): RSA (n, e) or EC P-256
-// (x, y).
+// jwk is one RSA key of a JSON Web Key Set (RFC 7517).
 type jwk struct {
-	Kty, Kid, Alg, Crv string
-	N, E, X, Y         string
+	Kty, Kid, Alg string
+	N, E          string
 }
 
 // verifySignature checks sig over signed with the key of jwks that kid
@@ -228,30 +226,17 @@ func verifySignature(jwks []byte, alg, kid, signed string, sig []byte) bool {
 	}
 	sum := sha256.Sum256([]byte(signed))
 	for _, k := range set.Keys {
-		if kid != "" && k.Kid != kid {
+		if kid != "" && k.Kid != kid || alg != "RS256" || k.Kty != "RSA" {
 			continue
 		}
-		switch {
-		case alg == "RS256" && k.Kty == "RSA":
-			n, err1 := base64.RawURLEncoding.DecodeString(k.N)
-			e, err2 := base64.RawURLEncoding.DecodeString(k.E)
-			if err1 != nil || err2 != nil {
-				continue
-			}
-			pub := &rsa.PublicKey{N: new(big.Int).SetBytes(n), E: int(new(big.Int).SetBytes(e).Int64())}
-			if rsa.VerifyPKCS1v15(pub, crypto.SHA256, sum[:], sig) == nil {
-				return true
-			}
-		case alg == "ES256" && k.Kty == "EC" && k.Crv == "P-256" && len(sig) == 64:
-			x, err1 := base64.RawURLEncoding.DecodeString(k.X)
-			y, err2 := base64.RawURLEncoding.DecodeString(k.Y)
-			if err1 != nil || err2 != nil {
-				continue
-			}
-			pub := &ecdsa.PublicKey{Curve: elliptic.P256(), X: new(big.Int).SetBytes(x), Y: new(big.Int).SetBytes(y)}
-			if ecdsa.Verify(pub, sum[:], new(big.Int).SetBytes(sig[:32]), new(big.Int).SetBytes(sig[32:])) {
-				return true
-			}
+		n, err1 := base64.RawURLEncoding.DecodeString(k.N)
+		e, err2 := base64.RawURLEncoding.DecodeString(k.E)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		pub := &rsa.PublicKey{N: new(big.Int).SetBytes(n), E: int(new(big.Int).SetBytes(e).Int64())}
+		if rsa.VerifyPKCS1v15(pub, crypto.SHA256, sum[:], sig) == nil {
+			return true
 		}
 	}
 	return false

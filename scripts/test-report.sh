@@ -23,7 +23,7 @@ awk "$fields"'
 echo "make test: tests that took a minute or more"
 awk "$fields"'
 /"Action":"(pass|fail)"/ && /"Test":/ {
-	t = field("Test"); if (index(t, "/") || field("Elapsed") < 60) next
+	t = field("Test"); if (index(t, "/") || field("Elapsed") + 0 < 60) next
 	p = field("Package"); sub(/^github.com\/vpcip\/vpcip\//, "", p)
 	printf "  %-60s %7.1f s  %s\n", p "." t, field("Elapsed"), ($0 ~ /"Action":"fail"/ ? "FAIL" : "")
 }' "$json" | sort -k2 -rn

@@ -108,26 +108,7 @@ func TestEC2FromInsideTheFabric(t *testing.T) {
 // addr/32, or "".
 func routerRouteDev(t *testing.T, f *vpcsimtest.Fabricated, addr netip.Addr) string {
 	t.Helper()
-	nsh, err := netns.GetFromName(f.Fabric.RouterNetns())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nsh.Close()
-	h, err := netlinksafe.NewHandleAt(nsh)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	filter := &netlink.Route{Dst: netlink.NewIPNet(addr.AsSlice())}
-	rs, err := h.RouteListFiltered(netlink.FAMILY_V4, filter, netlink.RT_FILTER_DST)
-	if err != nil || len(rs) == 0 {
-		return ""
-	}
-	link, err := h.LinkByIndex(rs[0].LinkIndex)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return link.Attrs().Name
+	return routerRoute(t, f, netip.PrefixFrom(addr, addr.BitLen()))
 }
 
 // TestAttachThroughTheAPI creates and attaches an ENI through the EC2 API

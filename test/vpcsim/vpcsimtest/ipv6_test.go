@@ -125,9 +125,9 @@ func dialTCP(nsPath string, addr netip.AddrPort) error {
 	return nil
 }
 
-// routerRoute6 returns the device of the router's main-table route to
-// exactly p, or "".
-func routerRoute6(t *testing.T, f *vpcsimtest.Fabricated, p netip.Prefix) string {
+// routerRoute returns the device of the router's main-table route to
+// exactly p (IPv4 or IPv6), or "".
+func routerRoute(t *testing.T, f *vpcsimtest.Fabricated, p netip.Prefix) string {
 	t.Helper()
 	nsh, err := netns.GetFromName(f.Fabric.RouterNetns())
 	if err != nil {
@@ -139,8 +139,12 @@ func routerRoute6(t *testing.T, f *vpcsimtest.Fabricated, p netip.Prefix) string
 		t.Fatal(err)
 	}
 	defer h.Close()
-	filter := &netlink.Route{Dst: &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), 128)}, Table: unix.RT_TABLE_MAIN}
-	rs, err := h.RouteListFiltered(netlink.FAMILY_V6, filter, netlink.RT_FILTER_DST|netlink.RT_FILTER_TABLE)
+	family := netlink.FAMILY_V6
+	if p.Addr().Is4() {
+		family = netlink.FAMILY_V4
+	}
+	filter := &netlink.Route{Dst: &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}, Table: unix.RT_TABLE_MAIN}
+	rs, err := h.RouteListFiltered(family, filter, netlink.RT_FILTER_DST|netlink.RT_FILTER_TABLE)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +192,7 @@ func TestIPv6AddressReachableOnlyWhileAssigned(t *testing.T) {
 	if err := dialTCP(f.NetnsPath(b.ID), to); err != nil {
 		t.Fatalf("%s not reached from B while assigned to A: %v", addr, err)
 	}
-	if dev := routerRoute6(t, f, netip.PrefixFrom(addr, 128)); !strings.HasPrefix(dev, f.Fabric.Prefix()+"e") {
+	if dev := routerRoute(t, f, netip.PrefixFrom(addr, 128)); !strings.HasPrefix(dev, f.Fabric.Prefix()+"e") {
 		t.Errorf("router route to %s via %q, want A's ENI's router end", addr, dev)
 	}
 	_, err = client.UnassignIpv6Addresses(ctx, &ec2.UnassignIpv6AddressesInput{
@@ -202,18 +206,18 @@ func TestIPv6AddressReachableOnlyWhileAssigned(t *testing.T) {
 	} else {
 		t.Logf("after unassign: %v", err)
 	}
-	if dev := routerRoute6(t, f, netip.PrefixFrom(addr, 128)); dev != "" {
+	if dev := routerRoute(t, f, netip.PrefixFrom(addr, 128)); dev != "" {
 		t.Errorf("router still routes %s via %s after unassign", addr, dev)
 	}
 
 	primaryA := primaryIPv6(t, a)
-	if dev := routerRoute6(t, f, netip.PrefixFrom(primaryA, 128)); dev == "" {
+	if dev := routerRoute(t, f, netip.PrefixFrom(primaryA, 128)); dev == "" {
 		t.Fatalf("router does not route A's primary IPv6 %s", primaryA)
 	}
 	if err := f.Cloud.TerminateInstance(a.ID); err != nil {
 		t.Fatal(err)
 	}
-	if dev := routerRoute6(t, f, netip.PrefixFrom(primaryA, 128)); dev != "" {
+	if dev := routerRoute(t, f, netip.PrefixFrom(primaryA, 128)); dev != "" {
 		t.Errorf("router still routes %s via %s after A was terminated", primaryA, dev)
 	}
 }
@@ -265,7 +269,7 @@ func TestIPv6PrefixRouted(t *testing.T) {
 	} else {
 		t.Logf("outside the /80: %v", err)
 	}
-	if dev := routerRoute6(t, f, p); !strings.HasPrefix(dev, f.Fabric.Prefix()+"e") {
+	if dev := routerRoute(t, f, p); !strings.HasPrefix(dev, f.Fabric.Prefix()+"e") {
 		t.Errorf("router route to %s via %q, want A's ENI's router end", p, dev)
 	}
 	_, err = client.UnassignIpv6Addresses(ctx, &ec2.UnassignIpv6AddressesInput{
@@ -274,7 +278,7 @@ func TestIPv6PrefixRouted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if dev := routerRoute6(t, f, p); dev != "" {
+	if dev := routerRoute(t, f, p); dev != "" {
 		t.Errorf("router still routes %s via %s after unassign", p, dev)
 	}
 	if err := dialTCP(f.NetnsPath(b.ID), netip.AddrPortFrom(inside, 9000)); err == nil {

@@ -4,6 +4,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/rsa"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
@@ -94,12 +95,11 @@ func issue(ca *x509.Certificate, caKey *ecdsa.PrivateKey, tmpl *x509.Certificate
 	return certPEM, keyPEM, os.WriteFile(keyPath, keyPEM, 0o600)
 }
 
+// writeSAKeys writes the ServiceAccount token signing key: RSA 2048, so the
+// API server signs tokens with RS256 as EKS's does (vpcsim's STS, like AWS's
+// for EKS clusters, verifies RS256 web identity tokens).
 func (p *pki) writeSAKeys() error {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return err
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
 		return err
 	}
@@ -107,7 +107,7 @@ func (p *pki) writeSAKeys() error {
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(p.saKey, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+	if err := os.WriteFile(p.saKey, pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}), 0o600); err != nil {
 		return err
 	}
 	return os.WriteFile(p.saPub, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER}), 0o644)

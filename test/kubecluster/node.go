@@ -2,6 +2,7 @@ package kubecluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -52,6 +53,9 @@ type Node struct {
 	kubelet     *exec.Cmd
 	kubeletDone chan struct{}
 	api         net.Listener
+	// sandboxNetns: the netns files of the sandboxes seen at teardown,
+	// removed once the runtime is gone (removeSandboxNetnsFiles).
+	sandboxNetns []string
 }
 
 func (n *Node) path(elem ...string) string { return filepath.Join(append([]string{n.Dir}, elem...)...) }
@@ -229,13 +233,37 @@ func (n *Node) removePodNetworkSandboxes() {
 		return
 	}
 	for _, id := range ids {
+		sb, err := n.CRI.InspectPodSandbox(ctx, id)
+		if err != nil {
+			continue
+		}
+		if sb.NetnsPath != "" {
+			n.sandboxNetns = append(n.sandboxNetns, sb.NetnsPath)
+		}
 		// Not kube-system's: vpcipd runs there (its host-network sandbox may
 		// report the node's address as its own).
-		if sb, err := n.CRI.InspectPodSandbox(ctx, id); err == nil && sb.Pod.Namespace != "kube-system" {
+		if sb.Pod.Namespace != "kube-system" {
 			n.CRI.StopPodSandbox(ctx, id)
 			n.CRI.RemovePodSandbox(ctx, id)
 		}
 	}
+}
+
+// removeSandboxNetnsFiles unmounts and removes the netns files of the
+// sandboxes removePodNetworkSandboxes saw, once the runtime is gone: a
+// sandbox whose stop failed (its CNI DEL refused, say, in a failed test)
+// keeps its /run/netns/cni-* file, which is the host's directory, and the
+// node's mount namespace going away leaves the file behind empty.
+func (n *Node) removeSandboxNetnsFiles() error {
+	var errs []error
+	for _, p := range n.sandboxNetns {
+		syscall.Unmount(p, syscall.MNT_DETACH) // EINVAL when not mounted here
+		if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
+			errs = append(errs, fmt.Errorf("netns file of a sandbox of %s: %w", n.Name, err))
+		}
+	}
+	n.sandboxNetns = nil
+	return errors.Join(errs...)
 }
 
 // close stops the kubelet, removes every sandbox and stops containerd, closes
@@ -253,7 +281,7 @@ func (n *Node) close() error {
 	if n.Mountns != "" {
 		syscall.Unmount(n.Mountns, syscall.MNT_DETACH)
 	}
-	return err
+	return errors.Join(err, n.removeSandboxNetnsFiles())
 }
 
 // RestartKubelet stops n's kubelet (SIGTERM) and starts it again with the

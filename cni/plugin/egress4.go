@@ -92,6 +92,39 @@ func (in *invocation) allocEgress4(ctx context.Context, cniPath string) (netip.A
 	return netip.Addr{}, fmt.Errorf("%s returned no address in %v: %v", egress4IPAM, datapath.Egress4Range, r.IPs)
 }
 
+// egress4Held reports whether host-local's store holds an address for this
+// attachment: a record (one file per address) naming its container ID and
+// interface. DEL runs the delegate only then, so a DEL of an attachment
+// that never had an egress address (every IPv4 pod, an IPv6 pod whose ADD
+// failed before host-local) neither forks host-local nor fails where it is
+// missing (a node whose store outlived its IPv6 mode). An unreadable store
+// counts as held: the delegate then decides.
+func (in *invocation) egress4Held() bool {
+	if !in.egress4Used() {
+		return false
+	}
+	dir := filepath.Join(in.conf.V4EgressDataDir, in.conf.Name)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return true
+	}
+	for _, e := range entries {
+		if _, err := netip.ParseAddr(e.Name()); err != nil || !e.Type().IsRegular() {
+			continue // host-local's lock and last-reserved files
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			return true
+		}
+		id, ifName, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
+		// "<id>\r\n<ifname>"; a record of an older host-local names the id alone.
+		if ifName = strings.TrimSpace(ifName); strings.TrimSpace(id) == in.key.ContainerID && (ifName == "" || ifName == in.key.IfName) {
+			return true
+		}
+	}
+	return false
+}
+
 // releaseEgress4 has host-local release this attachment's IPv4 egress
 // address; none held is success (host-local's DEL is idempotent).
 func (in *invocation) releaseEgress4(ctx context.Context) error {
@@ -106,7 +139,7 @@ func (in *invocation) releaseEgress4(ctx context.Context) error {
 // it), so the address never goes to another pod while this one's route
 // still leads to it. A failure is logged and returned.
 func (in *invocation) releaseEgress4AfterDel() error {
-	if !in.egress4Used() {
+	if !in.egress4Held() {
 		return nil
 	}
 	own, _, err := vethOwner(in.hostVeth(), in.key)

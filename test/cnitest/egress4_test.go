@@ -396,3 +396,39 @@ func TestIPv6PodIPv4EgressConcurrentAdds(t *testing.T) {
 	}
 	assertNodeClean6(t, e)
 }
+
+// TestDELOfAttachmentWithoutEgressRunsNoHostLocal: on a node whose
+// host-local store exists (it once ran IPv6 pods, or another attachment
+// holds an egress address) but whose CNI bin dir has no host-local, the
+// DEL of an attachment host-local holds nothing for succeeds and releases
+// its address; it used to run host-local for every DEL and fail, leaving
+// the pod Terminating for good.
+func TestDELOfAttachmentWithoutEgressRunsNoHostLocal(t *testing.T) {
+	RequireRoot(t)
+	e, d := fakeEnv(t, FakePool(2))
+	e.Chain = false
+	store := filepath.Join(e.EgressDir, Network)
+	if err := os.MkdirAll(store, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(store, "169.254.172.9")
+	if err := os.WriteFile(other, []byte("another-sandbox\r\neth0"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bin := t.TempDir()
+	if err := os.Symlink(filepath.Join(e.BinDir, "vpcip-cni"), filepath.Join(bin, "vpcip-cni")); err != nil {
+		t.Fatal(err)
+	}
+	e.BinDir = bin
+	p := e.NewPod(t, "four-after-six")
+	e.MustAdd(t, p)
+	if err := e.Del(t, p); err != nil {
+		t.Fatalf("DEL of an IPv4 pod on a node with a host-local store and no host-local: %v", err)
+	}
+	if len(d.Held()) != 0 {
+		t.Errorf("DEL left %v held", d.Held())
+	}
+	if b, err := os.ReadFile(other); err != nil || string(b) != "another-sandbox\r\neth0" {
+		t.Errorf("another attachment's egress record: %q, %v; want it untouched", b, err)
+	}
+}

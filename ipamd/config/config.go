@@ -40,6 +40,13 @@ type Config struct {
 	// IPv4 is ENABLE_IPv4 (default true): pods get IPv4 addresses. false
 	// only together with ENABLE_IPv6=true.
 	IPv4 bool
+	// V4Egress is ENABLE_V4_EGRESS (default true, the reference's name):
+	// in IPv6 mode each pod also gets a node-local IPv4 address, used only
+	// for egress and SNATed to the node's primary IPv4 address (the
+	// plugin's "enableV4Egress", which install-cni writes from it; it needs
+	// the reference host-local plugin in the CNI bin dir). Ignored in IPv4
+	// mode.
+	V4Egress bool
 
 	Cooldown        time.Duration // IP_COOLDOWN_PERIOD (seconds): a released address is not reused before this; default 30 s
 	ReleaseInterval time.Duration // VPCIP_RELEASE_INTERVAL: at most one release of surplus per interval; default 30 s

@@ -71,6 +71,7 @@ var Vars = []Var{
 		map[string]string{"ENABLE_IPv4": "false", "ENABLE_PREFIX_DELEGATION": "true"}),
 	withNeeds(setting("ENABLE_IPv4", "false", func(c *Config) *bool { return &c.IPv4 }, boolean(true), strconv.FormatBool),
 		map[string]string{"ENABLE_IPv6": "true", "ENABLE_PREFIX_DELEGATION": "true"}),
+	setting("ENABLE_V4_EGRESS", "false", func(c *Config) *bool { return &c.V4Egress }, boolean(true), strconv.FormatBool),
 	setting("WARM_PREFIX_TARGET", "4", func(c *Config) *int { return &c.WarmPrefixTarget }, count(0), showTarget),
 	setting("MAX_ENI", "2", func(c *Config) *int { return &c.MaxENI }, readMaxENI, strconv.Itoa),
 	setting("VPCIP_MAX_PODS", "29", func(c *Config) *int { return &c.MaxPods }, count(0), strconv.Itoa),

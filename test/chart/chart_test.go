@@ -273,8 +273,12 @@ func TestTemplateRefuses(t *testing.T) {
 	tests := []struct {
 		name, values, want string
 	}{
-		{"IPv6 asked for", "env: {ENABLE_IPv6: \"true\"}", "ENABLE_IPv6"},
+		{"dual stack", "env: {ENABLE_IPv6: \"true\", ENABLE_PREFIX_DELEGATION: \"true\"}", "dual stack is not supported"},
+		{"IPv6 without prefixes", "env: {ENABLE_IPv6: \"true\", ENABLE_IPv4: \"false\"}", "ENABLE_PREFIX_DELEGATION"},
+		{"IPv6 with prefixes off", "env: {ENABLE_IPv6: true, ENABLE_IPv4: false, ENABLE_PREFIX_DELEGATION: false}", "ENABLE_PREFIX_DELEGATION=\"false\""},
 		{"IPv4 turned off", "env: {ENABLE_IPv4: \"false\"}", "ENABLE_IPv4"},
+		{"IPv4 turned off and IPv6 false", "env: {ENABLE_IPv4: \"false\", ENABLE_IPv6: \"false\", ENABLE_PREFIX_DELEGATION: \"true\"}", "ENABLE_IPv4"},
+		{"IPv6 not a boolean", "env: {ENABLE_IPv6: \"yes\"}", "ENABLE_IPv6"},
 		{"pod IP annotations asked for", "env: {ANNOTATE_POD_IP: \"true\"}", "ANNOTATE_POD_IP"},
 		{"pod ENIs asked for", "env: {ENABLE_POD_ENI: true}", "ENABLE_POD_ENI"},
 		{"multi-NIC asked for", "env: {ENABLE_MULTI_NIC: \"true\"}", "ENABLE_MULTI_NIC"},
@@ -322,6 +326,40 @@ func TestTemplateRefuses(t *testing.T) {
 	}
 }
 
+// The IPv6 mode, in the one combination vpcipd runs (ENABLE_IPv6=true,
+// ENABLE_IPv4=false, ENABLE_PREFIX_DELEGATION=true, as booleans or strings,
+// with IPv4 egress on or off), renders and reaches vpcipd and the
+// install-cni init container as given (install-cni writes enableV4Egress
+// from ENABLE_V4_EGRESS).
+func TestTemplateIPv6Mode(t *testing.T) {
+	for _, h := range helms(t) {
+		t.Run(h.Name, func(t *testing.T) {
+			for _, values := range []string{
+				"env: {ENABLE_IPv6: \"true\", ENABLE_IPv4: \"false\", ENABLE_PREFIX_DELEGATION: \"true\"}",
+				"env: {ENABLE_IPv6: true, ENABLE_IPv4: false, ENABLE_PREFIX_DELEGATION: true, ENABLE_V4_EGRESS: false}",
+			} {
+				objs, err := render(t, h, values)
+				if err != nil {
+					t.Fatalf("%s: %v", values, err)
+				}
+				ds := find(t, objs, "DaemonSet")
+				for _, c := range []Object{container(t, ds, "vpcipd"), container(t, ds, "install-cni")} {
+					env, _ := envOf(c)
+					want := map[string]string{"ENABLE_IPv6": "true", "ENABLE_IPv4": "false", "ENABLE_PREFIX_DELEGATION": "true"}
+					if strings.Contains(values, "V4_EGRESS") {
+						want["ENABLE_V4_EGRESS"] = "false"
+					}
+					for k, v := range want {
+						if env[k] != v {
+							t.Errorf("%s: %s %s=%q, want %q", values, str(c["name"]), k, env[k], v)
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
 // Every daemon setting the chart does not own reaches the containers as given,
 // numbers and booleans as strings; moved listen addresses move the probes and
 // the metrics port.
@@ -340,10 +378,6 @@ func TestTemplateEverySetting(t *testing.T) {
 			value = "0.0.0.0:7001"
 		case "VPCIP_METRICS_ADDR":
 			value = "127.0.0.1:7002"
-		case "ENABLE_IPv6", "ENABLE_IPv4":
-			// The chart passes them on only at the IPv4 values until the
-			// IPv6 mode is complete end-to-end (TestTemplateRefuses).
-			value = map[string]string{"ENABLE_IPv6": "false", "ENABLE_IPv4": "true"}[v.Name]
 		}
 		want[v.Name] = value
 		fmt.Fprintf(&b, "  %s: %q\n", v.Name, value)

@@ -20,11 +20,8 @@ unchanged (files/env.yaml explains the rules) and returns nothing.
 {{- fail (printf "env.VPCIP_GC_GRACE=%q: want a duration like 30s or 2m, at least 10s: a CNI GC's list of valid attachments can predate an ADD in flight, and a shorter grace lets that GC remove the new pod's veth and release its address (vpcipd refuses to start with it)" $v) -}}
 {{- end -}}
 {{- end -}}
-{{- if and (eq $name "ENABLE_IPv6") (not (has $v (list "" "false"))) -}}
-{{- fail (printf "env.ENABLE_IPv6=%q: vpcipd's IPv6 mode runs only outside the chart until the IPv6 datapath is complete (issue #30); accepted: unset or \"false\"" $v) -}}
-{{- end -}}
-{{- if and (eq $name "ENABLE_IPv4") (not (has $v (list "" "true"))) -}}
-{{- fail (printf "env.ENABLE_IPv4=%q: vpcipd runs without IPv4 only in its IPv6 mode, which the chart does not install yet (issue #30); accepted: unset or \"true\"" $v) -}}
+{{- if and (has $name (list "ENABLE_IPv6" "ENABLE_IPv4" "ENABLE_PREFIX_DELEGATION" "ENABLE_V4_EGRESS")) (not (has $v (list "" "true" "false"))) -}}
+{{- fail (printf "env.%s=%q: want \"true\" or \"false\"" $name $v) -}}
 {{- end -}}
 {{- if and (eq $name "AWS_VPC_K8S_PLUGIN_LOG_FILE") (eq $v "stdout") -}}
 {{- fail "env.AWS_VPC_K8S_PLUGIN_LOG_FILE=\"stdout\": the plugin's stdout carries its CNI result; use stderr or a host path" -}}
@@ -58,6 +55,34 @@ unchanged (files/env.yaml explains the rules) and returns nothing.
 {{- fail (printf "env.%s is not a setting vpcip reads (a misspelling?); the names are listed in charts/vpcip/files/env.yaml; put other variables in extraEnv" $name) -}}
 {{- end -}}
 {{- end -}}
+{{- include "vpcip.checkFamily" . -}}
+{{- end -}}
+
+{{/*
+vpcip.checkFamily fails the render unless env asks for one of the two modes
+vpcipd runs (ipamd/config's rule, the reference's): IPv4 (ENABLE_IPv6 unset
+or "false", ENABLE_IPv4 unset or "true"), or IPv6 (ENABLE_IPv6="true" with
+ENABLE_IPv4="false" and ENABLE_PREFIX_DELEGATION="true"). Dual stack is
+not supported.
+*/}}
+{{- define "vpcip.checkFamily" -}}
+{{- $v6 := include "vpcip.envBool" (list .Values.env "ENABLE_IPv6" "false") -}}
+{{- $v4 := include "vpcip.envBool" (list .Values.env "ENABLE_IPv4" "true") -}}
+{{- $pd := include "vpcip.envBool" (list .Values.env "ENABLE_PREFIX_DELEGATION" "false") -}}
+{{- $six := "set ENABLE_IPv6=\"true\", ENABLE_IPv4=\"false\" and ENABLE_PREFIX_DELEGATION=\"true\"" -}}
+{{- if and (eq $v6 "true") (eq $v4 "true") -}}
+{{- fail (printf "env.ENABLE_IPv6=\"true\" with ENABLE_IPv4=\"true\" (its default): dual stack is not supported; for IPv6 pods %s" $six) -}}
+{{- else if and (eq $v6 "true") (ne $pd "true") -}}
+{{- fail (printf "env.ENABLE_IPv6=\"true\" with ENABLE_PREFIX_DELEGATION=%q: IPv6 pods take their addresses from a /80 prefix on the primary ENI; %s" $pd $six) -}}
+{{- else if and (ne $v6 "true") (ne $v4 "true") -}}
+{{- fail (printf "env.ENABLE_IPv4=%q without ENABLE_IPv6=\"true\": pods need one address family; for IPv6 pods %s" $v4 $six) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* vpcip.envBool is (list env NAME default): env's NAME as a string ("true", "false"), or default when unset, null or "". */}}
+{{- define "vpcip.envBool" -}}
+{{- $v := get (index . 0) (index . 1) -}}
+{{- if or (kindIs "invalid" $v) (eq (toString $v) "") -}}{{ index . 2 }}{{- else -}}{{ toString $v }}{{- end -}}
 {{- end -}}
 
 {{/* vpcip.envAccepted lists "NAME=value: why" for accepted awsOnly keys (NOTES.txt). */}}

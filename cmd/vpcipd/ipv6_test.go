@@ -2,9 +2,13 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/netip"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -104,4 +108,66 @@ func exitingDaemon(t *testing.T, bin string) *exec.Cmd {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
 	return exec.CommandContext(ctx, bin)
+}
+
+// TestInstallCNIIPv6: in IPv6 mode install-cni writes "enableV4Egress" from
+// ENABLE_V4_EGRESS (default true) into the conflist and copies host-local
+// from beside the plugin binary into the CNI bin dir; without a host-local
+// beside it or in the bin dir it fails naming both, and with
+// ENABLE_V4_EGRESS=false it needs none.
+func TestInstallCNIIPv6(t *testing.T) {
+	bin := buildDaemon(t)
+	l := vpcsimtest.Start(t, vpcsim.Config{Seed: 12})
+	inst := l.Launch(t, "m5.large")
+	dir := shortDir(t)
+	binDir, confDir, src := filepath.Join(dir, "bin"), filepath.Join(dir, "net.d"), filepath.Join(dir, "src")
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	plugin := filepath.Join(src, "vpcip-cni")
+	if err := os.WriteFile(plugin, []byte("#!/bin/sh\necho plugin\n"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	env := append(daemonEnv(l, inst.ID, dir), "ENABLE_IPv6=true", "ENABLE_IPv4=false", "ENABLE_PREFIX_DELEGATION=true",
+		"VPCIP_CNI_BIN_DIR="+binDir, "VPCIP_CNI_CONF_DIR="+confDir, "VPCIP_CNI_PLUGIN_SRC="+plugin, "VPCIP_INSTALL_WAIT=5s")
+	startDaemon(t, bin, env, dir)
+	install := func(extra ...string) (string, error) {
+		cmd := exec.Command(bin, "install-cni")
+		cmd.Env = append(slices.Clone(env), extra...)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	egress := func() any {
+		var doc struct {
+			Plugins []map[string]any `json:"plugins"`
+		}
+		if err := json.Unmarshal([]byte(compactJSON(t, filepath.Join(confDir, "10-vpcip.conflist"))), &doc); err != nil || len(doc.Plugins) == 0 {
+			t.Fatalf("conflist: %v %v", err, doc)
+		}
+		return doc.Plugins[0]["enableV4Egress"]
+	}
+
+	out, err := install()
+	if err == nil || !strings.Contains(out, filepath.Join(src, "host-local")) || !strings.Contains(out, filepath.Join(binDir, "host-local")) {
+		t.Fatalf("install-cni without host-local: %v, want a failure naming both paths\n%s", err, out)
+	}
+	if out, err := install("ENABLE_V4_EGRESS=false"); err != nil {
+		t.Fatalf("install-cni with ENABLE_V4_EGRESS=false: %v\n%s", err, out)
+	}
+	if got := egress(); got != false {
+		t.Errorf("ENABLE_V4_EGRESS=false: enableV4Egress = %v, want false", got)
+	}
+	if err := os.WriteFile(filepath.Join(src, "host-local"), []byte("#!/bin/sh\necho host-local\n"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := install(); err != nil {
+		t.Fatalf("install-cni: %v\n%s", err, out)
+	}
+	if got := egress(); got != true {
+		t.Errorf("enableV4Egress = %v, want true (the default)", got)
+	}
+	got, err := os.ReadFile(filepath.Join(binDir, "host-local"))
+	if fi, _ := os.Stat(filepath.Join(binDir, "host-local")); err != nil || string(got) != "#!/bin/sh\necho host-local\n" || fi.Mode().Perm() != 0o755 {
+		t.Errorf("installed host-local: %v %q", err, got)
+	}
 }

@@ -48,6 +48,7 @@ image: deps
 			-o $(BIN)/image/linux_$$arch/ $(addprefix ./cmd/,$(filter-out vpcip-cni,$(IMAGE_BINARIES))) || exit 1; \
 		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -ldflags='$(LDFLAGS) -X main.version=$(IMAGE_VERSION)' -tags=$(PLUGIN_TAGS) \
 			-o $(BIN)/image/linux_$$arch/ ./cmd/vpcip-cni || exit 1; \
+		bash scripts/reference-plugin.sh $$arch ipam/host-local $(BIN)/image/linux_$$arch || exit 1; \
 	done
 	$(if $(filter $(HOSTARCH),$(IMAGE_ARCHES)),ln -f $(addprefix $(BIN)/image/linux_$(HOSTARCH)/,$(IMAGE_BINARIES)) $(BIN)/image/)
 	$(GO) run ./build/mkimage -bin $(BIN)/image $(foreach arch,$(IMAGE_ARCHES),-root $(arch)="$$(bash scripts/image-root.sh $(arch) | tail -1)") \

@@ -25,9 +25,11 @@
 //     point at the nf_tables backend (Debian 12's and Amazon Linux 2023's);
 //     /usr/lib/vpcip/iptables-legacy holds the same names for the legacy
 //     backend, for hosts that still use it (prepend it to PATH).
-//  2. vpcipd, vpcip-cni and vpcipctl from -bin (static, CGO_ENABLED=0) in
-//     /usr/local/bin; vpcipd is the entrypoint, and `vpcipd install-cni`
-//     copies vpcip-cni from beside itself.
+//  2. vpcipd, vpcip-cni, vpcipctl and the reference host-local IPAM plugin
+//     (containernetworking/plugins, which IPv6 pods' IPv4 egress delegates
+//     to) from -bin (static, CGO_ENABLED=0) in /usr/local/bin; vpcipd is
+//     the entrypoint, and `vpcipd install-cni` copies vpcip-cni (and, in
+//     IPv6 mode, host-local) from beside itself.
 //
 // The output is reproducible: the same binaries and packages give the same
 // bytes and digest. It prints the archive's path, the reference, the image
@@ -49,13 +51,14 @@ import (
 )
 
 // binaries are the programs of the image's top layer, from -bin.
-var binaries = []string{"vpcipd", "vpcip-cni", "vpcipctl"}
+var binaries = []string{"vpcipd", "vpcip-cni", "vpcipctl", "host-local"}
 
-// iptablesNames are the commands go-iptables runs, linked to a backend.
-var iptablesNames = []string{"iptables", "iptables-save", "iptables-restore"}
+// iptablesNames are the commands go-iptables runs, linked to a backend (the
+// ip6tables ones for an IPv6-mode node's rules).
+var iptablesNames = []string{"iptables", "iptables-save", "iptables-restore", "ip6tables", "ip6tables-save", "ip6tables-restore"}
 
 func main() {
-	bin := flag.String("bin", "", "directory holding linux_ARCH/ with the static vpcipd, vpcip-cni and vpcipctl of each architecture")
+	bin := flag.String("bin", "", "directory holding linux_ARCH/ with the static vpcipd, vpcip-cni, vpcipctl and host-local of each architecture")
 	roots := rootFlag{}
 	flag.Var(roots, "root", "ARCH=DIR: unpacked Debian root of ARCH (a GOARCH) holding iptables and its libraries; repeat per architecture")
 	out := flag.String("o", "", "path of the archive to write")

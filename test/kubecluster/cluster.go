@@ -21,9 +21,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -46,6 +48,15 @@ type Options struct {
 	// Sim is the simulated VPC (subnets, security groups); the zero value
 	// gives vpcsim's defaults. Nodes start in its first subnet.
 	Sim vpcsim.Config
+	// IPv6 makes the cluster IPv6 single-stack, as an EKS IPv6 cluster: the
+	// API server listens on and advertises [::1] with an IPv6 Service range
+	// (kubetest.ServiceCIDR6), nodes reach it at https://[::1]:6443 (their
+	// relay), and each kubelet's node IP is its instance's primary IPv6
+	// address (subnets get AssignIPv6OnCreation; the default is one /20 in
+	// us-west-2a). The instances keep their primary IPv4 address (EC2 gives
+	// every ENI one): IMDS, the EC2 API and pods' IPv4 egress use it. Install
+	// vpcip with IPv6Values.
+	IPv6 bool
 	// DaemonCredentials, when non-nil, replaces the static credentials every
 	// install gives the daemons (AWS_ACCESS_KEY_ID=vpcsim, which vpcsim
 	// takes while its IAM is off) with these extraEnv entries: an empty
@@ -136,6 +147,15 @@ func (c *Cluster) AddNode(ctx context.Context, subnetID string) (*Node, error) {
 }
 
 func (c *Cluster) startCloud() (err error) {
+	if c.IPv6 {
+		if len(c.Sim.Subnets) == 0 {
+			c.Sim.Subnets = []vpcsim.SubnetSpec{{CIDR: netip.MustParsePrefix("100.64.0.0/20"), AvailabilityZone: "us-west-2a"}}
+		}
+		c.Sim.Subnets = slices.Clone(c.Sim.Subnets)
+		for i := range c.Sim.Subnets {
+			c.Sim.Subnets[i].AssignIPv6OnCreation = true
+		}
+	}
 	if c.Cloud, err = vpcsim.New(c.Sim); err != nil {
 		return err
 	}
@@ -155,7 +175,7 @@ func (c *Cluster) startCloud() (err error) {
 // serving port of their own (several clusters may share the machine).
 func (c *Cluster) startControlPlane() (err error) {
 	c.Logf("starting etcd and kube-apiserver")
-	if c.API, err = kubetest.Start(kubetest.Options{Name: "cluster-" + c.Prefix}); err != nil {
+	if c.API, err = kubetest.Start(kubetest.Options{Name: "cluster-" + c.Prefix, IPv6: c.IPv6}); err != nil {
 		return err
 	}
 	for _, p := range []struct {
@@ -238,8 +258,16 @@ func (c *Cluster) startNode(ctx context.Context, subnetID string) (*Node, error)
 	}
 	n := &Node{
 		Name: fmt.Sprintf("node-%d", i+1), InstanceID: inst.ID, PrimaryIP: inst.PrimaryENI.PrimaryIP.String(),
-		Zone: inst.AvailabilityZone, Region: c.Cloud.Region(),
+		PrimaryIPv4: inst.PrimaryENI.PrimaryIP.String(),
+		Zone:        inst.AvailabilityZone, Region: c.Cloud.Region(),
 		Netns: c.Fabric.NodeNetns(inst.ID), Dir: filepath.Join(c.Dir, fmt.Sprintf("n%d", i+1)),
+		ipv6: c.IPv6,
+	}
+	if c.IPv6 {
+		if len(inst.PrimaryENI.IPv6Addresses) == 0 {
+			return nil, fmt.Errorf("instance %s has no IPv6 address (its subnet assigns none on creation)", inst.ID)
+		}
+		n.PrimaryIP = inst.PrimaryENI.IPv6Addresses[0].String()
 	}
 	c.Nodes = append(c.Nodes, n)
 	if err := os.MkdirAll(n.Dir, 0o755); err != nil {

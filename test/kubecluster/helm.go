@@ -36,11 +36,20 @@ extraEnv:
   - {name: AWS_REGION, value: %q}
   - {name: AWS_ENDPOINT_URL_EC2, value: %q}
   - {name: AWS_ENDPOINT_URL_STS, value: %q}
-%s  - {name: KUBERNETES_SERVICE_HOST, value: localhost}
+%s  - {name: KUBERNETES_SERVICE_HOST, value: %s}
   - {name: KUBERNETES_SERVICE_PORT, value: "%d"}
   - {name: VPCIP_GC_GRACE, value: %q}
   - {name: VPCIP_RECONCILE_INTERVAL, value: %q}
-`, c.Cloud.Region(), fabric.EC2URL, fabric.EC2URL, extra.String(), apiPort, WitnessGrace.String(), WitnessCheck.String())
+`, c.Cloud.Region(), fabric.EC2URL, fabric.EC2URL, extra.String(), apiServiceHost(c.IPv6), apiPort, WitnessGrace.String(), WitnessCheck.String())
+}
+
+// apiServiceHost is KUBERNETES_SERVICE_HOST for hostNetwork pods: the
+// node's API relay, on [::1] in an IPv6 cluster.
+func apiServiceHost(ipv6 bool) string {
+	if ipv6 {
+		return `"::1"`
+	}
+	return "localhost"
 }
 
 // Helm runs h against the cluster with the admin kubeconfig.

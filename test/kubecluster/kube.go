@@ -11,6 +11,7 @@ import (
 // Pod is what the scenario reads of a pod.
 type Pod struct {
 	Name, Namespace, Node, IP, Phase, UID string
+	IPs                                   []string // status.podIPs, primary first
 	Ready                                 bool
 	Created                               time.Time
 	ReadySince                            time.Time // last transition of the Ready condition
@@ -28,6 +29,9 @@ type podList struct {
 		Status struct {
 			Phase      string `json:"phase"`
 			PodIP      string `json:"podIP"`
+			PodIPs     []struct {
+				IP string `json:"ip"`
+			} `json:"podIPs"`
 			Conditions []struct {
 				Type, Status       string
 				LastTransitionTime time.Time `json:"lastTransitionTime"`
@@ -54,6 +58,9 @@ func (c *Cluster) Pods(ctx context.Context, namespace, selector string) ([]Pod, 
 	for _, it := range l.Items {
 		p := Pod{Name: it.Metadata.Name, Namespace: it.Metadata.Namespace, UID: it.Metadata.UID, Node: it.Spec.NodeName,
 			IP: it.Status.PodIP, Phase: it.Status.Phase, Created: it.Metadata.CreationTimestamp}
+		for _, a := range it.Status.PodIPs {
+			p.IPs = append(p.IPs, a.IP)
+		}
 		for _, cond := range it.Status.Conditions {
 			if cond.Type == "Ready" {
 				p.Ready, p.ReadySince = cond.Status == "True", cond.LastTransitionTime

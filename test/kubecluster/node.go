@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -42,14 +43,18 @@ const apiPort = 6443
 type Node struct {
 	Name       string // Kubernetes node name, e.g. "node-1"
 	InstanceID string
-	PrimaryIP  string
-	Zone       string // the instance's availability zone, e.g. "us-west-2a"
-	Region     string // e.g. "us-west-2"
-	Netns      string // the instance's named network namespace
-	Mountns    string // file holding the node's mount namespace
-	Dir        string // everything the node writes, on the host
-	CRI        *crinode.Node
+	PrimaryIP  string // the kubelet's node IP: the primary IPv4 address, or the primary IPv6 one in an IPv6 cluster
+	// PrimaryIPv4 is the instance's primary IPv4 address (an IPv6 cluster's
+	// nodes have one too: pods' IPv4 egress leaves with it).
+	PrimaryIPv4 string
+	Zone        string // the instance's availability zone, e.g. "us-west-2a"
+	Region      string // e.g. "us-west-2"
+	Netns       string // the instance's named network namespace
+	Mountns     string // file holding the node's mount namespace
+	Dir         string // everything the node writes, on the host
+	CRI         *crinode.Node
 
+	ipv6        bool // Options.IPv6: the API relay listens on [::1]
 	kubelet     *exec.Cmd
 	kubeletDone chan struct{}
 	api         net.Listener
@@ -94,6 +99,17 @@ func (n *Node) makeMountns(ctx context.Context, mntDir string) error {
 	return nil
 }
 
+// apiHost is where the node reaches the API server: its relay on its own
+// loopback, [::1] in an IPv6 cluster.
+func (n *Node) apiHost() string {
+	if n.ipv6 {
+		return "::1"
+	}
+	return "127.0.0.1"
+}
+
+func (n *Node) apiHostPort() string { return net.JoinHostPort(n.apiHost(), strconv.Itoa(apiPort)) }
+
 // serveAPI starts the API relay on the node's loopback.
 func (n *Node) serveAPI(api *kubetest.Server) error {
 	netns, err := ns.GetNS(filepath.Join("/var/run/netns", n.Netns))
@@ -103,7 +119,7 @@ func (n *Node) serveAPI(api *kubetest.Server) error {
 	defer netns.Close()
 	err = netns.Do(func(ns.NetNS) error {
 		var lerr error
-		n.api, lerr = net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", apiPort))
+		n.api, lerr = net.Listen("tcp", n.apiHostPort())
 		return lerr
 	})
 	if err != nil {
@@ -158,6 +174,9 @@ func (n *Node) startKubelet(binDir string, admin *rest.Config, maxPods int) erro
 	}
 	via := rest.CopyConfig(admin)
 	via.Host = fmt.Sprintf("https://localhost:%d", apiPort)
+	if n.ipv6 {
+		via.Host = "https://" + n.apiHostPort()
+	}
 	if err := kubetest.WriteKubeconfig(via, n.path("kubelet.kubeconfig")); err != nil {
 		return err
 	}

@@ -37,10 +37,7 @@ func (s *Scenario) Run(ctx context.Context) error {
 	if s.Pods == 0 {
 		s.Pods = 40
 	}
-	steps := []struct {
-		name string
-		fn   func(context.Context) error
-	}{
+	return s.runSteps(ctx, []step{
 		{"helm install", s.install},
 		{"deploy the workload", s.deploy},
 		{"EC2 agrees", s.ec2Agrees},
@@ -51,7 +48,18 @@ func (s *Scenario) Run(ctx context.Context) error {
 		{"scale to 0", s.scaleToZero},
 		{"rolling upgrade", s.upgrade},
 		{"helm uninstall", s.uninstall},
-	}
+	})
+}
+
+// step is one named step of a walk-through.
+type step struct {
+	name string
+	fn   func(context.Context) error
+}
+
+// runSteps runs steps in order, logging each one's time, and stops at the
+// first failure.
+func (s *Scenario) runSteps(ctx context.Context, steps []step) error {
 	for _, st := range steps {
 		start := time.Now()
 		s.Logf("== %s", st.name)

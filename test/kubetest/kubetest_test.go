@@ -2,6 +2,8 @@ package kubetest_test
 
 import (
 	"context"
+	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -110,5 +112,43 @@ func TestStopAndRestartAPIServer(t *testing.T) {
 	}
 	if _, err := cs.CoreV1().Namespaces().Get(ctx, "kept", metav1.GetOptions{}); err != nil {
 		t.Errorf("namespace created before the restart: %v", err)
+	}
+}
+
+// An IPv6 server listens on [::1] only and gives Services IPv6 single-stack
+// addresses of ServiceCIDR6 (the kubernetes Service and a new one).
+func TestIPv6Server(t *testing.T) {
+	kubetest.SkipIfUnavailable(t)
+	k, err := kubetest.Start(kubetest.Options{Name: "ipv6", IPv6: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Stop()
+	if !strings.HasPrefix(k.URL, "https://[::1]:") || k.ServiceCIDR != kubetest.ServiceCIDR6 {
+		t.Errorf("URL %s, Service CIDR %s; want https://[::1]:<port> and %s", k.URL, k.ServiceCIDR, kubetest.ServiceCIDR6)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := k.Kubectl(ctx, "create", "service", "clusterip", "v6", "--tcp=80"); err != nil {
+		t.Fatal(err)
+	}
+	cidr := netip.MustParsePrefix(kubetest.ServiceCIDR6)
+	for _, name := range []string{"kubernetes", "v6"} {
+		var out string
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Second) {
+			out, err = k.Kubectl(ctx, "get", "service", name, "-o", "jsonpath={.spec.ipFamilies[*]} {.spec.clusterIPs[*]}")
+			if err == nil || time.Now().After(deadline) {
+				break
+			}
+		}
+		f := strings.Fields(out)
+		if err != nil || len(f) != 2 || f[0] != "IPv6" || !cidr.Contains(netip.MustParseAddr(f[1])) {
+			t.Errorf("service %s: %q %v; want IPv6 only, in %s", name, out, err, cidr)
+		}
+	}
+	port := k.URL[strings.LastIndex(k.URL, ":")+1:]
+	if c, err := net.Dial("tcp", "127.0.0.1:"+port); err == nil {
+		c.Close()
+		t.Errorf("the IPv6 API server answers on 127.0.0.1:%s too", port)
 	}
 }

@@ -56,7 +56,7 @@ func newPKI(dir string) (*pki, error) {
 		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "kube-apiserver"},
 		NotBefore: now, NotAfter: now.Add(48 * time.Hour),
 		DNSNames:    []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
 		KeyUsage:    x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}
 	if _, _, err := issue(ca, caKey, serving, p.servingCert, p.servingKey); err != nil {

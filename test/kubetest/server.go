@@ -32,6 +32,11 @@ type Options struct {
 	Name string
 	// ExtraArgs are appended to kube-apiserver's flags (a later flag wins).
 	ExtraArgs []string
+	// IPv6 makes the API server IPv6 single-stack: it listens on and
+	// advertises [::1] (URL https://[::1]:<port>) and Services take
+	// addresses of ServiceCIDR6. etcd stays on 127.0.0.1 (the API
+	// server's storage, not the cluster's network).
+	IPv6 bool
 	// StartTimeout bounds etcd + kube-apiserver start-up; 0 means 3 minutes
 	// (a loaded 2-core machine can take over a minute).
 	StartTimeout time.Duration
@@ -45,8 +50,12 @@ type Server struct {
 	Kubeconfig string
 	// BinDir holds kube-apiserver, kubectl and the other built binaries.
 	BinDir string
-	// URL is the API server's https://127.0.0.1:<port>.
+	// URL is the API server's https://127.0.0.1:<port> (https://[::1]:<port>
+	// with Options.IPv6).
 	URL string
+	// ServiceCIDR is the range Services take their ClusterIPs from
+	// (--service-cluster-ip-range).
+	ServiceCIDR string
 
 	dir     string
 	pki     *pki
@@ -102,8 +111,13 @@ func Start(opts Options) (srv *Server, err error) {
 	if err := s.startEtcd(etcdPath, etcdURL, ports[1]); err != nil {
 		return nil, err
 	}
-	s.URL = "https://127.0.0.1:" + strconv.Itoa(ports[2])
-	s.args = append(s.apiserverArgs(etcdURL, ports[2]), opts.ExtraArgs...)
+	host := "127.0.0.1"
+	s.ServiceCIDR = ServiceCIDR4
+	if opts.IPv6 {
+		host, s.ServiceCIDR = "::1", ServiceCIDR6
+	}
+	s.URL = "https://" + net.JoinHostPort(host, strconv.Itoa(ports[2]))
+	s.args = append(s.apiserverArgs(etcdURL, host, ports[2]), opts.ExtraArgs...)
 	s.Config = &rest.Config{
 		Host:            s.URL,
 		TLSClientConfig: rest.TLSClientConfig{CAData: s.pki.caPEM, CertData: s.pki.adminCertPEM, KeyData: s.pki.adminKeyPEM},
@@ -126,16 +140,23 @@ func Start(opts Options) (srv *Server, err error) {
 	return s, nil
 }
 
-func (s *Server) apiserverArgs(etcdURL string, port int) []string {
+// Service ranges: ServiceCIDR4 by default, ServiceCIDR6 (a /112 of a ULA,
+// as kubeadm's IPv6 examples use) with Options.IPv6.
+const (
+	ServiceCIDR4 = "10.96.0.0/16"
+	ServiceCIDR6 = "fd00:10:96::/112"
+)
+
+func (s *Server) apiserverArgs(etcdURL, host string, port int) []string {
 	p := s.pki
 	return []string{
 		"--etcd-servers=" + etcdURL,
-		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port=" + strconv.Itoa(port),
+		"--bind-address=" + host, "--advertise-address=" + host, "--secure-port=" + strconv.Itoa(port),
 		"--tls-cert-file=" + p.servingCert, "--tls-private-key-file=" + p.servingKey,
 		"--client-ca-file=" + p.caCert,
 		"--service-account-key-file=" + p.saPub, "--service-account-signing-key-file=" + p.saKey,
 		"--service-account-issuer=https://kubernetes.default.svc",
-		"--service-cluster-ip-range=10.96.0.0/16",
+		"--service-cluster-ip-range=" + s.ServiceCIDR,
 		"--authorization-mode=RBAC",
 		"--endpoint-reconciler-type=none",
 		"--allow-privileged=true",

@@ -67,8 +67,10 @@ k8s-tools:
 
 ## demo-cluster: a real Kubernetes cluster on two vpcsim instances (kubelet + containerd each); vpcip installed
 ## with its Helm chart from `make image`, 40 pods, a full node, a rolling upgrade, uninstall; then tear down.
+## IPV6=1: an IPv6 single-stack cluster (Services, nodes, pods) with vpcip's IPv6 mode: 6 pods, EC2's view, IPv6
+## pings across nodes, IPv4 egress to the outside host.
 demo-cluster: deps containerd-setup k8s-tools image
-	$(GO) run ./test/kubecluster/demo --image $(BIN)/vpcip-image.tar --vpcipctl $(BIN)/image/vpcipctl
+	$(GO) run ./test/kubecluster/demo --image $(BIN)/vpcip-image.tar --vpcipctl $(BIN)/image/vpcipctl $(if $(IPV6),--ipv6)
 
 ## demo: two m5.large nodes on vpcsim, 40 pods through the real plugin path, then tear down.
 demo: deps build

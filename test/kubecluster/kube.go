@@ -27,9 +27,9 @@ type podList struct {
 			NodeName string `json:"nodeName"`
 		} `json:"spec"`
 		Status struct {
-			Phase      string `json:"phase"`
-			PodIP      string `json:"podIP"`
-			PodIPs     []struct {
+			Phase  string `json:"phase"`
+			PodIP  string `json:"podIP"`
+			PodIPs []struct {
 				IP string `json:"ip"`
 			} `json:"podIPs"`
 			Conditions []struct {

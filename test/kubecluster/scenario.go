@@ -22,8 +22,11 @@ type Scenario struct {
 	Helm     chart.Helm
 	Vpcipctl string // path of vpcipctl on the host, run inside node netns
 	Values   string // the user's values file (aws-node style); "" for the chart's defaults
-	Pods     int    // replicas of the workload; default 40
-	Logf     func(format string, args ...any)
+	// ValuesUnder are values files layered under Values at install (`-f`
+	// each, Values last).
+	ValuesUnder []string
+	Pods        int // replicas of the workload; default 40
+	Logf        func(format string, args ...any)
 
 	// WantConfig are settings each daemon's effective configuration must
 	// show after install (from Values).
@@ -74,7 +77,11 @@ func (s *Scenario) runSteps(ctx context.Context, steps []step) error {
 // install installs the chart and waits until every node's daemon is ready,
 // every node Ready, and the effective config shows the user's values.
 func (s *Scenario) install(ctx context.Context) error {
-	out, err := s.C.InstallChart(s.Helm, false, s.Values)
+	files := slices.Clone(s.ValuesUnder)
+	if s.Values != "" {
+		files = append(files, s.Values)
+	}
+	out, err := s.C.InstallChartFiles(s.Helm, false, files)
 	if err != nil {
 		return err
 	}

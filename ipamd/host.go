@@ -26,6 +26,9 @@ type Host interface {
 	EnsureIMDSBlock(c hostnet.IMDSConfig) error
 	// RemoveIMDSBlock removes it; missing is success.
 	RemoveIMDSBlock() error
+	// EnsureAcceptRA keeps router advertisements in effect on the link
+	// (accept_ra=2) while the node forwards IPv6 (IPv6 mode).
+	EnsureAcceptRA(link string) error
 	// LinkName is the name of the link with this MAC (the primary ENI's, for SNAT).
 	LinkName(mac string) (string, error)
 	// PodRoutes lists the host routes to pod veths. ErrNoHostView means the
@@ -67,6 +70,7 @@ func (h NodeHost) EnsureSNAT(c hostnet.SNATConfig) error {
 	return hostnet.EnsureSNAT(c)
 }
 func (NodeHost) EnsureIMDSBlock(c hostnet.IMDSConfig) error { return hostnet.EnsureIMDSBlock(c) }
+func (h NodeHost) EnsureAcceptRA(link string) error         { return hostnet.EnsureAcceptRA(h.SysctlNet, link) }
 func (NodeHost) RemoveIMDSBlock() error                     { return hostnet.RemoveIMDSBlock() }
 func (NodeHost) LinkName(mac string) (string, error)        { return linkByMAC(mac) }
 func (NodeHost) PodRoutes() ([]hostnet.PodRoute, error)     { return hostnet.PodRoutes() }
@@ -89,6 +93,7 @@ func (NoHost) RemoveENI(hostnet.ENI) error               { return nil }
 func (NoHost) EnsureSNAT(hostnet.SNATConfig) error       { return nil }
 func (NoHost) EnsureIMDSBlock(hostnet.IMDSConfig) error  { return nil }
 func (NoHost) RemoveIMDSBlock() error                    { return nil }
+func (NoHost) EnsureAcceptRA(string) error               { return nil }
 func (NoHost) LinkName(string) (string, error)           { return "", nil }
 func (NoHost) PodRoutes() ([]hostnet.PodRoute, error)    { return nil, ErrNoHostView }
 func (NoHost) RemovePodRules(netip.Addr) (int, error)    { return 0, nil }

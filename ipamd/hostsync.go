@@ -188,14 +188,21 @@ func (h *hostSync) ensureAll(self provider.Instance) {
 	h.imds.syncLogged(true)
 }
 
-// ensureSNAT installs the node's SNAT rules (nothing with NoHost).
+// ensureSNAT installs the node's SNAT rules (nothing with NoHost). In IPv6
+// mode there are none (IPv6 pods have addresses of the VPC's /56, routable
+// as they are; their IPv4 egress is the plugin's); it keeps router
+// advertisements in effect on the primary ENI's link instead (accept_ra=2),
+// which the pods' IPv6 forwarding would otherwise turn off.
 func (h *hostSync) ensureSNAT(self provider.Instance) error {
-	if h.cfg.IPv6 {
-		return nil // IPv6 pods have addresses of the VPC's /56, routable as they are: no SNAT
-	}
 	link, err := h.host.LinkName(self.PrimaryMAC)
 	if err != nil {
 		return err
+	}
+	if h.cfg.IPv6 {
+		if err := h.host.EnsureAcceptRA(link); err != nil {
+			return fmt.Errorf("accept_ra on %s: %w", link, err)
+		}
+		return nil
 	}
 	err = h.host.EnsureSNAT(hostnet.SNATConfig{VPCCIDRs: self.VPCCIDRs, ExcludeCIDRs: h.cfg.ExcludeSNAT,
 		PrimaryIP: self.PrimaryIP, PrimaryLink: link, Ports: hostnet.SNATPorts(h.cfg.RandomizeSNAT), External: h.cfg.ExternalSNAT})

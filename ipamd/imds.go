@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"sync"
 
+	"github.com/vpcip/vpcip/cni/datapath"
 	"github.com/vpcip/vpcip/ipamd/config"
 	"github.com/vpcip/vpcip/ipamd/datastore"
 	"github.com/vpcip/vpcip/ipamd/hostnet"
@@ -28,7 +29,7 @@ type podIMDS struct {
 	allow map[string]bool // namespaces allowed
 
 	mu      sync.Mutex            // guards applied; held across Host calls so two syncs never interleave
-	applied map[netip.Addr]string // the allowed addresses the chain holds; nil: unknown (never applied, or the last apply failed)
+	applied map[netip.Addr]imdsPod // the allowed addresses the chain holds; nil: unknown (never applied, or the last apply failed)
 }
 
 func newPodIMDS(host Host, cfg config.Config, store *datastore.Store, log *slog.Logger) *podIMDS {
@@ -39,16 +40,27 @@ func newPodIMDS(host Host, cfg config.Config, store *datastore.Store, log *slog.
 	return g
 }
 
+// imdsPod is an allowed pod: "namespace/name" and, in IPv6 mode, its host
+// veth (hostnet.IMDSAllowed.Veth).
+type imdsPod struct{ name, veth string }
+
 // wanted is the allowed address set the datastore asks for now: address →
-// "namespace/name" of its pod.
-func (g *podIMDS) wanted() map[netip.Addr]string {
-	out := map[netip.Addr]string{}
+// its pod.
+func (g *podIMDS) wanted() map[netip.Addr]imdsPod {
+	out := map[netip.Addr]imdsPod{}
 	if len(g.allow) == 0 {
 		return out
 	}
 	for _, a := range g.store.Assignments() {
 		if g.allow[a.Pod.Namespace] {
-			out[a.Address] = a.Pod.Namespace + "/" + a.Pod.Name
+			p := imdsPod{name: a.Pod.Namespace + "/" + a.Pod.Name}
+			if g.cfg.IPv6 {
+				p.veth = a.HostVeth
+				if p.veth == "" {
+					p.veth = datapath.AttachmentVethName(g.cfg.VethPrefix, a.Pod.Namespace, a.Pod.Name, a.Key.ContainerID, a.Key.Network, a.Key.IfName)
+				}
+			}
+			out[a.Address] = p
 		}
 	}
 	return out
@@ -76,9 +88,9 @@ func (g *podIMDS) sync(force bool) error {
 	if !force && g.applied != nil && maps.Equal(want, g.applied) {
 		return nil
 	}
-	c := hostnet.IMDSConfig{VethPrefix: g.cfg.VethPrefix}
+	c := hostnet.IMDSConfig{VethPrefix: g.cfg.VethPrefix, IPv6: g.cfg.IPv6}
 	for a, pod := range want {
-		c.Allowed = append(c.Allowed, hostnet.IMDSAllowed{Addr: a, Pod: pod})
+		c.Allowed = append(c.Allowed, hostnet.IMDSAllowed{Addr: a, Pod: pod.name, Veth: pod.veth})
 	}
 	if err := g.host.EnsureIMDSBlock(c); err != nil {
 		g.applied = nil

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/vpcip/vpcip/cni/datapath"
 	"github.com/vpcip/vpcip/ipamd/api"
 	"github.com/vpcip/vpcip/ipamd/hostnet"
 )
@@ -82,5 +83,29 @@ func TestIMDSFilterAllRemovesIt(t *testing.T) {
 	addIn(t, n, "default", "c1")
 	if _, ok := host.imdsAllowed(); ok {
 		t.Error("IMDS filter still applied with VPCIP_IMDS_POD_ACCESS=all")
+	}
+}
+
+// In IPv6 mode the filter covers IMDS's IPv6 address too (IMDSConfig.IPv6),
+// and an allowed pod is named by its IPv6 address and its host veth (the
+// IPv4 egress packets it sends to 169.254.169.254 carry a host-local
+// address the daemon does not know).
+func TestIMDSFilterIPv6Mode(t *testing.T) {
+	c := startCloud(t)
+	host := newMemHost()
+	env := ipv6Env()
+	env["VPCIP_IMDS_ALLOW_NAMESPACES"] = "kube-system"
+	n := newNode(t, c, itypeSmall, env)
+	n.host = host
+	n.start()
+	addIn(t, n, "default", "c1")
+	allowed := addIn(t, n, "kube-system", "c2")
+	host.mu.Lock()
+	got := *host.imds
+	host.mu.Unlock()
+	want := hostnet.IMDSConfig{VethPrefix: "eni", IPv6: true, Allowed: []hostnet.IMDSAllowed{
+		{Addr: allowed.Address, Pod: "kube-system/p-c2", Veth: datapath.HostVethName("eni", "kube-system", "p-c2", "c2")}}}
+	if d := cmp.Diff(want, got, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); d != "" || !allowed.Address.Is6() {
+		t.Errorf("IMDS filter of an IPv6 node (-want +got):\n%s", d)
 	}
 }

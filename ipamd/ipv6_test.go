@@ -5,6 +5,7 @@ import (
 	"errors"
 	"maps"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -62,6 +63,8 @@ func (n *node) primaryV6() []netip.Prefix {
 func TestIPv6ModeOnePrefixThenNoEC2Call(t *testing.T) {
 	c := startCloud(t)
 	n := newNode(t, c, itypeSmall, ipv6Env())
+	host := newMemHost()
+	n.host = host
 	n.start()
 
 	pfx := n.primaryV6()
@@ -73,6 +76,12 @@ func TestIPv6ModeOnePrefixThenNoEC2Call(t *testing.T) {
 	}
 	before := ec2Calls(c)
 	t.Logf("EC2 calls up to the first /80: %d %v", total(before), before)
+	host.mu.Lock()
+	acceptRA := slices.Clone(host.acceptRA)
+	host.mu.Unlock()
+	if len(acceptRA) == 0 || acceptRA[0] != "eth0" {
+		t.Errorf("accept_ra=2 set on %v at start, want the primary ENI's link eth0 (IPv6 forwarding would drop its RA routes)", acceptRA)
+	}
 
 	subnet6 := c.Cloud.Subnets()[0].IPv6CIDR
 	seen := map[netip.Addr]string{}

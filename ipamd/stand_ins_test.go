@@ -14,10 +14,11 @@ import (
 // pod routes the plugin would have made. (hostnet itself is tested in real
 // network namespaces in its own package.)
 type memHost struct {
-	mu     sync.Mutex
-	routes map[netip.Addr]string // pod address → host veth
-	links  map[string]bool       // host veths present
-	enis   map[string]hostnet.ENI
+	mu       sync.Mutex
+	routes   map[netip.Addr]string // pod address → host veth
+	links    map[string]bool       // host veths present
+	acceptRA []string              // links EnsureAcceptRA was called for, in order
+	enis     map[string]hostnet.ENI
 
 	rulesRemoved []netip.Addr        // addresses whose pod rules the daemon asked to remove
 	rules        map[netip.Addr]bool // addresses with staged per-pod rules
@@ -47,6 +48,13 @@ func (h *memHost) RemoveENI(e hostnet.ENI) error {
 func (h *memHost) LinkName(string) (string, error) { return "eth0", nil }
 
 func (h *memHost) EnsureSNAT(hostnet.SNATConfig) error { return nil }
+
+func (h *memHost) EnsureAcceptRA(link string) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.acceptRA = append(h.acceptRA, link)
+	return nil
+}
 
 func (h *memHost) FlushConntrack([]netip.Addr) (uint, error) { return 0, nil }
 

@@ -235,6 +235,34 @@ func ensureLooseRPFilter(dir, linkName string) error {
 	return nil
 }
 
+// acceptRAWithForwarding is accept_ra's value that keeps router
+// advertisements in effect while IPv6 forwarding is on (the kernel's
+// ip-sysctl documentation: 2 "overrule forwarding behaviour").
+const acceptRAWithForwarding = "2"
+
+// EnsureAcceptRA sets net.ipv6.conf.<link>.accept_ra to 2 through dir (""
+// is DefaultSysctlNet, as for rp_filter): an IPv6-mode node forwards IPv6
+// for its pods (the plugin turns conf.all.forwarding on), which makes the
+// kernel ignore router advertisements on links with accept_ra=1, and the
+// node's uplink (the primary ENI) would lose its RA-learned default route
+// when it expires. Already 2 writes nothing; errors name the file.
+func EnsureAcceptRA(dir, linkName string) error {
+	if dir == "" {
+		dir = DefaultSysctlNet
+	}
+	if strings.ContainsAny(linkName, "/") || linkName == "" || linkName == "." || linkName == ".." {
+		return fmt.Errorf("link name %q", linkName)
+	}
+	file := filepath.Join(dir, "ipv6", "conf", linkName, "accept_ra")
+	if v, err := os.ReadFile(file); err == nil && strings.TrimSpace(string(v)) == acceptRAWithForwarding {
+		return nil
+	}
+	if err := os.WriteFile(file, []byte(acceptRAWithForwarding), 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", file, err)
+	}
+	return nil
+}
+
 // ensureENIAddr puts the ENI's primary address on its link, replacing the
 // same address with another prefix length.
 func ensureENIAddr(link netlink.Link, e ENI) error {

@@ -24,11 +24,19 @@ const ChainIMDS = "VPCIP-IMDS"
 // User Guide, "Access instance metadata": 169.254.169.254).
 var IMDSAddr = netip.MustParseAddr("169.254.169.254")
 
+// IMDSAddr6 is IMDS's IPv6 address on Nitro instances (EC2 User Guide,
+// "Access instance metadata": fd00:ec2::254).
+var IMDSAddr6 = netip.MustParseAddr("fd00:ec2::254")
+
 // IMDSAllowed is a pod address whose packets to IMDS are let through, with
-// the pod it belongs to (namespace/name), shown in the rule's comment.
+// the pod it belongs to (namespace/name), shown in the rule's comment. On an
+// IPv6-mode node (IMDSConfig.IPv6) Addr is the pod's IPv6 address and Veth
+// its host veth: the pod's IPv4 egress address is host-local's, unknown to
+// the daemon, so its IPv4 packets are let through by the veth they enter by.
 type IMDSAllowed struct {
 	Addr netip.Addr
 	Pod  string
+	Veth string // IPv6 mode only
 }
 
 // IMDSConfig is the node's pod-to-IMDS policy.
@@ -41,6 +49,11 @@ type IMDSConfig struct {
 	// packets to IMDSAddr are rejected (ICMP port unreachable: a TCP connect
 	// fails at once with "connection refused").
 	Allowed []IMDSAllowed
+	// IPv6 is a node in IPv6 mode: pods' IPv6 packets to IMDSAddr6 are
+	// filtered as their IPv4 ones (pods' IPv4 egress) to IMDSAddr, by the
+	// same chain in ip6tables' filter table (ICMPv6 port unreachable);
+	// Allowed addresses are IPv6 and carry their Veth.
+	IPv6 bool
 }
 
 func (c IMDSConfig) validate() error {
@@ -49,8 +62,13 @@ func (c IMDSConfig) validate() error {
 		errs = append(errs, fmt.Errorf("veth prefix %q: want 1 to 14 characters without spaces, + or !", c.VethPrefix))
 	}
 	for _, a := range c.Allowed {
-		if !a.Addr.Is4() {
+		switch {
+		case !c.IPv6 && !a.Addr.Is4():
 			errs = append(errs, fmt.Errorf("allowed address %v: want IPv4", a.Addr))
+		case c.IPv6 && (!a.Addr.Is6() || a.Addr.Is4In6()):
+			errs = append(errs, fmt.Errorf("allowed address %v: want IPv6 (IPv6 mode)", a.Addr))
+		case c.IPv6 && (a.Veth == "" || strings.ContainsAny(a.Veth, " +!") || len(a.Veth) > 15):
+			errs = append(errs, fmt.Errorf("allowed address %v: host veth %q: want an interface name (IPv6 mode)", a.Addr, a.Veth))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -59,21 +77,41 @@ func (c IMDSConfig) validate() error {
 	return nil
 }
 
-// imdsRules is the spec of ChainIMDS and its two jumps. Pure, so the spec is
-// tested without root. Allowed addresses come first, sorted, one RETURN each.
+// imdsRules is the spec of ChainIMDS and its two jumps in iptables. Pure, so
+// the spec is tested without root. Allowed addresses come first, sorted, one
+// RETURN each: by source address, or in IPv6 mode by the pod's host veth
+// (its IPv4 egress).
 func imdsRules(c IMDSConfig) (chain []rule, jumps []rule) {
+	return imdsFamilyRules(c, false)
+}
+
+// imdsRules6 is the spec of ChainIMDS and its two jumps in ip6tables (IPv6
+// mode): the allowed pods' IPv6 addresses, then the REJECT, for IMDSAddr6.
+func imdsRules6(c IMDSConfig) (chain []rule, jumps []rule) {
+	return imdsFamilyRules(c, true)
+}
+
+func imdsFamilyRules(c IMDSConfig, v6 bool) (chain []rule, jumps []rule) {
 	allowed := slices.Clone(c.Allowed)
 	slices.SortFunc(allowed, func(a, b IMDSAllowed) int { return a.Addr.Compare(b.Addr) })
 	for i, a := range allowed {
 		if i > 0 && allowed[i-1].Addr == a.Addr {
 			continue
 		}
+		match := []string{"-s", netip.PrefixFrom(a.Addr, a.Addr.BitLen()).String()}
+		if c.IPv6 && !v6 {
+			match = []string{"-i", a.Veth}
+		}
 		chain = append(chain, rule{table: "filter", chain: ChainIMDS, desc: "pod " + commentSafe(a.Pod) + " may reach IMDS",
-			match: []string{"-s", a.Addr.String() + "/32"}, target: []string{"-j", "RETURN"}})
+			match: match, target: []string{"-j", "RETURN"}})
+	}
+	reject, imds := "icmp-port-unreachable", IMDSAddr
+	if v6 {
+		reject, imds = "icmp6-port-unreachable", IMDSAddr6
 	}
 	chain = append(chain, rule{table: "filter", chain: ChainIMDS, desc: "pods may not reach IMDS",
-		match: []string{"-i", c.VethPrefix + "+"}, target: []string{"-j", "REJECT", "--reject-with", "icmp-port-unreachable"}})
-	dst := []string{"-d", IMDSAddr.String() + "/32"}
+		match: []string{"-i", c.VethPrefix + "+"}, target: []string{"-j", "REJECT", "--reject-with", reject}})
+	dst := []string{"-d", netip.PrefixFrom(imds, imds.BitLen()).String()}
 	for _, parent := range []string{"FORWARD", "INPUT"} {
 		jumps = append(jumps, rule{table: "filter", chain: parent, desc: "vpcip pod access to IMDS",
 			match: dst, target: []string{"-j", ChainIMDS}})
@@ -113,6 +151,21 @@ func EnsureIMDSBlock(c IMDSConfig) error {
 	}
 	defer unlock()
 	chain, jumps := imdsRules(c)
+	if err := ensureIMDSChain(ipt, chain, jumps); err != nil {
+		return err
+	}
+	if !c.IPv6 {
+		return nil
+	}
+	ipt6, err := iptables.New(iptables.IPFamily(iptables.ProtocolIPv6))
+	if err != nil {
+		return fmt.Errorf("ip6tables: %w", err)
+	}
+	chain, jumps = imdsRules6(c)
+	return ensureIMDSChain(ipt6, chain, jumps)
+}
+
+func ensureIMDSChain(ipt *iptables.IPTables, chain, jumps []rule) error {
 	if err := convergeChain(ipt, "filter", ChainIMDS, chain); err != nil {
 		return err
 	}
@@ -124,8 +177,9 @@ func EnsureIMDSBlock(c IMDSConfig) error {
 	return nil
 }
 
-// RemoveIMDSBlock deletes the jumps from FORWARD and INPUT and ChainIMDS:
-// pods reach IMDS as the node does (VPCIP_IMDS_POD_ACCESS=all, or the node
+// RemoveIMDSBlock deletes the jumps from FORWARD and INPUT and ChainIMDS,
+// in iptables and, where the ip6tables command exists, in ip6tables: pods
+// reach IMDS as the node does (VPCIP_IMDS_POD_ACCESS=all, or the node
 // leaving vpcip). What is already gone is success.
 func RemoveIMDSBlock() error {
 	ipt, unlock, err := lockedIPTables()
@@ -133,10 +187,16 @@ func RemoveIMDSBlock() error {
 		return err
 	}
 	defer unlock()
-	err = errors.Join(
-		removeJumps(ipt, "filter", "FORWARD", ChainIMDS),
-		removeJumps(ipt, "filter", "INPUT", ChainIMDS),
-		removeChain(ipt, "filter", "", ChainIMDS))
+	tables := []*iptables.IPTables{ipt}
+	if ipt6, err := iptables.New(iptables.IPFamily(iptables.ProtocolIPv6)); err == nil {
+		tables = append(tables, ipt6)
+	}
+	for _, t := range tables {
+		err = errors.Join(err,
+			removeJumps(t, "filter", "FORWARD", ChainIMDS),
+			removeJumps(t, "filter", "INPUT", ChainIMDS),
+			removeChain(t, "filter", "", ChainIMDS))
+	}
 	if err != nil {
 		return fmt.Errorf("remove IMDS block: %w", err)
 	}

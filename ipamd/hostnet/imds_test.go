@@ -41,6 +41,47 @@ func TestIMDSRulesSpec(t *testing.T) {
 	}
 }
 
+// IPv6 mode: the IPv4 chain lets allowed pods' egress through by host
+// veth, the ip6tables chain by IPv6 address, for fd00:ec2::254; an IPv4
+// address, or an IPv6 one without its veth, is refused.
+func TestIMDSRulesSpecIPv6(t *testing.T) {
+	c := IMDSConfig{VethPrefix: "eni", IPv6: true, Allowed: []IMDSAllowed{
+		{Addr: netip.MustParseAddr("2600:1f14::5"), Pod: "kube-system/x", Veth: "eni0123456789a"},
+	}}
+	if err := c.validate(); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, f := range []func(IMDSConfig) ([]rule, []rule){imdsRules, imdsRules6} {
+		chain, jumps := f(c)
+		for _, r := range append(chain, jumps...) {
+			got = append(got, r.chain+" "+strings.Join(r.args(), " "))
+		}
+	}
+	want := []string{
+		`VPCIP-IMDS -i eni0123456789a -m comment --comment vpcip:ID pod kube-system/x may reach IMDS -j RETURN`,
+		`VPCIP-IMDS -i eni+ -m comment --comment vpcip:ID pods may not reach IMDS -j REJECT --reject-with icmp-port-unreachable`,
+		`FORWARD -d 169.254.169.254/32 -m comment --comment vpcip:ID vpcip pod access to IMDS -j VPCIP-IMDS`,
+		`INPUT -d 169.254.169.254/32 -m comment --comment vpcip:ID vpcip pod access to IMDS -j VPCIP-IMDS`,
+		`VPCIP-IMDS -s 2600:1f14::5/128 -m comment --comment vpcip:ID pod kube-system/x may reach IMDS -j RETURN`,
+		`VPCIP-IMDS -i eni+ -m comment --comment vpcip:ID pods may not reach IMDS -j REJECT --reject-with icmp6-port-unreachable`,
+		`FORWARD -d fd00:ec2::254/128 -m comment --comment vpcip:ID vpcip pod access to IMDS -j VPCIP-IMDS`,
+		`INPUT -d fd00:ec2::254/128 -m comment --comment vpcip:ID vpcip pod access to IMDS -j VPCIP-IMDS`,
+	}
+	if d := cmp.Diff(want, stripIDs(got)); d != "" {
+		t.Errorf("rules (-want +got):\n%s", d)
+	}
+	for _, bad := range []IMDSConfig{
+		{VethPrefix: "eni", IPv6: true, Allowed: []IMDSAllowed{{Addr: netip.MustParseAddr("10.0.0.9"), Veth: "eni1"}}},
+		{VethPrefix: "eni", IPv6: true, Allowed: []IMDSAllowed{{Addr: netip.MustParseAddr("2600:1f14::5")}}},
+		{VethPrefix: "eni", Allowed: []IMDSAllowed{{Addr: netip.MustParseAddr("2600:1f14::5"), Veth: "eni1"}}},
+	} {
+		if err := bad.validate(); err == nil {
+			t.Errorf("validate(%+v) = nil, want an error", bad)
+		}
+	}
+}
+
 func stripIDs(lines []string) []string {
 	out := make([]string, len(lines))
 	for i, l := range lines {

@@ -9,9 +9,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
+
+	"github.com/vpcip/vpcip/cni/datapath"
 )
 
 // IPv6Values is the values file of an IPv6 install: the reference's IPv6
@@ -32,7 +35,8 @@ func (c *Cluster) WriteIPv6Values() (string, error) {
 
 // RunIPv6 is the walk-through of an IPv6 cluster (Options.IPv6, Values
 // IPv6Values): install, the workload, EC2's view of the pod addresses,
-// IPv6 pings across nodes, and IPv4 egress to the outside host. Pods
+// IPv6 pings across nodes, IPv4 egress to the outside host, and pods kept
+// from IMDS over both families. Pods
 // defaults to 6.
 func (s *Scenario) RunIPv6(ctx context.Context) error {
 	if s.Pods == 0 {
@@ -44,7 +48,55 @@ func (s *Scenario) RunIPv6(ctx context.Context) error {
 		{"EC2 agrees (IPv6)", s.ec2AgreesIPv6},
 		{"IPv6 traffic across nodes", s.crossNode},
 		{"IPv4 egress to the outside host", s.egress4},
+		{"pods kept from IMDS", s.imdsBlocked},
 	})
+}
+
+// imdsBlocked checks a pod is refused at IMDS over IPv6 (fd00:ec2::254)
+// and over IPv4 (169.254.169.254, through its IPv4 egress), as the chart's
+// default VPCIP_IMDS_POD_ACCESS=blocked asks, while its node reaches both.
+func (s *Scenario) imdsBlocked(ctx context.Context) error {
+	pods, err := s.C.Pods(ctx, "default", "app="+workload)
+	if err != nil || len(pods) == 0 {
+		return fmt.Errorf("pods: %v (%d)", err, len(pods))
+	}
+	p := pods[0]
+	pid, err := s.podPID(ctx, p)
+	if err != nil {
+		return err
+	}
+	n := s.C.Node(p.Node)
+	for _, imds := range []string{"[fd00:ec2::254]:80", "169.254.169.254:80"} {
+		if err := dialIn(filepath.Join("/var/run/netns", n.Netns), imds); err != nil {
+			return fmt.Errorf("node %s -> IMDS %s: %w", n.Name, imds, err)
+		}
+		err := dialIn(fmt.Sprintf("/proc/%d/ns/net", pid), imds)
+		if !errors.Is(err, syscall.ECONNREFUSED) {
+			return fmt.Errorf("pod %s -> IMDS %s: %v, want connection refused (VPCIP_IMDS_POD_ACCESS=blocked)", p.Name, imds, err)
+		}
+	}
+	s.Logf("   pod %s is refused at IMDS on fd00:ec2::254 and 169.254.169.254; its node %s reaches both", p.Name, n.Name)
+	return nil
+}
+
+// dialIn opens a TCP connection to hostport from the netns at path (3 s
+// bound) and closes it.
+func dialIn(path, hostport string) error {
+	h, err := ns.GetNS(path)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	var derr error
+	err = h.Do(func(ns.NetNS) error {
+		c, err := net.DialTimeout("tcp", hostport, 3*time.Second)
+		if err == nil {
+			c.Close()
+		}
+		derr = err
+		return nil
+	})
+	return errors.Join(err, derr)
 }
 
 // ec2AgreesIPv6 checks each pod has exactly one address, IPv6, inside the
@@ -70,11 +122,22 @@ func (s *Scenario) ec2AgreesIPv6(ctx context.Context) error {
 		primary[e.InstanceID] = e.IPv6Prefixes[0]
 	}
 	seen := map[netip.Addr]string{}
+	egressIPs := 0
 	for _, p := range pods {
 		a, err := netip.ParseAddr(p.IP)
-		if err != nil || !a.Is6() || len(p.IPs) != 1 {
-			errs = append(errs, fmt.Errorf("pod %s: podIP %q, podIPs %v; want one IPv6 address", p.Name, p.IP, p.IPs))
+		if err != nil || !a.Is6() || len(p.IPs) == 0 || p.IPs[0] != p.IP {
+			errs = append(errs, fmt.Errorf("pod %s: podIP %q, podIPs %v; want an IPv6 address first", p.Name, p.IP, p.IPs))
 			continue
+		}
+		// The plugin's result also lists the pod's node-local IPv4 egress
+		// address, which kubelet then shows as a second pod IP (the
+		// reference's egress plugin leaves it out of the result).
+		for _, o := range p.IPs[1:] {
+			if e, err := netip.ParseAddr(o); err != nil || !datapath.IsEgress4(e) {
+				errs = append(errs, fmt.Errorf("pod %s: podIPs %v; want the IPv6 address and at most its IPv4 egress address (%v)", p.Name, p.IPs, datapath.Egress4Range))
+			} else {
+				egressIPs++
+			}
 		}
 		if other, dup := seen[a]; dup {
 			errs = append(errs, fmt.Errorf("pods %s and %s share %s", p.Name, other, a))
@@ -96,8 +159,8 @@ func (s *Scenario) ec2AgreesIPv6(ctx context.Context) error {
 		for _, n := range s.C.Nodes {
 			s.Logf("   %s (node IP %s): /80 %s", n.Name, n.PrimaryIP, primary[n.InstanceID])
 		}
-		s.Logf("   each of the %d pod addresses is IPv6, in its node's /80; Service kubernetes %s; AssignIpv6Addresses calls: %d",
-			len(pods), svc, s.C.Cloud.Faults().Calls("AssignIpv6Addresses"))
+		s.Logf("   each of the %d pod addresses is IPv6, in its node's /80 (%d pods also list their IPv4 egress address in podIPs); Service kubernetes %s; AssignIpv6Addresses calls: %d",
+			len(pods), egressIPs, svc, s.C.Cloud.Faults().Calls("AssignIpv6Addresses"))
 	}
 	return errors.Join(errs...)
 }

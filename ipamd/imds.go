@@ -28,7 +28,7 @@ type podIMDS struct {
 	log   *slog.Logger
 	allow map[string]bool // namespaces allowed
 
-	mu      sync.Mutex            // guards applied; held across Host calls so two syncs never interleave
+	mu      sync.Mutex             // guards applied; held across Host calls so two syncs never interleave
 	applied map[netip.Addr]imdsPod // the allowed addresses the chain holds; nil: unknown (never applied, or the last apply failed)
 }
 

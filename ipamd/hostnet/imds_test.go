@@ -5,12 +5,14 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/vishvananda/netlink"
 )
 
 func TestIMDSRulesSpec(t *testing.T) {
@@ -202,4 +204,114 @@ func TestTrafficIMDSBlock(t *testing.T) {
 			expectIMDS(t, v.podA, true)
 		})
 	}
+}
+
+// IPv6 mode, with real ip6tables and iptables in netns: a pod's IPv6
+// connection to IMDS's fd00:ec2::254 (local to the node here, as on vpcsim:
+// INPUT) is refused unless its address is allowed, and its IPv4 one to
+// 169.254.169.254 (its egress address, which the daemon does not know)
+// unless its host veth is; the node reaches both.
+func TestTrafficIMDSBlockIPv6(t *testing.T) {
+	needRoot(t)
+	if _, err := exec.LookPath("ip6tables"); err != nil {
+		t.Skip("needs ip6tables")
+	}
+	node := newNS(t, "n6")
+	pod := newNS(t, "p6")
+	node.run(t, "sysctl", "-qw", "net.ipv6.conf.all.forwarding=1", "net.ipv4.ip_forward=1")
+	node.run(t, "ip", "link", "add", "eni6a", "type", "veth", "peer", "name", "eth0", "netns", pod.name)
+	node.run(t, "ip", "link", "set", "eni6a", "up")
+	pod.run(t, "ip", "link", "set", "eth0", "up")
+	podIP := netip.MustParseAddr("2600:1f14:0:1::9")
+	pod.run(t, "ip", "-6", "addr", "add", podIP.String()+"/128", "dev", "eth0", "nodad")
+	pod.run(t, "ip", "addr", "add", "169.254.172.9/32", "dev", "eth0")
+	pod.run(t, "ip", "route", "add", "169.254.1.1", "dev", "eth0", "scope", "link")
+	pod.run(t, "ip", "route", "add", "default", "via", "169.254.1.1", "dev", "eth0")
+	node.run(t, "ip", "route", "add", "169.254.172.9/32", "dev", "eni6a", "scope", "link")
+	var mac string
+	node.do(t, func() error {
+		l, err := netlink.LinkByName("eni6a")
+		if err == nil {
+			mac = l.Attrs().HardwareAddr.String()
+		}
+		return err
+	})
+	pod.run(t, "ip", "neigh", "replace", "169.254.1.1", "lladdr", mac, "dev", "eth0", "nud", "permanent")
+	// The pod's IPv6 default route via the host veth's link-local address.
+	ll := ""
+	for deadline := time.Now().Add(5 * time.Second); ll == "" && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		for _, l := range node.lines(t, "ip", "-6", "-o", "addr", "show", "dev", "eni6a", "scope", "link") {
+			if f := strings.Fields(l); len(f) > 3 {
+				ll = strings.Split(f[3], "/")[0]
+			}
+		}
+	}
+	if ll == "" {
+		t.Fatal("host veth has no link-local address")
+	}
+	pod.run(t, "ip", "-6", "route", "add", "default", "via", ll, "dev", "eth0")
+	node.run(t, "ip", "-6", "route", "add", podIP.String()+"/128", "dev", "eni6a")
+	node.run(t, "ip", "-6", "addr", "add", IMDSAddr6.String()+"/128", "dev", "lo", "nodad")
+	node.run(t, "ip", "addr", "add", IMDSAddr.String()+"/32", "dev", "lo")
+	serveTCP6(t, node, "["+IMDSAddr6.String()+"]:80")
+	serveTCP(t, node, IMDSAddr.String()+":80")
+	dial := func(n *testNS, hostport string) error {
+		var got error
+		n.do(t, func() error {
+			c, err := net.DialTimeout("tcp", hostport, 2*time.Second)
+			if err == nil {
+				c.Close()
+			}
+			got = err
+			return nil
+		})
+		return got
+	}
+	v6, v4 := "["+IMDSAddr6.String()+"]:80", IMDSAddr.String()+":80"
+	for _, hp := range []string{v6, v4} {
+		if err := dial(pod, hp); err != nil {
+			t.Fatalf("pod -> %s before the block: %v (the topology must pass it)", hp, err)
+		}
+	}
+	c := IMDSConfig{VethPrefix: "eni", IPv6: true}
+	node.do(t, func() error { return EnsureIMDSBlock(c) })
+	for _, hp := range []string{v6, v4} {
+		if err := dial(pod, hp); !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Errorf("pod -> %s blocked: %v, want connection refused", hp, err)
+		}
+		if err := dial(node, hp); err != nil {
+			t.Errorf("node -> %s: %v, want it reached", hp, err)
+		}
+	}
+	c.Allowed = []IMDSAllowed{{Addr: podIP, Pod: "kube-system/x", Veth: "eni6a"}}
+	node.do(t, func() error { return EnsureIMDSBlock(c) })
+	for _, hp := range []string{v6, v4} {
+		if err := dial(pod, hp); err != nil {
+			t.Errorf("allowed pod -> %s: %v, want it reached", hp, err)
+		}
+	}
+	node.do(t, RemoveIMDSBlock)
+	if got := node.lines(t, "ip6tables", "-w", "-S"); len(got) != 3 {
+		t.Errorf("ip6tables after RemoveIMDSBlock: %q, want the three policies only", got)
+	}
+}
+
+// serveTCP6 is serveTCP on an IPv6 address.
+func serveTCP6(t *testing.T, n *testNS, addr string) {
+	t.Helper()
+	var l net.Listener
+	n.do(t, func() (err error) {
+		l, err = net.Listen("tcp6", addr)
+		return err
+	})
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
 }

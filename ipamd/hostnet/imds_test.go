@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/google/go-cmp/cmp"
-	"github.com/vishvananda/netlink"
 )
 
 func TestIMDSRulesSpec(t *testing.T) {
@@ -220,6 +220,10 @@ func TestTrafficIMDSBlockIPv6(t *testing.T) {
 	pod := newNS(t, "p6")
 	node.run(t, "sysctl", "-qw", "net.ipv6.conf.all.forwarding=1", "net.ipv4.ip_forward=1")
 	node.run(t, "ip", "link", "add", "eni6a", "type", "veth", "peer", "name", "eth0", "netns", pod.name)
+	// No duplicate address detection: a tentative link-local address
+	// answers no neighbour solicitation, and the pod's next hop is one.
+	node.run(t, "sysctl", "-qw", "net.ipv6.conf.eni6a.accept_dad=0")
+	pod.run(t, "sysctl", "-qw", "net.ipv6.conf.eth0.accept_dad=0")
 	node.run(t, "ip", "link", "set", "eni6a", "up")
 	pod.run(t, "ip", "link", "set", "eth0", "up")
 	podIP := netip.MustParseAddr("2600:1f14:0:1::9")
@@ -230,7 +234,7 @@ func TestTrafficIMDSBlockIPv6(t *testing.T) {
 	node.run(t, "ip", "route", "add", "169.254.172.9/32", "dev", "eni6a", "scope", "link")
 	var mac string
 	node.do(t, func() error {
-		l, err := netlink.LinkByName("eni6a")
+		l, err := netlinksafe.LinkByName("eni6a")
 		if err == nil {
 			mac = l.Attrs().HardwareAddr.String()
 		}
@@ -241,7 +245,7 @@ func TestTrafficIMDSBlockIPv6(t *testing.T) {
 	ll := ""
 	for deadline := time.Now().Add(5 * time.Second); ll == "" && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		for _, l := range node.lines(t, "ip", "-6", "-o", "addr", "show", "dev", "eni6a", "scope", "link") {
-			if f := strings.Fields(l); len(f) > 3 {
+			if f := strings.Fields(l); len(f) > 3 && !strings.Contains(l, "tentative") {
 				ll = strings.Split(f[3], "/")[0]
 			}
 		}

@@ -202,9 +202,11 @@ func (in *invocation) undo(netnsPath string, att datapath.Attachment) {
 // result is the CNI Result: host veth (index 0), pod interface (index 1,
 // with its sandbox), the /32 with the link-local gateway, the default route;
 // for an IPv6 pod the /128 with gateway fe80::1 and the route ::/0 (CNI spec
-// 1.1: an ips entry's family is its address's; there is no version field),
-// then its IPv4 egress address as a /32 with gateway 169.254.1.1 and the
-// route 0.0.0.0/0 (the pod's address stays the first entry).
+// 1.1: an ips entry's family is its address's; there is no version field).
+// An IPv6 pod's IPv4 egress address is wired in the pod but left out of the
+// result: a runtime reports every address of the result as a pod IP
+// (kubelet's status.podIPs), and a node-local 169.254.172.0/22 address is
+// nobody's to reach the pod by; CHECK finds it in host-local's store.
 func result(args *skel.CmdArgs, att datapath.Attachment, w datapath.Wired) *current.Result {
 	gw := net.IP(datapath.Gateway.AsSlice())
 	def := net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)}
@@ -214,11 +216,6 @@ func result(args *skel.CmdArgs, att datapath.Attachment, w datapath.Wired) *curr
 	}
 	ips := []*current.IPConfig{{Interface: current.Int(1), Address: podIPNet(att.PodIP), Gateway: gw}}
 	routes := []*types.Route{{Dst: def, GW: gw}}
-	if att.Egress4.IsValid() {
-		gw4 := net.IP(datapath.Gateway.AsSlice())
-		ips = append(ips, &current.IPConfig{Interface: current.Int(1), Address: podIPNet(att.Egress4), Gateway: gw4})
-		routes = append(routes, &types.Route{Dst: net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)}, GW: gw4})
-	}
 	return &current.Result{
 		CNIVersion: current.ImplementedSpecVersion,
 		Interfaces: []*current.Interface{

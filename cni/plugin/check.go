@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"path/filepath"
 
 	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/skel"
@@ -45,7 +46,7 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 	}
 
 	if att.PodIP.Is6() && in.conf.V4Egress {
-		problems = append(problems, in.checkEgress4(prev, &att)...)
+		problems = append(problems, in.checkEgress4(&att)...)
 	}
 
 	podNS, err := ns.GetNS(args.Netns)
@@ -111,28 +112,23 @@ func comparePrev(prev types.Result, att datapath.Attachment, w datapath.Wired) [
 }
 
 // checkEgress4 is CHECK's part for an IPv6 attachment's IPv4 egress
-// address: host-local must still hold an allocation for the attachment, and
-// the address prevResult lists (when given) is set on att, whose wiring
-// datapath.Check then verifies.
-func (in *invocation) checkEgress4(prev types.Result, att *datapath.Attachment) []error {
+// address: host-local must still hold an allocation for the attachment,
+// and the address its store records for it (the result leaves it out, see
+// result) is set on att, whose wiring datapath.Check then verifies.
+func (in *invocation) checkEgress4(att *datapath.Attachment) []error {
 	var p []error
 	ctx, cancel := in.ctx(in.conf.Timeouts.Check)
 	defer cancel()
 	if err := invoke.DelegateCheck(ctx, egress4IPAM, in.egress4Conf(nil), nil); err != nil {
 		p = append(p, fmt.Errorf("IPv4 egress address: %s CHECK: %w", egress4IPAM, err))
 	}
-	if prev == nil {
-		return p
+	a, ok, err := in.egress4Record()
+	switch {
+	case err != nil:
+		return append(p, fmt.Errorf("IPv4 egress address: %s's store: %w", egress4IPAM, err))
+	case !ok:
+		return append(p, fmt.Errorf("%s's store %s holds no IPv4 egress address for this attachment", egress4IPAM, filepath.Join(in.conf.V4EgressDataDir, in.conf.Name)))
 	}
-	res, err := current.NewResultFromResult(prev)
-	if err != nil {
-		return p // comparePrev reports it
-	}
-	for _, ipc := range res.IPs {
-		if a, ok := netip.AddrFromSlice(ipc.Address.IP); ok && datapath.IsEgress4(a) {
-			att.Egress4 = a.Unmap()
-			return p
-		}
-	}
-	return append(p, fmt.Errorf("prevResult lists no IPv4 egress address in %v", datapath.Egress4Range))
+	att.Egress4 = a
+	return p
 }

@@ -92,37 +92,49 @@ func (in *invocation) allocEgress4(ctx context.Context, cniPath string) (netip.A
 	return netip.Addr{}, fmt.Errorf("%s returned no address in %v: %v", egress4IPAM, datapath.Egress4Range, r.IPs)
 }
 
-// egress4Held reports whether host-local's store holds an address for this
-// attachment: a record (one file per address) naming its container ID and
-// interface. DEL runs the delegate only then, so a DEL of an attachment
-// that never had an egress address (every IPv4 pod, an IPv6 pod whose ADD
-// failed before host-local) neither forks host-local nor fails where it is
-// missing (a node whose store outlived its IPv6 mode). An unreadable store
-// counts as held: the delegate then decides.
-func (in *invocation) egress4Held() bool {
-	if !in.egress4Used() {
-		return false
-	}
+// egress4Record returns the IPv4 egress address host-local's store holds
+// for this attachment: the record (one file per address, named by it)
+// naming its container ID and interface. ok is false when the store holds
+// none; err when the store cannot be read.
+func (in *invocation) egress4Record() (addr netip.Addr, ok bool, err error) {
 	dir := filepath.Join(in.conf.V4EgressDataDir, in.conf.Name)
 	entries, err := os.ReadDir(dir)
+	if os.IsNotExist(err) {
+		return netip.Addr{}, false, nil
+	}
 	if err != nil {
-		return true
+		return netip.Addr{}, false, err
 	}
 	for _, e := range entries {
-		if _, err := netip.ParseAddr(e.Name()); err != nil || !e.Type().IsRegular() {
+		a, perr := netip.ParseAddr(e.Name())
+		if perr != nil || !e.Type().IsRegular() {
 			continue // host-local's lock and last-reserved files
 		}
 		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
 		if err != nil {
-			return true
+			return netip.Addr{}, false, err
 		}
-		id, ifName, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
 		// "<id>\r\n<ifname>"; a record of an older host-local names the id alone.
+		id, ifName, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
 		if ifName = strings.TrimSpace(ifName); strings.TrimSpace(id) == in.key.ContainerID && (ifName == "" || ifName == in.key.IfName) {
-			return true
+			return a, true, nil
 		}
 	}
-	return false
+	return netip.Addr{}, false, nil
+}
+
+// egress4Held reports whether host-local's store holds an address for this
+// attachment (egress4Record). DEL runs the delegate only then, so a DEL of
+// an attachment that never had an egress address (every IPv4 pod, an IPv6
+// pod whose ADD failed before host-local) neither forks host-local nor
+// fails where it is missing (a node whose store outlived its IPv6 mode).
+// An unreadable store counts as held: the delegate then decides.
+func (in *invocation) egress4Held() bool {
+	if !in.egress4Used() {
+		return false
+	}
+	_, ok, err := in.egress4Record()
+	return ok || err != nil
 }
 
 // releaseEgress4 has host-local release this attachment's IPv4 egress

@@ -164,12 +164,12 @@ func TestIPv6AddCheckDel(t *testing.T) {
 		assertPodWired6(t, e, p, 9001)
 		mustHeld(t, e, p)
 		r := p.Result
-		egressOf(t, p) // the second IP and route: its IPv4 egress address (egress4_test.go)
-		if len(r.IPs) != 2 || r.IPs[0].Address.String() != p.Address.String()+"/128" || r.IPs[0].Gateway.String() != gateway6 ||
+		egressOf(t, e, p) // its IPv4 egress address, left out of the result (egress4_test.go)
+		if len(r.IPs) != 1 || r.IPs[0].Address.String() != p.Address.String()+"/128" || r.IPs[0].Gateway.String() != gateway6 ||
 			r.IPs[0].Interface == nil || *r.IPs[0].Interface != 1 {
 			t.Errorf("result IPs %+v, want %s/128 gw %s on interface 1", r.IPs, p.Address, gateway6)
 		}
-		if len(r.Routes) != 2 || r.Routes[0].Dst.String() != "::/0" || r.Routes[0].GW.String() != gateway6 {
+		if len(r.Routes) != 1 || r.Routes[0].Dst.String() != "::/0" || r.Routes[0].GW.String() != gateway6 {
 			t.Errorf("result routes %v, want ::/0 via %s", r.Routes, gateway6)
 		}
 		if err := e.Check(t, p); err != nil {
@@ -246,7 +246,7 @@ func TestIPv6StaleDelKeepsTheNextOwner(t *testing.T) {
 	}
 	// host-local keys the IPv4 egress address by sandbox: the stale DELs
 	// released nothing of the next owner's.
-	assertEgressHeld(t, e, next, egressOf(t, next), true)
+	assertEgressHeld(t, e, next, egressOf(t, e, next), true)
 	assertPodWired6(t, e, next, 9001)
 	if err := e.Check(t, next); err != nil {
 		t.Errorf("CHECK of the next owner: %v", err)
@@ -323,19 +323,8 @@ func TestIPv6ResultVersions(t *testing.T) {
 				GW  string `json:"gw"`
 			} `json:"routes"`
 		}
-		if err != nil || json.Unmarshal(out, &res) != nil || res.CNIVersion != v || len(res.IPs) != 2 || len(res.Routes) != 2 {
-			t.Fatalf("%s: ADD printed %s %s (%v); want a result of version %s with two IPs and two routes (the second the IPv4 egress)", v, out, stderr, err, v)
-		}
-		ip4, r4 := res.IPs[1], res.Routes[1]
-		if !strings.HasPrefix(ip4.Address, "169.254.17") || !strings.HasSuffix(ip4.Address, "/32") || ip4.Gateway != "169.254.1.1" ||
-			r4.Dst != "0.0.0.0/0" || r4.GW != "169.254.1.1" {
-			t.Errorf("%s: egress ip %+v route %+v, want a /32 in 169.254.172.0/22 via 169.254.1.1 and 0.0.0.0/0 via it", v, ip4, r4)
-		}
-		switch {
-		case v == "0.4.0" && (ip4.Version == nil || *ip4.Version != "4"):
-			t.Errorf("%s: egress ipConfig version %v, want \"4\"", v, ip4.Version)
-		case v != "0.4.0" && ip4.Version != nil:
-			t.Errorf("%s: egress ipConfig version %q; the field is gone since 1.0.0", v, *ip4.Version)
+		if err != nil || json.Unmarshal(out, &res) != nil || res.CNIVersion != v || len(res.IPs) != 1 || len(res.Routes) != 1 {
+			t.Fatalf("%s: ADD printed %s %s (%v); want a result of version %s with one IP and one route (the IPv4 egress address is left out)", v, out, stderr, err, v)
 		}
 		ip, r := res.IPs[0], res.Routes[0]
 		if !strings.HasSuffix(ip.Address, "/128") || ip.Gateway != gateway6 || r.Dst != "::/0" || r.GW != gateway6 {

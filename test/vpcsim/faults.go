@@ -6,6 +6,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/time/rate"
 )
 
 // AnyOp, as the op of SetLatency, SetErrorRate or FailNext, applies the fault
@@ -35,6 +37,8 @@ type Faults struct {
 	// onDescribeLag is the cloud's hook run after SetDescribeLag; it takes
 	// the cloud's lock, so it runs with mu released.
 	onDescribeLag func()
+	// queue is SetCallerQueue's limiter; nil: none.
+	queue *rate.Limiter
 }
 
 type latencyFault struct{ fixed, jitter time.Duration }
@@ -138,6 +142,24 @@ func (f *Faults) SetThrottle(mutating bool, perSecond float64, burst int) {
 	}
 }
 
+// SetCallerQueue puts one client-side rate limiter in front of every
+// mutating EC2 action, shared by all callers: a request waits, in arrival
+// order, for a token of perSecond a second up to burst before the account's
+// buckets see it, as when one process alone calls EC2 for the whole fleet
+// through its own limiter (a central IPAM operator: Cilium's
+// --limit-ipam-api-qps and --limit-ipam-api-burst, 4 and 20 by default).
+// Describes do not wait (such an operator describes for the whole fleet at
+// once). The wait ends early when the request's context ends (the caller
+// gave up: RequestCanceled). perSecond 0 removes the queue.
+func (f *Faults) SetCallerQueue(perSecond float64, burst int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.queue = nil
+	if perSecond > 0 {
+		f.queue = rate.NewLimiter(rate.Limit(perSecond), max(burst, 1))
+	}
+}
+
 // SetIMDSLag makes IMDS show each change d after the API made it.
 func (f *Faults) SetIMDSLag(d time.Duration) {
 	f.mu.Lock()
@@ -179,7 +201,7 @@ func isMutating(action string) bool { return !strings.HasPrefix(action, "Describ
 
 // before applies the faults of one call of action from caller (an IP
 // address): it counts the call, sleeps the injected latency (or until ctx
-// ends), then takes a token of the account's bucket key (see bucketKey) and
+// ends), waits its turn in SetCallerQueue's queue (mutating actions), then takes a token of the account's bucket key (see bucketKey) and
 // of SetThrottle's class bucket, and applies one-shot and random errors. A
 // non-nil *Error is the answer to send instead of doing the action.
 func (f *Faults) before(ctx context.Context, action, key, caller string) *Error {
@@ -193,6 +215,7 @@ func (f *Faults) before(ctx context.Context, action, key, caller string) *Error 
 	if lat.jitter > 0 {
 		delay += time.Duration(f.rnd.Int64N(int64(lat.jitter)))
 	}
+	queue := f.queue
 	f.mu.Unlock()
 	if delay > 0 {
 		t := time.NewTimer(delay)
@@ -200,6 +223,11 @@ func (f *Faults) before(ctx context.Context, action, key, caller string) *Error 
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
+			return errorf("RequestCanceled", "The request was canceled.")
+		}
+	}
+	if queue != nil && isMutating(action) {
+		if err := queue.Wait(ctx); err != nil {
 			return errorf("RequestCanceled", "The request was canceled.")
 		}
 	}

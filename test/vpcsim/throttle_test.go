@@ -302,3 +302,58 @@ func TestAdminRequestLimitsAndMetrics(t *testing.T) {
 	}
 	assign(t, cli, inst.PrimaryENI.ID, 1)
 }
+
+// TestCallerQueueDelaysMutatingCallsInsteadOfRefusing: with one caller
+// queue of 10 a second (burst 2) in front of an account bucket of 4 tokens
+// refilled at 20 a second, 12 CreateTags from two instances at once all
+// succeed, none refused, spread over at least (12-2)/10 s; describes pass
+// without waiting; without the queue the same burst is refused.
+func TestCallerQueueDelaysMutatingCallsInsteadOfRefusing(t *testing.T) {
+	l := vpcsimtest.Start(t, testConfig())
+	f := l.Cloud.Faults()
+	f.SetRequestLimits(vpcsim.RequestLimits{"CreateTags": {Capacity: 4, RefillPerSecond: 20}})
+	a, b := launchIn(t, l, "m5.large", subnetBig), launchIn(t, l, "m5.large", subnetBig)
+	cliA, cliB := ec2ClientFrom(l, "127.0.0.2", 1), ec2ClientFrom(l, "127.0.0.3", 1)
+	burst := func() (refused int, took time.Duration) {
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		start := time.Now()
+		for i := range 12 {
+			cli, eni := cliA, a.PrimaryENI.ID
+			if i%2 == 1 {
+				cli, eni = cliB, b.PrimaryENI.ID
+			}
+			wg.Go(func() {
+				if err := tag(cli, eni); err != nil {
+					mu.Lock()
+					refused++
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		return refused, time.Since(start)
+	}
+
+	if refused, _ := burst(); refused == 0 {
+		t.Fatal("without a caller queue, 12 calls at once against a bucket of 4: none refused")
+	}
+	time.Sleep(time.Second) // the account bucket refills
+	f.SetCallerQueue(10, 2)
+	refused, took := burst()
+	if refused != 0 {
+		t.Fatalf("with the caller queue: %d of 12 calls refused", refused)
+	}
+	if took < 900*time.Millisecond {
+		t.Fatalf("12 calls through a queue of 10/s, burst 2, took %s: want at least 1 s", took)
+	}
+	start := time.Now()
+	for range 6 {
+		if _, err := cliA.DescribeNetworkInterfaces(ctx, &ec2.DescribeNetworkInterfacesInput{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d := time.Since(start); d > 400*time.Millisecond {
+		t.Fatalf("6 describes took %s behind the caller queue: describes should not wait in it", d)
+	}
+}

@@ -148,14 +148,15 @@ soak: deps
 	VPCIP_KILLS=100 $(GO) test -count=1 -timeout 60m -run '^TestKillCampaign$$' -v ./test/e2e/
 
 ## fleet: 200 vpcipd against one vpcsim with EC2's account-level request buckets and one real kube-apiserver,
-## once per model of sharing the account's EC2 budget (per-node backoff, the coordinated budget), each on a fresh fleet:
+## once per model of sharing the account's EC2 budget (per-node backoff, the coordinated budget, a central operator's
+## rate limit: every mutating EC2 request in one queue at Cilium's operator defaults, 4/s, burst 20), each on a fresh fleet:
 ## (a) the node group launched at once, 20 pods per node within a minute, (b) a rollout in 4 waves, (c) churn,
 ## (d) scale-in; prints each table and the models side by side. About 13 minutes per model here.
 ## `make test` runs a short variant (6 nodes per model). FLEET_NODES=n changes the fleet's size,
-## FLEET_SCENARIOS=a (letters of abcd) and FLEET_MODELS=fleet (node,fleet) pick a part.
+## FLEET_SCENARIOS=a (letters of abcd) and FLEET_MODELS=fleet (node,fleet,operator) pick a part.
 FLEET_NODES ?= 200
 FLEET_SCENARIOS ?= abcd
-FLEET_MODELS ?= node,fleet
+FLEET_MODELS ?= node,fleet,operator
 fleet: deps k8s-tools
 	VPCIP_K8S_BIN=$$(bash scripts/k8s-tools.sh | tail -n 1) VPCIP_FLEET_NODES=$(FLEET_NODES) VPCIP_FLEET_PODS=20 VPCIP_FLEET_SPREAD=60s \
 	VPCIP_FLEET_CHURN=3m VPCIP_FLEET_CHURN_INTERVAL=10s VPCIP_FLEET_SETTLE=15s VPCIP_FLEET_SCALEIN_SETTLE=90s VPCIP_FLEET_WAVES=4 \

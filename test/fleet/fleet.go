@@ -60,6 +60,12 @@ type Options struct {
 	DaemonEnv          []string // extra KEY=VALUE for every vpcipd
 	// RequestLimits are the account's EC2 request buckets; nil: none.
 	RequestLimits vpcsim.RequestLimits
+	// OperatorQPS and OperatorBurst, when OperatorQPS > 0, put every
+	// mutating EC2 request of the fleet through one queue at that rate
+	// (vpcsim's Faults.SetCallerQueue): the rate limit of a central
+	// operator calling EC2 for all nodes, not its allocation logic.
+	OperatorQPS   float64
+	OperatorBurst int
 	Logf          func(format string, args ...any) // progress; nil: silent
 }
 
@@ -148,6 +154,7 @@ func Start(ctx context.Context, opts Options) (f *Fleet, err error) {
 		return f, err
 	}
 	f.Cloud.Faults().SetRequestLimits(opts.RequestLimits)
+	f.Cloud.Faults().SetCallerQueue(opts.OperatorQPS, opts.OperatorBurst)
 	if f.fab, err = fabric.New(opts.Prefix); err != nil {
 		return f, fmt.Errorf("fabric: %w", err)
 	}

@@ -51,11 +51,17 @@ func envDuration(t *testing.T, name string, def time.Duration) time.Duration {
 //     VPCIP_EC2_BUDGET=node);
 //   - coordinated budget: the daemons share the account's buckets through
 //     Leases (VPCIP_EC2_BUDGET=fleet, package ipamd/ec2budget), at
-//     VPCIP_FLEET_BUDGET_SHARE percent of them (default 80, the daemon's).
+//     VPCIP_FLEET_BUDGET_SHARE percent of them (default 80, the daemon's);
+//   - central operator: the daemons as in per-node backoff, but every
+//     mutating EC2 request of the fleet waits in one queue at the rate and
+//     burst of Cilium's operator by default (--limit-ipam-api-qps 4,
+//     --limit-ipam-api-burst 20; VPCIP_FLEET_OPERATOR_QPS and
+//     VPCIP_FLEET_OPERATOR_BURST change them), as if one process made
+//     them all: its rate limit, not its allocation logic (docs/design.md §9).
 //
 // Scenarios: (a) every daemon started at once, each node given its pods
 // within the spread; (b) a rollout replacing every pod in waves; (c) steady
-// churn; (d) scale-in of half the pods. VPCIP_FLEET_MODELS ("node,fleet")
+// churn; (d) scale-in of half the pods. VPCIP_FLEET_MODELS ("node,fleet,operator")
 // and VPCIP_FLEET_SCENARIOS ("abcd") pick a part. The default is the short
 // variant `make test` runs (6 nodes per model, 10 pods each within 5 s,
 // short windows); `make fleet` sets VPCIP_FLEET_NODES=200 and a minute's
@@ -81,16 +87,20 @@ func TestFleet(t *testing.T) {
 	if strings.Trim(scenarios, "abcd") != "" || !strings.Contains(scenarios, "a") {
 		t.Fatalf("VPCIP_FLEET_SCENARIOS=%q: want letters of abcd, a included (it gives the nodes their pods)", scenarios)
 	}
+	operatorQPS := envInt(t, "VPCIP_FLEET_OPERATOR_QPS", 4)
+	operatorBurst := envInt(t, "VPCIP_FLEET_OPERATOR_BURST", 20)
 	models := []struct {
 		key, name string
 		env       []string
+		qps       int // the central operator's queue; 0: none
 	}{
-		{"node", "per-node backoff", nil},
-		{"fleet", "coordinated budget", []string{"VPCIP_EC2_BUDGET=fleet", fmt.Sprintf("VPCIP_EC2_BUDGET_SHARE=%d", share)}},
+		{"node", "per-node backoff", nil, 0},
+		{"fleet", "coordinated budget", []string{"VPCIP_EC2_BUDGET=fleet", fmt.Sprintf("VPCIP_EC2_BUDGET_SHARE=%d", share)}, 0},
+		{"operator", "central operator", nil, operatorQPS},
 	}
 	picked := os.Getenv("VPCIP_FLEET_MODELS")
 	if picked == "" {
-		picked = "node,fleet"
+		picked = "node,fleet,operator"
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 110*time.Minute)
@@ -105,7 +115,8 @@ func TestFleet(t *testing.T) {
 			continue
 		}
 		ok := t.Run(m.key, func(t *testing.T) {
-			r := runModel(ctx, t, fmt.Sprintf("f%d%c", os.Getpid()%10000, 'a'+i), bin, nodes, m.env, func(f *fleet.Fleet) []fleet.Report {
+			opts := fleet.Options{DaemonEnv: m.env, OperatorQPS: float64(m.qps), OperatorBurst: operatorBurst}
+			r := runModel(ctx, t, fmt.Sprintf("f%d%c", os.Getpid()%10000, 'a'+i), bin, nodes, opts, func(f *fleet.Fleet) []fleet.Report {
 				return runScenarios(ctx, t, f, scenarios, scenarioOptions{podsPerNode, spread, churn, churnInterval, settle, scaleInSettle, waves})
 			})
 			results = append(results, fleet.Model{Name: m.name, Reports: r})
@@ -116,7 +127,7 @@ func TestFleet(t *testing.T) {
 	}
 	var b strings.Builder
 	fleet.PrintComparison(&b, results)
-	t.Logf("\n%d nodes per model; AB st/n/m: AddressBudget status writes per node and minute; lease/n/m: Lease requests per node and minute (the shared budget's; the API server's own lease renewals included); central operator model: not measured\n%s", nodes, b.String())
+	t.Logf("\n%d nodes per model; AB st/n/m: AddressBudget status writes per node and minute; lease/n/m: Lease requests per node and minute (the shared budget's; the API server's own lease renewals included); central operator: every mutating EC2 request in one queue at %d/s, burst %d\n%s", nodes, operatorQPS, operatorBurst, b.String())
 }
 
 type scenarioOptions struct {
@@ -126,16 +137,14 @@ type scenarioOptions struct {
 	waves                        int
 }
 
-// runModel starts a fleet of n nodes whose daemons get env, runs fn on it,
-// and checks that it closes cleanly.
-func runModel(ctx context.Context, t *testing.T, prefix, bin string, n int, env []string, fn func(*fleet.Fleet) []fleet.Report) []fleet.Report {
-	f, err := fleet.Start(ctx, fleet.Options{
-		Prefix: prefix, Nodes: n, BinDir: bin, WorkDir: t.TempDir(),
-		CRDFile: "../../charts/vpcip/crds/addressbudgets.vpcip.io.yaml", RulesFile: "../../charts/vpcip/files/clusterrole-rules.yaml",
-		RequestLimits: vpcsim.AWSRequestLimits(),
-		DaemonEnv:     env,
-		Logf:          t.Logf,
-	})
+// runModel starts a fleet of n nodes with the model's options (the
+// daemons' environment, the operator's queue), runs fn on it, and checks
+// that it closes cleanly.
+func runModel(ctx context.Context, t *testing.T, prefix, bin string, n int, model fleet.Options, fn func(*fleet.Fleet) []fleet.Report) []fleet.Report {
+	model.Prefix, model.Nodes, model.BinDir, model.WorkDir = prefix, n, bin, t.TempDir()
+	model.CRDFile, model.RulesFile = "../../charts/vpcip/crds/addressbudgets.vpcip.io.yaml", "../../charts/vpcip/files/clusterrole-rules.yaml"
+	model.RequestLimits, model.Logf = vpcsim.AWSRequestLimits(), t.Logf
+	f, err := fleet.Start(ctx, model)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,9 +12,10 @@
 //
 // Priorities need no scheduler: a call may take a token only while the
 // bucket stays above its priority's reserve (Reserve). A call that unblocks
-// a waiting pod may go below zero, down to one bucket's worth of debt: it
-// then holds a reservation and waits until the refill has paid it, so those
-// calls are served in the order they were taken, at the account's rate.
+// a waiting pod may go below zero, down to MaxDebt (QueueSpan of refill, at
+// least one bucket): it then holds a reservation and waits until the refill
+// has paid it, so those calls are served in the order they were taken, at
+// the account's rate.
 // Other calls are refused at once with provider.BudgetShortError, telling
 // when the bucket should have room for them, so the daemon's worker is not
 // held while a pod may arrive.
@@ -78,6 +79,17 @@ func Reserve(p provider.Priority) float64 {
 	return 0.75
 }
 
+// QueueSpan is how far ahead pod-waiting calls may reserve: the debt
+// allowed is this much of the refill (MaxDebt). A call past it is refused
+// and polls, so the bound is set above what a launch of hundreds of nodes
+// queues (200 nodes' second ENIs at 5 attaches a second: 40 s), and low
+// enough that a reservation is not kept for a pod long gone.
+const QueueSpan = time.Minute
+
+// MaxDebt is how far below zero pod-waiting calls may take l's bucket:
+// QueueSpan of its refill, at least its capacity.
+func MaxDebt(l Limit) float64 { return math.Max(l.Capacity, l.RefillPerSecond*QueueSpan.Seconds()) }
+
 // State is the fleet's view of one account bucket, as stored in the Lease's
 // annotation (JSON). Tokens may be negative: requests reserved by pod-waiting
 // calls that the refill has not yet paid.
@@ -119,7 +131,7 @@ func (s State) Take(l Limit, now time.Time, p provider.Priority) (next State, wa
 	cur := s.refilled(l, now)
 	floor := Reserve(p) * l.Capacity
 	if p == provider.PriorityPodWaiting {
-		floor = -l.Capacity // at most one bucket's worth of reservations
+		floor = -MaxDebt(l)
 	}
 	after := cur.Tokens - 1
 	if after < floor {

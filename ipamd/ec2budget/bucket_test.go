@@ -55,12 +55,13 @@ func TestReserves(t *testing.T) {
 
 // TestPodWaitingQueuesInDebt: pod-waiting calls take past zero, each told
 // to wait until the refill has paid for it (first come, first served), up
-// to one bucket of debt; then they are refused too, and lower priorities
-// wait until the debt is paid and their reserve restored.
+// to QueueSpan of refill in debt (a minute at 4 a second: 240, six buckets);
+// then they are refused too, and lower priorities wait until the debt is
+// paid and their reserve restored.
 func TestPodWaitingQueuesInDebt(t *testing.T) {
 	s := State{Capacity: 40, RefillPerSecond: 4, Tokens: 1, At: t0}
 	var waits []time.Duration
-	for range 41 {
+	for range 241 {
 		next, wait, ok := s.Take(attach, t0, provider.PriorityPodWaiting)
 		if !ok {
 			t.Fatalf("refused at %v tokens", s.Tokens)
@@ -68,17 +69,22 @@ func TestPodWaitingQueuesInDebt(t *testing.T) {
 		waits = append(waits, wait)
 		s = next
 	}
-	if s.Tokens != -40 {
-		t.Fatalf("%v tokens after 41 takes from 1, want -40", s.Tokens)
+	if s.Tokens != -240 {
+		t.Fatalf("%v tokens after 241 takes from 1, want -240", s.Tokens)
 	}
-	if waits[0] != 0 || waits[1] != 250*time.Millisecond || waits[40] != 10*time.Second {
-		t.Errorf("waits %v %v … %v, want 0, 250ms … 10s (one request per 1/4 s)", waits[0], waits[1], waits[40])
+	if waits[0] != 0 || waits[1] != 250*time.Millisecond || waits[240] != time.Minute {
+		t.Errorf("waits %v %v … %v, want 0, 250ms … 1m (one request per 1/4 s)", waits[0], waits[1], waits[240])
 	}
 	if _, wait, ok := s.Take(attach, t0, provider.PriorityPodWaiting); ok || wait != 250*time.Millisecond {
-		t.Errorf("beyond one bucket of debt: ok %v wait %v, want refused for 250ms", ok, wait)
+		t.Errorf("beyond a minute of debt: ok %v wait %v, want refused for 250ms", ok, wait)
 	}
-	if _, wait, ok := s.Take(attach, t0, provider.PriorityRefill); ok || wait != time.Duration(51.0/4*float64(time.Second)) {
-		t.Errorf("refill under debt: ok %v wait %v, want refused for (40 debt + 10 reserve + 1)/4 s", ok, wait)
+	if _, wait, ok := s.Take(attach, t0, provider.PriorityRefill); ok || wait != time.Duration(251.0/4*float64(time.Second)) {
+		t.Errorf("refill under debt: ok %v wait %v, want refused for (240 debt + 10 reserve + 1)/4 s", ok, wait)
+	}
+	// A bucket refilled slowly still queues at least its capacity.
+	slow := Limit{Capacity: 40, RefillPerSecond: 0.5}
+	if d := MaxDebt(slow); d != 40 {
+		t.Errorf("MaxDebt at 0.5/s: %v, want the capacity 40", d)
 	}
 }
 

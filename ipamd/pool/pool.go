@@ -217,17 +217,31 @@ func (p *Pool) Cycle(ctx context.Context) time.Duration {
 }
 
 // planPriority is the priority of plan's cloud calls in a fleet sharing
-// one EC2 budget (provider.Priority): growth while a pod waits for an
-// address (an ADD waiting, or a pod bound here without one) goes first,
-// growth of the warm pool next, releases last.
+// one EC2 budget (provider.Priority): growth while more pods wait for an
+// address (ADDs waiting, or pods bound here without one) than the pool has
+// free goes first, growth of the warm pool next, releases last. Pods the
+// free addresses serve do not make growth urgent: a node whose pods were
+// just bound, their ADDs not yet come, would otherwise queue its warm
+// refill ahead of another node's pod that has no address at all.
 func planPriority(in warmpool.Input, plan warmpool.Plan) provider.Priority {
 	switch {
 	case plan.Action == warmpool.Release || plan.Action == warmpool.DeleteENI:
 		return provider.PriorityRelease
-	case in.Pending > 0 || in.Demand.Unaddressed > 0:
+	case max(in.Pending, in.Demand.Unaddressed) > freeAddresses(in.ENIs):
 		return provider.PriorityPodWaiting
 	}
 	return provider.PriorityRefill
+}
+
+// freeAddresses is how many addresses of enis a pod could get now.
+func freeAddresses(enis []warmpool.ENI) int {
+	n := 0
+	for _, e := range enis {
+		for _, sl := range e.Slots {
+			n += sl.Free()
+		}
+	}
+	return n
 }
 
 // Arrived records an address request (a CNI ADD for a key holding no

@@ -21,8 +21,9 @@
 // spec.nodeName=<node>, the node with metadata.name=<node>), never a
 // cluster-wide one; objects are kept without managedFields. Writes: the
 // AddressBudget status only when it changed: at most once per PublishInterval
-// (15 s) for a change a reader acts on, at most once per CountsInterval
-// (1 min) when only the pool's counts moved, plus a resync every
+// (15 s) for a change a reader acts on, about once per CountsInterval
+// (1 min) when only the pool's counts moved, the former counted against the
+// latter so that together they stay at one a minute, plus a resync every
 // ResyncInterval (10 min); Events through client-go's events recorder, which
 // folds repeats into a series.
 package cluster
@@ -70,10 +71,11 @@ type Options struct {
 	// CountsInterval is the least time between two status writes that
 	// change only the pool's counts (assigned, warm, cooling, used percent,
 	// subnet free addresses, and the condition messages quoting them): the
-	// counts shown are at most CountsInterval (plus a Tick) old, while a
-	// change a reader acts on (a condition's status or reason, ENIs,
-	// capacity, budget, readiness, pod subnet, versions) waits only
-	// PublishInterval. Default 1 min.
+	// counts shown are at most CountsInterval (plus a Tick) old, twice that
+	// right after a change a reader acts on (a condition's status or
+	// reason, ENIs, capacity, budget, readiness, pod subnet, versions),
+	// which waits only PublishInterval and takes the next counts-only
+	// write's turn. Default 1 min.
 	CountsInterval time.Duration
 	// Tick is how often the publisher and the leak check look; default 1 s.
 	Tick time.Duration

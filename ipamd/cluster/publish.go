@@ -34,7 +34,11 @@ type publishState struct {
 	obj       *addressbudget.AddressBudget // as the API server returned it; nil: read it again
 	last      addressbudget.Status         // last status written
 	lastWrite time.Time
-	err       string // last write error, for Health
+	// credit is countsCredit's balance at creditAt: counts-only writes a
+	// node may make now (see countsCredit).
+	credit   float64
+	creditAt time.Time
+	err      string // last write error, for Health
 	maxPodsOn bool   // MaxPodsExceedsAddresses was True at the last look
 }
 
@@ -209,10 +213,25 @@ func countsOnly(s addressbudget.Status) addressbudget.Status {
 	return s
 }
 
+// countsCredit is the balance, at now, that paces counts-only writes: one
+// write's worth earned per interval up to one, every status write (of any
+// kind) costs one, down to minus one. A counts-only write needs a whole
+// one: at least interval after the last write, and after a change a reader
+// acts on was written less than interval after the write before it, up to
+// twice interval (that write showed the counts of its time). So counts-only
+// writes and those changes together stay at one per interval while the
+// changes are rarer than that. Never written: one.
+func (p publishState) countsCredit(now time.Time, interval time.Duration) float64 {
+	if p.creditAt.IsZero() {
+		return 1
+	}
+	return min(1, p.credit+float64(now.Sub(p.creditAt))/float64(interval))
+}
+
 // publish writes the AddressBudget status when it changed: after
-// PublishInterval since the last write for a change a reader acts on, after
-// CountsInterval when only the counts moved (countsOnly), and after
-// ResyncInterval anyway. It needs the Node (owner reference), so it waits
+// PublishInterval since the last write for a change a reader acts on, when
+// countsCredit allows one (about CountsInterval) when only the counts moved
+// (countsOnly), and after ResyncInterval anyway. It needs the Node (owner reference), so it waits
 // for the node cache.
 func (pb publisher) publish(ctx context.Context, snap nodestatus.Snapshot) {
 	c := pb.c
@@ -230,9 +249,10 @@ func (pb publisher) publish(ctx context.Context, snap nodestatus.Snapshot) {
 	st := pb.buildStatus(snap, node, prev.last.Conditions, now)
 	pb.noticeMaxPods(node, st)
 	since := now.Sub(prev.lastWrite)
+	credit := prev.countsCredit(now, c.o.CountsInterval)
 	due := prev.lastWrite.IsZero() || since >= c.o.ResyncInterval ||
 		(since >= c.o.PublishInterval && !shownEqual(countsOnly(st), countsOnly(prev.last))) ||
-		(since >= c.o.CountsInterval && !shownEqual(st, prev.last))
+		(credit >= 1 && !shownEqual(st, prev.last))
 	if !due {
 		return
 	}
@@ -248,6 +268,7 @@ func (pb publisher) publish(ctx context.Context, snap nodestatus.Snapshot) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.pub.lastWrite = now // also on failure: retry after PublishInterval, not every tick
+	c.pub.credit, c.pub.creditAt = max(credit-1, -1), now
 	if err != nil {
 		c.pub.obj, c.pub.err = nil, "AddressBudget not written: "+err.Error()
 		c.log.Warn("AddressBudget write failed", "node", c.o.NodeName, "err", err)

@@ -160,6 +160,49 @@ func TestCountsOnlyChurnWritesOncePerCountsInterval(t *testing.T) {
 	}
 }
 
+// TestChangesReadersActOnCountAgainstTheCountsInterval: while the counts
+// churn, an ENI attached or detached every 1.25 CountsIntervals (a change a
+// reader acts on, written within PublishInterval) takes the place of a
+// counts-only write: status writes stay at about one per CountsInterval
+// instead of one per change plus one per interval.
+func TestChangesReadersActOnCountAgainstTheCountsInterval(t *testing.T) {
+	k := kubetest.Shared(t)
+	const publish, counts = 500 * time.Millisecond, 2 * time.Second
+	e := newEnv(t, k, uniq(t), 29, cluster.Options{PublishInterval: publish, CountsInterval: counts, Tick: 50 * time.Millisecond})
+	e.daemon.set(func(s *nodestatus.Snapshot) { *s = m5Snapshot(9) })
+	eventually(t, 20*time.Second, "first write", func() bool {
+		b := budget(t, k, e.node)
+		return b != nil && b.Status.Addresses.Assigned == 9
+	})
+	writes := func() float64 { return counter(e.reg, "vpcip_kubernetes_writes_total", "kind", "addressbudget_status") }
+	before := writes()
+	const churn, eniEvery = 20 * time.Second, 5 * counts / 4
+	start := time.Now()
+	lastENI := start
+	enis := 2
+	var lastAssigned int
+	for i := 0; time.Since(start) < churn; i++ {
+		if time.Since(lastENI) >= eniEvery {
+			enis, lastENI = 5-enis, time.Now() // 2 ↔ 3
+		}
+		lastAssigned = 5 + i%8
+		e.daemon.set(func(s *nodestatus.Snapshot) {
+			s.Status.ENIs, s.Status.Capacity = enis, 9*enis
+			s.Status.Assigned, s.Status.Warm, s.Status.Cooling = lastAssigned, 9*enis-lastAssigned, 0
+		})
+		time.Sleep(50 * time.Millisecond)
+	}
+	n := writes() - before
+	if most := churn.Seconds()/counts.Seconds() + 2; n > most {
+		t.Errorf("%v status writes in %v of counts churn with an ENI change every %v: want at most %v (one per CountsInterval %v, plus two)", n, churn, eniEvery, most, counts)
+	}
+	// The counts still catch up, within two CountsIntervals.
+	eventually(t, 2*counts+2*time.Second, "last counts shown", func() bool {
+		b := budget(t, k, e.node)
+		return b != nil && b.Status.Addresses.Assigned == lastAssigned
+	})
+}
+
 func TestMaxPodsAboveAddressesRaisesConditionAndNodeEvent(t *testing.T) {
 	k := kubetest.Shared(t)
 	// kubelet's default 110 on an m5.large, whose addresses serve 29.

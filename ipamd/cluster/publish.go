@@ -36,9 +36,9 @@ type publishState struct {
 	lastWrite time.Time
 	// credit is countsCredit's balance at creditAt: counts-only writes a
 	// node may make now (see countsCredit).
-	credit   float64
-	creditAt time.Time
-	err      string // last write error, for Health
+	credit    float64
+	creditAt  time.Time
+	err       string // last write error, for Health
 	maxPodsOn bool   // MaxPodsExceedsAddresses was True at the last look
 }
 

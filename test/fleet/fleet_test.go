@@ -61,7 +61,7 @@ func envDuration(t *testing.T, name string, def time.Duration) time.Duration {
 //
 // Scenarios: (a) every daemon started at once, each node given its pods
 // within the spread; (b) a rollout replacing every pod in waves; (c) steady
-// churn; (d) scale-in of half the pods. VPCIP_FLEET_MODELS ("node,fleet,operator")
+// churn; (d) scale-in of half the pods. VPCIP_FLEET_MODELS (default "node,fleet"; make fleet: "node,fleet,operator")
 // and VPCIP_FLEET_SCENARIOS ("abcd") pick a part. The default is the short
 // variant `make test` runs (6 nodes per model, 10 pods each within 5 s,
 // short windows); `make fleet` sets VPCIP_FLEET_NODES=200 and a minute's
@@ -98,9 +98,12 @@ func TestFleet(t *testing.T) {
 		{"fleet", "coordinated budget", []string{"VPCIP_EC2_BUDGET=fleet", fmt.Sprintf("VPCIP_EC2_BUDGET_SHARE=%d", share)}, 0},
 		{"operator", "central operator", nil, operatorQPS},
 	}
+	// make test's short variant runs two models (the operator model adds
+	// about 51 s there; vpcsim's caller queue it rests on has its own
+	// test); make fleet sets all three.
 	picked := os.Getenv("VPCIP_FLEET_MODELS")
 	if picked == "" {
-		picked = "node,fleet,operator"
+		picked = "node,fleet"
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 110*time.Minute)

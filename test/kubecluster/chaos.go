@@ -64,8 +64,13 @@ type Chaos struct {
 	churnRng *rand.Rand
 	checkRng *rand.Rand
 
-	mu        sync.Mutex // guards the fields below
-	faults    map[string]int
+	mu       sync.Mutex // guards the fields below
+	faults   map[string]int
+	cost     map[string][]faultCost // by kind, in order
+	sampling struct {               // the checker's samples: how many, time in each part
+		n                   int
+		view, ping, metrics time.Duration
+	}
 	checks    map[string]int
 	churned   map[string]int
 	open      map[string]violation // violations seen in the last sample, by key
@@ -74,6 +79,12 @@ type Chaos struct {
 	hard      error     // a duplicate address confirmed by a second look
 	apiReq    apiCounter
 }
+
+// faultCost is what one fault took, from injecting it: Fault until it was
+// over (the process back, the API server started, EC2 healthy, the
+// rollback's rollout done), Recovered until the daemons and nodes were
+// Ready, Total until a clean sample of every invariant begun after that.
+type faultCost struct{ Fault, Recovered, Total time.Duration }
 
 type violation struct {
 	Since, Until time.Time
@@ -120,6 +131,7 @@ func (ch *Chaos) Run(ctx context.Context) error {
 	ch.churnRng = rand.New(rand.NewPCG(ch.Seed, 2))
 	ch.checkRng = rand.New(rand.NewPCG(ch.Seed, 3))
 	ch.faults, ch.checks, ch.churned, ch.open = map[string]int{}, map[string]int{}, map[string]int{}, map[string]violation{}
+	ch.cost = map[string][]faultCost{}
 	ch.Logf("chaos campaign: seed %d, %d faults of %d kinds (VPCIP_CHAOS_SEED=%d reproduces the plan)", ch.Seed, ch.Faults, len(ch.Kinds), ch.Seed)
 	start := time.Now()
 	defer func() { ch.Logf("%s", ch.summary(time.Since(start))) }()
@@ -251,6 +263,7 @@ func (ch *Chaos) check(ctx context.Context) {
 		began := time.Now()
 		checks := map[string]int{}
 		v := ch.viewCluster(ctx)
+		viewed := time.Now()
 		bad := ch.violations(v, checks)
 		for k, w := range ch.pingSample(ctx, v, checks) {
 			bad[k] = w
@@ -258,8 +271,13 @@ func (ch *Chaos) check(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
+		pinged := time.Now()
 		ch.apiReq.sample(ctx, ch.S.C)
 		ch.mu.Lock()
+		ch.sampling.n++
+		ch.sampling.view += viewed.Sub(began)
+		ch.sampling.ping += pinged.Sub(viewed)
+		ch.sampling.metrics += time.Since(pinged)
 		for k, n := range checks {
 			ch.checks[k] += n
 		}
@@ -405,6 +423,26 @@ func (ch *Chaos) summary(took time.Duration) string {
 	fmt.Fprintf(&b, "chaos campaign summary (seed %d, %s):\n  faults:", ch.Seed, took.Round(time.Second))
 	for _, k := range ch.Kinds {
 		fmt.Fprintf(&b, " %s=%d", k, ch.faults[k])
+	}
+	b.WriteString("\n  cost per fault, mean (max): over / recovered / invariants hold again")
+	for _, k := range ch.Kinds {
+		c := ch.cost[k]
+		if len(c) == 0 {
+			continue
+		}
+		var sum, most faultCost
+		for _, x := range c {
+			sum.Fault, sum.Recovered, sum.Total = sum.Fault+x.Fault, sum.Recovered+x.Recovered, sum.Total+x.Total
+			most.Fault, most.Recovered, most.Total = max(most.Fault, x.Fault), max(most.Recovered, x.Recovered), max(most.Total, x.Total)
+		}
+		n, r := time.Duration(len(c)), func(d time.Duration) time.Duration { return d.Round(100 * time.Millisecond) }
+		fmt.Fprintf(&b, "\n    %-26s %3d: %s (%s) / %s (%s) / %s (%s)", k, len(c), r(sum.Fault/n), r(most.Fault),
+			r(sum.Recovered/n), r(most.Recovered), r(sum.Total/n), r(most.Total))
+	}
+	if n := time.Duration(ch.sampling.n); n > 0 {
+		fmt.Fprintf(&b, "\n  samples: %d, mean %s each (view %s, pings %s, API server metrics %s) plus 1 s between",
+			n, ((ch.sampling.view + ch.sampling.ping + ch.sampling.metrics) / n).Round(10*time.Millisecond),
+			(ch.sampling.view / n).Round(10*time.Millisecond), (ch.sampling.ping / n).Round(10*time.Millisecond), (ch.sampling.metrics / n).Round(10*time.Millisecond))
 	}
 	b.WriteString("\n  churn:")
 	for _, k := range sortedKeys(ch.churned) {

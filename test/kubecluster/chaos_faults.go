@@ -28,9 +28,7 @@ func (ch *Chaos) inject(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("fault %d (%s on %s): %w", i+1, kind, node.Name, err)
 		}
-		ch.mu.Lock()
-		ch.faults[kind]++
-		ch.mu.Unlock()
+		injected := time.Since(began)
 		where := " on " + node.Name
 		if kind == FaultStopAPIServer || kind == FaultEC2 || kind == FaultUpgrade {
 			where = "" // not a node's
@@ -38,13 +36,20 @@ func (ch *Chaos) inject(ctx context.Context) error {
 		if err := ch.recover(ctx); err != nil {
 			return fmt.Errorf("after fault %d (%s%s%s): %w", i+1, kind, where, detail, err)
 		}
+		recovered := time.Since(began)
 		if err := ch.settle(ctx, time.Now()); err != nil {
 			return fmt.Errorf("after fault %d (%s%s%s): %w", i+1, kind, where, detail, err)
 		}
 		if err := ch.hardError(); err != nil {
 			return err
 		}
-		ch.Logf("   fault %d/%d: %s%s%s; recovered and invariants hold after %s", i+1, ch.Faults, kind, where, detail, time.Since(began).Round(time.Second))
+		took := time.Since(began)
+		ch.mu.Lock()
+		ch.faults[kind]++
+		ch.cost[kind] = append(ch.cost[kind], faultCost{Fault: injected, Recovered: recovered, Total: took})
+		ch.mu.Unlock()
+		ch.Logf("   fault %d/%d: %s%s%s; over after %s, recovered after %s, invariants hold after %s",
+			i+1, ch.Faults, kind, where, detail, injected.Round(100*time.Millisecond), recovered.Round(100*time.Millisecond), took.Round(100*time.Millisecond))
 	}
 	return nil
 }
@@ -62,7 +67,9 @@ func (ch *Chaos) fault(ctx context.Context, kind string, n *Node) (string, error
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 			return "", fmt.Errorf("kill %d: %w", pid, err)
 		}
-		return fmt.Sprintf(" (pid %d)", pid), newDaemon(ctx, n, pid)
+		killed := time.Now()
+		err = newDaemon(ctx, n, pid)
+		return fmt.Sprintf(" (pid %d; a new vpcipd %s later)", pid, time.Since(killed).Round(100*time.Millisecond)), err
 	case FaultRestartContainerd:
 		return "", n.CRI.Restart(ctx)
 	case FaultRestartKubelet:
@@ -171,7 +178,8 @@ func daemonPID(n *Node) (int, error) {
 }
 
 // newDaemon waits until kubelet has started a vpcipd daemon process on n
-// other than old (its restart back-off grows with each kill, up to 5 min).
+// other than old (its restart back-off grows with each kill, up to 5 min
+// unless the cluster's RestartBackOffMax caps it).
 func newDaemon(ctx context.Context, n *Node, old int) error {
 	deadline := time.Now().Add(7 * time.Minute)
 	for {

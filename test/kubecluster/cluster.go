@@ -45,6 +45,12 @@ type Options struct {
 	InstanceType string // default "m5.large"
 	Image        string // vpcip's OCI archive (make image), imported into every node
 	MaxPods      int    // kubelet maxPods; default 110 (above an m5.large's addresses, as on EKS without max-pods tuning)
+	// RestartBackOffMax caps kubelet's restart back-off of crashed
+	// containers (KubeletConfiguration crashLoopBackOff.maxContainerRestartPeriod,
+	// 1 s to 300 s); 0 keeps kubelet's default, 10 s doubling to 5 min, what
+	// a user's node does. The chaos campaign sets 1 s so that a
+	// vpcipd killed again and again is back in about a second.
+	RestartBackOffMax time.Duration
 	// Sim is the simulated VPC (subnets, security groups); the zero value
 	// gives vpcsim's defaults. Nodes start in its first subnet.
 	Sim vpcsim.Config
@@ -292,7 +298,7 @@ func (c *Cluster) startNode(ctx context.Context, subnetID string) (*Node, error)
 			return n, err
 		}
 	}
-	if err := n.startKubelet(c.API.BinDir, c.API.Config, c.MaxPods); err != nil {
+	if err := n.startKubelet(c.API.BinDir, c.API.Config, c.Options); err != nil {
 		return n, err
 	}
 	c.Logf("%s: instance %s (%s) in %s, primary %s, netns %s, kubelet + containerd %d started", n.Name, inst.ID, c.InstanceType, n.Zone, n.PrimaryIP, n.Netns, n.CRI.Major)

@@ -133,7 +133,7 @@ func (n *Node) serveAPI(api *kubetest.Server) error {
 // failCgroupV1 off: these VMs run cgroup v1 without a systemd; oomScoreAdj 0:
 // they lack CAP_SYS_RESOURCE; eviction and image GC thresholds out of reach so
 // a full test disk never evicts the scenario's pods; logs and state under the
-// node's directory.
+// node's directory. Options.RestartBackOffMax appends crashLoopBackOff.
 const kubeletConfig = `apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 failCgroupV1: false
@@ -162,13 +162,18 @@ syncFrequency: 10s
 
 // startKubelet writes the kubelet's config and kubeconfig and starts it in
 // the node's network and mount namespaces.
-func (n *Node) startKubelet(binDir string, admin *rest.Config, maxPods int) error {
+func (n *Node) startKubelet(binDir string, admin *rest.Config, opts Options) error {
 	for _, d := range []string{n.path("kubelet"), n.path("pod-logs")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err
 		}
 	}
-	cfg := fmt.Sprintf(kubeletConfig, n.CRI.Socket, n.path("pod-logs"), maxPods)
+	cfg := fmt.Sprintf(kubeletConfig, n.CRI.Socket, n.path("pod-logs"), opts.MaxPods)
+	if opts.RestartBackOffMax > 0 {
+		// KEP-5593, gate KubeletCrashLoopBackOffMax (beta, on by default since
+		// 1.35): the first restart delay is also capped by it.
+		cfg += fmt.Sprintf("crashLoopBackOff: {maxContainerRestartPeriod: %s}\n", opts.RestartBackOffMax)
+	}
 	if err := os.WriteFile(n.path("kubelet.yaml"), []byte(cfg), 0o644); err != nil {
 		return err
 	}
@@ -307,7 +312,7 @@ func (n *Node) close() error {
 // same configuration; its pods keep running in containerd meanwhile.
 func (c *Cluster) RestartKubelet(n *Node) error {
 	n.stopKubelet()
-	return n.startKubelet(c.API.BinDir, c.API.Config, c.MaxPods)
+	return n.startKubelet(c.API.BinDir, c.API.Config, c.Options)
 }
 
 // Reboot power-cycles node n as far as a node's software sees it: kubelet
@@ -368,5 +373,5 @@ done`
 	if err := n.CRI.Restart(ctx); err != nil {
 		return fmt.Errorf("reboot %s: containerd: %w", n.Name, err)
 	}
-	return n.startKubelet(c.API.BinDir, c.API.Config, c.MaxPods)
+	return n.startKubelet(c.API.BinDir, c.API.Config, c.Options)
 }

@@ -272,7 +272,7 @@ func (ch *Chaos) check(ctx context.Context) {
 			return
 		}
 		pinged := time.Now()
-		ch.apiReq.sample(ctx, ch.S.C)
+		ch.apiReq.sampleEvery(ctx, ch.S.C, 30*time.Second)
 		ch.mu.Lock()
 		ch.sampling.n++
 		ch.sampling.view += viewed.Sub(began)

@@ -76,6 +76,7 @@ func (ch *Chaos) fault(ctx context.Context, kind string, n *Node) (string, error
 		return "", c.RestartKubelet(n)
 	case FaultStopAPIServer:
 		down := time.Duration(1+ch.rng.Int64N(int64(ch.APIDownMax/time.Second))) * time.Second
+		ch.apiReq.sample(ctx, c) // the daemons' count up to now: a new API server counts from 0
 		c.API.StopAPIServer()
 		time.Sleep(down)
 		if err := c.API.StartAPIServer(); err != nil {

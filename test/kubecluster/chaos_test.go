@@ -163,6 +163,7 @@ func TestChaosViolations(t *testing.T) {
 	healthy := func() clusterView {
 		return clusterView{
 			Sandboxes: []liveSandbox{{Node: "node-1", ID: "s1", Pod: "default/p1", UID: "u1", Addr: a}, {Node: "node-2", ID: "s2", Pod: "default/p2", UID: "u2", Addr: b}},
+			At:        time.Now(),
 			EC2:       map[netip.Addr]string{a: "i-1", b: "i-2", c: "i-1"},
 			Daemon: map[string]map[netip.Addr]introspect.Assignment{
 				"node-1": {a: rec("s1", "p1", a)}, "node-2": {b: rec("s2", "p2", b)}},
@@ -192,6 +193,10 @@ func TestChaosViolations(t *testing.T) {
 		}, []string{"daemon s1"}},
 		{"the daemon released the address of a live pod", func(v *clusterView) { delete(v.Daemon["node-2"], b) }, []string{"daemon s2"}},
 		{"a Running pod's address not on its node", func(v *clusterView) { v.APIPods[0].IP = b.String() }, []string{"api u1"}},
+		{"a deleted pod stays past its grace", func(v *clusterView) {
+			v.Deleting = []deletingPod{{Name: "p4", UID: "u4", Node: "node-1", Deadline: v.At.Add(-StuckDeleting - time.Second)},
+				{Name: "p5", UID: "u5", Node: "node-2", Deadline: v.At.Add(-time.Minute)}}
+		}, []string{"stuck u4"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -45,7 +45,23 @@ type clusterView struct {
 	EC2       map[netip.Addr]string
 	Daemon    map[string]map[netip.Addr]introspect.Assignment // node -> address -> assignment
 	APIPods   []Pod
+	// Deleting are the workload pods the API server has marked deleted,
+	// with when their grace period ended (metadata.deletionTimestamp).
+	Deleting []deletingPod
 }
+
+// deletingPod is a pod being deleted: kubelet has not yet confirmed its
+// containers and sandbox (and so its CNI DEL) are gone.
+type deletingPod struct {
+	Name, UID, Node string
+	Deadline        time.Time
+}
+
+// StuckDeleting is how long past its grace period a deleted pod may stay
+// before the campaign counts it as a violation: kubelet keeps a pod until
+// its sandbox's CNI DEL succeeds, so a DEL that fails every time leaves
+// pods Terminating for good (and their addresses held).
+const StuckDeleting = 2 * time.Minute
 
 // viewCluster samples the cluster (see clusterView).
 func (ch *Chaos) viewCluster(ctx context.Context) clusterView {
@@ -81,8 +97,8 @@ func (ch *Chaos) viewCluster(ctx context.Context) clusterView {
 		}
 		v.Daemon[n.Name] = m
 	}
-	if pods, err := ch.apiPods(ctx); err == nil {
-		v.APIPods = pods
+	if pods, deleting, err := ch.apiPods(ctx); err == nil {
+		v.APIPods, v.Deleting = pods, deleting
 	}
 	return v
 }
@@ -140,27 +156,29 @@ func eth0Addr(pid int) (netip.Addr, error) {
 }
 
 // apiPods lists the workload namespace's pods through client-go (cheaper than
-// a kubectl process per sample).
-func (ch *Chaos) apiPods(ctx context.Context) ([]Pod, error) {
+// a kubectl process per sample): those not being deleted, and those being deleted.
+func (ch *Chaos) apiPods(ctx context.Context) ([]Pod, []deletingPod, error) {
 	cs, err := kubernetes.NewForConfig(ch.S.C.API.Config)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	l, err := cs.CoreV1().Pods("default").List(cctx, metav1.ListOptions{})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var pods []Pod
+	var deleting []deletingPod
 	for _, it := range l.Items {
 		if it.DeletionTimestamp != nil {
+			deleting = append(deleting, deletingPod{Name: it.Name, UID: string(it.UID), Node: it.Spec.NodeName, Deadline: it.DeletionTimestamp.Time})
 			continue
 		}
 		pods = append(pods, Pod{Name: it.Name, Namespace: it.Namespace, UID: string(it.UID), Node: it.Spec.NodeName,
 			IP: it.Status.PodIP, Phase: string(it.Status.Phase)})
 	}
-	return pods, nil
+	return pods, deleting, nil
 }
 
 // violations checks the invariants on one sample; each violation is keyed
@@ -212,6 +230,13 @@ func (ch *Chaos) violations(v clusterView, checks map[string]int) map[string]str
 		a, err := netip.ParseAddr(p.IP)
 		if err != nil || v.EC2[a] != inst[p.Node] {
 			bad["api "+p.UID] = fmt.Sprintf("Running pod %s on %s has %s, which EC2 assigns to %q", p.Name, p.Node, p.IP, v.EC2[a])
+		}
+	}
+	// 4. A deleted pod goes within StuckDeleting after its grace period.
+	for _, p := range v.Deleting {
+		checks["deleted pod gone in time"]++
+		if late := v.At.Sub(p.Deadline); late > StuckDeleting {
+			bad["stuck "+p.UID] = fmt.Sprintf("pod %s on %s still being deleted %s after its grace period", p.Name, p.Node, late.Round(time.Second))
 		}
 	}
 	return bad

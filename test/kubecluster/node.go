@@ -31,6 +31,12 @@ var hostPaths = []struct{ dir, at string }{
 	{"run-vpcip", "/run/vpcip"},
 	{"log-vpcip", "/var/log/vpcip"},
 	{"log-aws-routed-eni", "/var/log/aws-routed-eni"}, // AWS_VPC_K8S_CNI_LOG_FILE, AWS_VPC_K8S_PLUGIN_LOG_FILE
+	// The CNI state of a node: libcni's result cache and host-local's
+	// stores (the plugin's IPv4 egress store is /var/lib/cni/vpcip-egress4).
+	// Shared with the host, another test's leftover egress store there
+	// made every DEL on these IPv4 nodes call host-local, which they do not
+	// install, and fail: pods stuck Terminating for good.
+	{"var-lib-cni", "/var/lib/cni"},
 }
 
 // apiPort is where each node reaches the API server on its own loopback: a

@@ -219,17 +219,24 @@ const DefaultSysctlNet = "/proc/sys/net"
 // larger of conf.all and conf.<link>, so 2 is loose whatever the
 // distribution's default for all.
 func ensureLooseRPFilter(dir, linkName string) error {
+	return ensureLinkSysctl(dir, "ipv4", linkName, "rp_filter", rpFilterLoose)
+}
+
+// ensureLinkSysctl sets net.<family>.conf.<link>.<key> to value through
+// dir ("" is DefaultSysctlNet); a file already holding value is not
+// written. Errors name the link or the file.
+func ensureLinkSysctl(dir, family, linkName, key, value string) error {
 	if dir == "" {
 		dir = DefaultSysctlNet
 	}
 	if strings.ContainsAny(linkName, "/") || linkName == "" || linkName == "." || linkName == ".." {
 		return fmt.Errorf("link name %q", linkName)
 	}
-	file := filepath.Join(dir, "ipv4", "conf", linkName, "rp_filter")
-	if v, err := os.ReadFile(file); err == nil && strings.TrimSpace(string(v)) == rpFilterLoose {
+	file := filepath.Join(dir, family, "conf", linkName, key)
+	if v, err := os.ReadFile(file); err == nil && strings.TrimSpace(string(v)) == value {
 		return nil
 	}
-	if err := os.WriteFile(file, []byte(rpFilterLoose), 0o644); err != nil {
+	if err := os.WriteFile(file, []byte(value), 0o644); err != nil {
 		return fmt.Errorf("write %s: %w", file, err)
 	}
 	return nil
@@ -247,20 +254,7 @@ const acceptRAWithForwarding = "2"
 // node's uplink (the primary ENI) would lose its RA-learned default route
 // when it expires. Already 2 writes nothing; errors name the file.
 func EnsureAcceptRA(dir, linkName string) error {
-	if dir == "" {
-		dir = DefaultSysctlNet
-	}
-	if strings.ContainsAny(linkName, "/") || linkName == "" || linkName == "." || linkName == ".." {
-		return fmt.Errorf("link name %q", linkName)
-	}
-	file := filepath.Join(dir, "ipv6", "conf", linkName, "accept_ra")
-	if v, err := os.ReadFile(file); err == nil && strings.TrimSpace(string(v)) == acceptRAWithForwarding {
-		return nil
-	}
-	if err := os.WriteFile(file, []byte(acceptRAWithForwarding), 0o644); err != nil {
-		return fmt.Errorf("write %s: %w", file, err)
-	}
-	return nil
+	return ensureLinkSysctl(dir, "ipv6", linkName, "accept_ra", acceptRAWithForwarding)
 }
 
 // ensureENIAddr puts the ENI's primary address on its link, replacing the

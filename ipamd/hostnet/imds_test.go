@@ -92,13 +92,13 @@ func stripIDs(lines []string) []string {
 	return out
 }
 
-// serveTCP accepts on addr inside n until the test ends and writes "ok" on
-// every connection.
-func serveTCP(t *testing.T, n *testNS, addr string) {
+// serveTCP accepts on addr (network "tcp4" or "tcp6") inside n until the
+// test ends and writes "ok" on every connection.
+func serveTCP(t *testing.T, n *testNS, network, addr string) {
 	t.Helper()
 	var l net.Listener
 	n.do(t, func() (err error) {
-		l, err = net.Listen("tcp4", addr)
+		l, err = net.Listen(network, addr)
 		return err
 	})
 	t.Cleanup(func() { l.Close() })
@@ -171,10 +171,10 @@ func TestTrafficIMDSBlock(t *testing.T) {
 			if where == "forwarded" {
 				v.router.run(t, "ip", "addr", "add", IMDSAddr.String()+"/32", "dev", "lo")
 				v.node.run(t, "ip", "route", "add", IMDSAddr.String(), "via", routerVPCIP)
-				serveTCP(t, v.router, IMDSAddr.String()+":80")
+				serveTCP(t, v.router, "tcp4", IMDSAddr.String()+":80")
 			} else {
 				v.node.run(t, "ip", "addr", "add", IMDSAddr.String()+"/32", "dev", "lo")
-				serveTCP(t, v.node, IMDSAddr.String()+":80")
+				serveTCP(t, v.node, "tcp4", IMDSAddr.String()+":80")
 			}
 			expectIMDS(t, v.podA, true) // the topology passes pods' packets before the block
 			expectIMDS(t, v.podB, true)
@@ -257,8 +257,8 @@ func TestTrafficIMDSBlockIPv6(t *testing.T) {
 	node.run(t, "ip", "-6", "route", "add", podIP.String()+"/128", "dev", "eni6a")
 	node.run(t, "ip", "-6", "addr", "add", IMDSAddr6.String()+"/128", "dev", "lo", "nodad")
 	node.run(t, "ip", "addr", "add", IMDSAddr.String()+"/32", "dev", "lo")
-	serveTCP6(t, node, "["+IMDSAddr6.String()+"]:80")
-	serveTCP(t, node, IMDSAddr.String()+":80")
+	serveTCP(t, node, "tcp6", "["+IMDSAddr6.String()+"]:80")
+	serveTCP(t, node, "tcp4", IMDSAddr.String()+":80")
 	dial := func(n *testNS, hostport string) error {
 		var got error
 		n.do(t, func() error {
@@ -298,24 +298,4 @@ func TestTrafficIMDSBlockIPv6(t *testing.T) {
 	if got := node.lines(t, "ip6tables", "-w", "-S"); len(got) != 3 {
 		t.Errorf("ip6tables after RemoveIMDSBlock: %q, want the three policies only", got)
 	}
-}
-
-// serveTCP6 is serveTCP on an IPv6 address.
-func serveTCP6(t *testing.T, n *testNS, addr string) {
-	t.Helper()
-	var l net.Listener
-	n.do(t, func() (err error) {
-		l, err = net.Listen("tcp6", addr)
-		return err
-	})
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
 }

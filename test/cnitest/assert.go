@@ -95,6 +95,10 @@ func AssertHostSideGone(t testing.TB, e *Env, p *Pod, addr netip.Addr) {
 	}
 }
 
+// egressRange is the node-local range of IPv6 pods' IPv4 egress addresses
+// (the plugin's datapath.Egress4Range).
+const egressRange = "169.254.172.0/22"
+
 // AssertNodeClean checks the node netns holds pod state only for live: no
 // other host veth with the prefix, no other /32 main route through such a
 // veth, no other rule at priority 512 or 1536, no bandwidth ifb and no

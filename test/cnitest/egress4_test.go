@@ -20,7 +20,6 @@ import (
 // IPv4 traffic leaves the node SNATed to the node's address.
 
 const (
-	egressRange  = "169.254.172.0/22"
 	gateway4     = "169.254.1.1"
 	nodeUplinkIP = "198.51.100.1" // TEST-NET-2, only inside the test's netns
 	outsideIP    = "198.51.100.2"

@@ -339,6 +339,18 @@ func (p *Pool) createENI(ctx context.Context, plan warmpool.Plan) error {
 		p.attached(e)
 		return p.resync(ctx)
 	}
+	if errors.Is(err, provider.ErrENILimit) {
+		// The plan saw room for an ENI, EC2 counts none: an ENI attached by
+		// an earlier call whose end was lost (its metadata unreadable, the
+		// daemon stopped mid-call). Learn it from EC2 (one describe) so the
+		// next plan uses it instead of making another ENI only to have its
+		// attach refused and the ENI deleted.
+		p.o.Logger.Warn("EC2 refused an ENI the plan had room for: confirming with EC2", "enis", len(p.o.Store.ENIs()), "err", err)
+		if rerr := p.resync(ctx); rerr != nil {
+			return errors.Join(err, rerr)
+		}
+		return err
+	}
 	if err != nil {
 		return err
 	}

@@ -226,3 +226,40 @@ func sdkConfig(t *testing.T, cloud *vpcsimtest.Local, instanceID string) aws.Con
 	}
 	return cfg
 }
+
+// TestENILimitRefusalLearnsTheENIsEC2Holds: when EC2 refuses an ENI at the
+// instance's attachment limit while the datastore holds fewer (ENIs
+// attached by calls whose end the daemon lost), one cycle learns them from
+// EC2, so the next plan uses them instead of making and deleting more.
+func TestENILimitRefusalLearnsTheENIsEC2Holds(t *testing.T) {
+	r := newRig(t, Options{Config: warmpool.Config{WarmIPTarget: 25}})
+	ctx := context.Background()
+	r.pool.o.Resync = func(ctx context.Context) error {
+		enis, err := r.pool.o.Provider.ENIs(ctx)
+		if err != nil {
+			return err
+		}
+		r.store.Cloud().Sync(enis, r.clock.Now())
+		return nil
+	}
+	// Two ENIs attached behind the pool's back fill the m5.large's three.
+	for range 2 {
+		if _, err := r.pool.o.Provider.CreateENI(ctx, provider.CreateENIRequest{Addresses: 9}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(r.store.ENIs()); n != 1 {
+		t.Fatalf("datastore holds %d ENIs before the cycle, want the primary alone", n)
+	}
+	creates := r.calls("CreateNetworkInterface")
+	for range 3 {
+		r.pool.Cycle(ctx)
+		r.clock.Advance(time.Minute)
+	}
+	if n := len(r.store.ENIs()); n != 3 {
+		t.Errorf("datastore holds %d ENIs after the refusal, want the 3 EC2 holds", n)
+	}
+	if extra := r.calls("CreateNetworkInterface") - creates; extra > 1 {
+		t.Errorf("%d ENIs created after EC2 refused the first at its limit, want at most that one", extra)
+	}
+}

@@ -68,7 +68,10 @@ func (c *Client) waitAssigned(ctx context.Context, eniID string, added []netip.P
 	if err != nil {
 		return fmt.Errorf("AssignAddresses: %d added to %s: %w", len(added), eniID, err)
 	}
-	return c.recordVisible(ctx, mac, eniID, listed)
+	if err := c.recordVisible(ctx, mac, eniID, listed); err != nil {
+		return fmt.Errorf("AssignAddresses: %d added to %s, its metadata unreadable (%w): %w", len(added), eniID, err, provider.ErrNotVisible)
+	}
+	return nil
 }
 
 // UnassignAddresses removes /32 secondary addresses and /28 prefixes from an

@@ -157,3 +157,40 @@ func TestTransientRetries(t *testing.T) {
 		t.Errorf("ENIs() succeeded through %d InternalErrors with MaxAttempts 3", 3)
 	}
 }
+
+// TestMetadataUnreadableAfterTheChange: when IMDS cannot be read at all
+// after EC2 made a change (it answers 503, as a loaded host's IMDS times
+// out), CreateENI and AssignAddresses still return what EC2 made, with
+// ErrNotVisible: the change stands, and a caller that took the error for a
+// failure would make another ENI only to have its attach refused at the
+// instance's limit (seen in the fleet at 200 nodes).
+func TestMetadataUnreadableAfterTheChange(t *testing.T) {
+	s := startSim(t)
+	opts := testOptions()
+	opts.MetadataWait = 300 * time.Millisecond
+	c := s.client(t, opts, "")
+	if _, err := c.Self(t.Context()); err != nil { // the identity is read while IMDS answers
+		t.Fatal(err)
+	}
+	faults := s.local.Cloud.Faults()
+	faults.SetLatency("ModifyNetworkInterfaceAttribute", 150*time.Millisecond, 0)
+	go func() {
+		// IMDS stops answering once the attach is made, before CreateENI
+		// reads the new ENI from it.
+		for faults.Calls("AttachNetworkInterface") == 0 && t.Context().Err() == nil {
+			time.Sleep(time.Millisecond)
+		}
+		faults.SetIMDSStatus(503)
+	}()
+	eni, err := c.CreateENI(t.Context(), provider.CreateENIRequest{Addresses: 2})
+	if !errors.Is(err, provider.ErrNotVisible) || eni.ID == "" {
+		t.Fatalf("CreateENI with IMDS down after the attach = %+v, %v; want the ENI and ErrNotVisible", eni, err)
+	}
+	if got, ok := s.local.Cloud.NetworkInterface(eni.ID); !ok || got.InstanceID != s.inst.ID {
+		t.Fatalf("ENI %s in the cloud: %+v; want it attached to %s", eni.ID, got, s.inst.ID)
+	}
+	added, err := c.AssignAddresses(t.Context(), eni.ID, 2, false)
+	if !errors.Is(err, provider.ErrNotVisible) || len(added) != 2 {
+		t.Fatalf("AssignAddresses with IMDS down = %v, %v; want 2 addresses and ErrNotVisible", added, err)
+	}
+}

@@ -250,7 +250,8 @@ func (c *Client) subnetCIDRs(ctx context.Context, ids []string) (map[string]neti
 // ErrInsufficientCIDR, ErrAddressLimit, ErrNotFound (no such subnet), or
 // ErrUnauthorized as EC2 refuses it. When IMDS does not show the attached
 // ENI within Options.MetadataWait, the ENI is returned with an error wrapping
-// provider.ErrNotVisible. Concurrent calls are serialized, so that each
+// provider.ErrNotVisible (also when IMDS cannot be read then: the ENI is
+// attached either way). Concurrent calls are serialized, so that each
 // takes its own device number.
 func (c *Client) CreateENI(ctx context.Context, req provider.CreateENIRequest) (provider.ENI, error) {
 	if req.Addresses < 0 || req.Prefixes < 0 || (req.Addresses > 0 && req.Prefixes > 0) {
@@ -355,7 +356,7 @@ func (c *Client) finishCreate(ctx context.Context, ni *types.NetworkInterface, d
 	}
 	shown, err := c.metadataENI(ctx, eni.MAC)
 	if err != nil {
-		return eni, fmt.Errorf("CreateENI: %s is attached: %w", eni.ID, err)
+		return eni, fmt.Errorf("CreateENI: %s is attached, its metadata unreadable (%w): %w", eni.ID, err, provider.ErrNotVisible)
 	}
 	if !eni.SubnetCIDR.IsValid() {
 		eni.SubnetCIDR, eni.Gateway = shown.SubnetCIDR, shown.Gateway

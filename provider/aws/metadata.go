@@ -320,25 +320,25 @@ func (c *Client) metadataAddrs(ctx context.Context, mac string) (eniID string, l
 // waitMetadata polls IMDS, with doubling intervals, until the ENI at mac is
 // eniID and lists every one of want, for at most Options.MetadataWait. It
 // returns what IMDS lists, or an error wrapping provider.ErrNotVisible when
-// the bound passes.
+// the bound passes. A failed IMDS read (a timeout on a loaded host) counts
+// as "not shown yet": the change was made, so a caller must learn that it
+// stands (ErrNotVisible), not that it failed.
 func (c *Client) waitMetadata(ctx context.Context, mac, eniID string, want []netip.Prefix) (map[netip.Prefix]bool, error) {
 	deadline := time.Now().Add(c.opts.MetadataWait)
 	poll := c.opts.MetadataPoll
 	for {
 		id, listed, ok, err := c.metadataAddrs(ctx, mac)
-		if err != nil {
-			return nil, err
-		}
-		if ok && id == eniID && !slices.ContainsFunc(want, func(p netip.Prefix) bool { return !listed[p] }) {
+		if err == nil && ok && id == eniID && !slices.ContainsFunc(want, func(p netip.Prefix) bool { return !listed[p] }) {
 			return listed, nil
 		}
 		left := time.Until(deadline)
-		if left <= 0 {
-			return nil, fmt.Errorf("IMDS does not show %d addresses on %s (%s) after %s: %w",
-				len(want), eniID, mac, c.opts.MetadataWait, provider.ErrNotVisible)
+		if ctx.Err() != nil || left <= 0 {
+			notShown := fmt.Errorf("IMDS does not show %d addresses on %s (%s) after %s: %w",
+				len(want), eniID, mac, c.opts.MetadataWait-left.Round(time.Millisecond), provider.ErrNotVisible)
+			return nil, errors.Join(notShown, err, ctx.Err())
 		}
 		if err := provider.Sleep(ctx, min(poll, left)); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("IMDS does not show %d addresses on %s (%s) yet: %w: %w", len(want), eniID, mac, err, provider.ErrNotVisible)
 		}
 		poll = min(2*poll, time.Second)
 	}

@@ -29,7 +29,10 @@ type Faults struct {
 	buckets  [2]bucket // [describe, mutating], SetThrottle's class buckets
 	account  accountBuckets
 	imdsLag  time.Duration
-	calls    map[string]int
+	// imdsStatus, when not 0, is the HTTP status every IMDS metadata GET
+	// answers (SetIMDSStatus).
+	imdsStatus int
+	calls      map[string]int
 	// imdsEdits are per-instance IMDS answers set by SetIMDSOverride and
 	// HideIMDS (nil value = hidden), by path under /latest/.
 	imdsEdits   map[string]map[string]*string
@@ -78,6 +81,7 @@ func (f *Faults) resetLocked() {
 	f.failNext = map[string][]string{}
 	f.buckets = [2]bucket{}
 	f.imdsLag = 0
+	f.imdsStatus = 0
 	f.calls = map[string]int{}
 	f.account.resetCounts()
 	f.account.buckets = map[string]*bucket{}
@@ -165,6 +169,21 @@ func (f *Faults) SetIMDSLag(d time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.imdsLag = max(d, 0)
+}
+
+// SetIMDSStatus makes every IMDS metadata GET answer the HTTP status code
+// (e.g. 503, as an IMDS too loaded to answer; SDK clients retry it and
+// fail) until it is set to 0. Token requests are still answered.
+func (f *Faults) SetIMDSStatus(code int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.imdsStatus = code
+}
+
+func (f *Faults) imdsFailure() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.imdsStatus
 }
 
 // IMDSLag returns the lag set with SetIMDSLag.

@@ -189,6 +189,10 @@ func (c *Cloud) IMDSHandler(identify func(r *http.Request) (instanceID string, o
 			c.imdsToken(w, r, id)
 		case r.Method == http.MethodGet || r.Method == http.MethodHead:
 			c.faults.count(IMDSOp)
+			if code := c.faults.imdsFailure(); code != 0 {
+				http.Error(w, http.StatusText(code), code)
+				return
+			}
 			c.imdsGet(w, r, id)
 		default:
 			http.Error(w, "Method Not Allowed", http.StatusMethodNotAllowed)

@@ -23,8 +23,8 @@
 // A refusal from EC2 (RequestLimitExceeded) while the fleet believed it had
 // room (the account's other callers, a stale share) empties the shared
 // bucket, so the whole fleet backs off at once. When the API server cannot
-// be reached, a daemon paces each action alone at the shared rate divided
-// by the fleet's node count, as last read.
+// be reached (or times out), a daemon calls EC2 under its local limits
+// alone for a while (Options.Degraded), as without a shared budget.
 package ec2budget
 
 import (

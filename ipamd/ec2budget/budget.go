@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/time/rate"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,6 +25,14 @@ const Annotation = "vpcip.io/ec2-bucket"
 // action in lower case.
 func LeaseName(action string) string { return "vpcip-ec2-" + strings.ToLower(action) }
 
+// LeaseTimeout bounds each Lease read and write. A healthy API server
+// answers in milliseconds; one that takes longer is treated as unreachable
+// (the daemon calls EC2 under its own limits for Options.Degraded), since
+// every second spent here is a second a pod may be waiting. At 10 s, the
+// timeouts of an API server loaded by a 200-node launch cost ~300 pod-path
+// EC2 calls 10 s each (test/fleet).
+const LeaseTimeout = 3 * time.Second
+
 // Options configure a Budget.
 type Options struct {
 	Client    kubernetes.Interface // required
@@ -38,8 +45,9 @@ type Options struct {
 	// Limits are the account's buckets by EC2 action; default AWSLimits.
 	// An action not listed is not shared.
 	Limits map[string]Limit
-	// Degraded is how long after an API server failure the budget paces
-	// alone before trying the API server again; default 30 s.
+	// Degraded is how long after an API server failure (an error or a
+	// LeaseTimeout) the daemon calls EC2 under its own limits alone before
+	// trying the API server again; default 30 s.
 	Degraded time.Duration
 	Logger   *slog.Logger     // default: discard
 	Now      func() time.Time // default time.Now
@@ -51,11 +59,8 @@ type Budget struct {
 	o      Options
 	limits map[string]Limit // shared figures (Share applied)
 
-	mu            sync.Mutex // guards the fields below
+	mu            sync.Mutex // guards degradedUntil
 	degradedUntil time.Time
-	nodes         int                      // the fleet's node count as last read; 0: never read
-	countedAt     time.Time                // last attempt to read it
-	local         map[string]*rate.Limiter // fallback pacing by action
 }
 
 var _ provider.RequestBudget = (*Budget)(nil)
@@ -86,7 +91,7 @@ func New(o Options) (*Budget, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	b := &Budget{o: o, limits: map[string]Limit{}, local: map[string]*rate.Limiter{}}
+	b := &Budget{o: o, limits: map[string]Limit{}}
 	for a, l := range o.Limits {
 		b.limits[a] = Limit{Capacity: max(1, l.Capacity*o.Share), RefillPerSecond: l.RefillPerSecond * o.Share}
 	}
@@ -111,13 +116,12 @@ func (b *Budget) Take(ctx context.Context, action string, p provider.Priority) e
 		return nil
 	}
 	if b.isDegraded() {
-		return b.pace(ctx, action, l)
+		return nil
 	}
-	b.countNodes(ctx)
 	for attempt := 1; ; attempt++ {
 		lease, st, err := b.read(ctx, action, l)
 		if err != nil {
-			return b.degrade(ctx, action, l, err)
+			return b.degrade(ctx, action, err)
 		}
 		next, wait, ok := st.Take(l, b.o.Now(), p)
 		if !ok {
@@ -133,7 +137,7 @@ func (b *Budget) Take(ctx context.Context, action string, p provider.Priority) e
 			continue
 		}
 		if err != nil {
-			return b.degrade(ctx, action, l, err)
+			return b.degrade(ctx, action, err)
 		}
 		return provider.Sleep(ctx, wait)
 	}
@@ -174,7 +178,7 @@ func conflictBackoff(n int) time.Duration {
 // bucket when it does not exist. A Lease whose annotation is missing or
 // unreadable reads as a full bucket (it is overwritten on the next write).
 func (b *Budget) read(ctx context.Context, action string, l Limit) (*coordinationv1.Lease, State, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, LeaseTimeout)
 	defer cancel()
 	leases := b.o.Client.CoordinationV1().Leases(b.o.Namespace)
 	lease, err := leases.Get(ctx, LeaseName(action), metav1.GetOptions{})
@@ -200,7 +204,7 @@ func (b *Budget) read(ctx context.Context, action string, l Limit) (*coordinatio
 
 // write stores st in lease under the resourceVersion read.
 func (b *Budget) write(ctx context.Context, lease *coordinationv1.Lease, st State) error {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, LeaseTimeout)
 	defer cancel()
 	lease = lease.DeepCopy()
 	if lease.Annotations == nil {
@@ -221,64 +225,22 @@ func (b *Budget) isDegraded() bool {
 	return b.o.Now().Before(b.degradedUntil)
 }
 
-// degrade notes an API server failure and paces this request alone.
-func (b *Budget) degrade(ctx context.Context, action string, l Limit, err error) error {
+// degrade notes an API server failure: for Options.Degraded this daemon
+// calls EC2 under its local limits alone (the provider's own pacing, and
+// backing off when EC2 answers RequestLimitExceeded), as it does without a
+// shared budget. Pacing at the fleet's share divided by its node count
+// instead would keep an outage from raising the fleet's rate, but gives a
+// node of a 200-node fleet one call per 40 s of each action, so a loaded API
+// server (one timed-out read) made its pods wait minutes (test/fleet at 200
+// nodes: launch p99 3 min against 1 min 39 s without a shared budget).
+func (b *Budget) degrade(ctx context.Context, action string, err error) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
 	b.mu.Lock()
 	b.degradedUntil = b.o.Now().Add(b.o.Degraded)
-	nodes := b.nodes
 	b.mu.Unlock()
-	b.o.Logger.Warn("EC2 budget: API server unreachable, pacing EC2 calls alone at the fleet's share", "action", action,
-		"nodes", nodes, "for", b.o.Degraded, "err", err)
-	return b.pace(ctx, action, l)
-}
-
-// pace waits for action's local limiter: the shared refill rate divided by
-// the fleet's node count, burst 1. With the count never read there is no
-// limit beyond the provider's own pacing.
-func (b *Budget) pace(ctx context.Context, action string, l Limit) error {
-	b.mu.Lock()
-	nodes := b.nodes
-	lim := b.local[action]
-	if lim == nil && nodes > 0 {
-		lim = rate.NewLimiter(rate.Limit(l.RefillPerSecond/float64(nodes)), 1)
-		b.local[action] = lim
-	}
-	b.mu.Unlock()
-	if lim == nil {
-		return nil
-	}
-	return lim.Wait(ctx)
-}
-
-// countNodes reads the fleet's node count (a one-item list's
-// remainingItemCount) at most every ten minutes; the count only shapes the
-// fallback pacing.
-func (b *Budget) countNodes(ctx context.Context) {
-	b.mu.Lock()
-	due := b.o.Now().Sub(b.countedAt) >= 10*time.Minute
-	if due {
-		b.countedAt = b.o.Now()
-	}
-	b.mu.Unlock()
-	if !due {
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	l, err := b.o.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{Limit: 1})
-	if err != nil {
-		return
-	}
-	n := len(l.Items)
-	if l.RemainingItemCount != nil {
-		n += int(*l.RemainingItemCount)
-	}
-	b.mu.Lock()
-	if n := max(n, 1); n != b.nodes {
-		b.nodes, b.local = n, map[string]*rate.Limiter{}
-	}
-	b.mu.Unlock()
+	b.o.Logger.Warn("EC2 budget: API server unreachable, calling EC2 under this node's own limits", "action", action,
+		"for", b.o.Degraded, "err", err)
+	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -65,7 +66,12 @@ func envDuration(t *testing.T, name string, def time.Duration) time.Duration {
 // and VPCIP_FLEET_SCENARIOS ("abcd") pick a part. The default is the short
 // variant `make test` runs (6 nodes per model, 10 pods each within 5 s,
 // short windows); `make fleet` sets VPCIP_FLEET_NODES=200 and a minute's
-// spread with longer windows.
+// spread with longer windows. VPCIP_FLEET_KEEP=dir keeps each model's
+// daemon logs and state under dir/<prefix>/node-N. VPCIP_FLEET_ACCOUNT_SCALE
+// (percent, default 100) shrinks the account's EC2 buckets, and the
+// coordinated budget's share with them, so that a small fleet meets the
+// contention of a larger one (15 with 30 nodes: EC2's buckets as 200 nodes
+// see them) without 200 daemons' CPU.
 func TestFleet(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (network namespaces)")
@@ -80,6 +86,10 @@ func TestFleet(t *testing.T) {
 	scaleInSettle := envDuration(t, "VPCIP_FLEET_SCALEIN_SETTLE", 3*time.Second)
 	waves := envInt(t, "VPCIP_FLEET_WAVES", 2)
 	share := envInt(t, "VPCIP_FLEET_BUDGET_SHARE", 80)
+	scale := envInt(t, "VPCIP_FLEET_ACCOUNT_SCALE", 100)
+	if scale < 1 || scale > 100 || share*scale < 100 {
+		t.Fatalf("VPCIP_FLEET_ACCOUNT_SCALE=%d with VPCIP_FLEET_BUDGET_SHARE=%d: want 1 to 100 and a budget share of at least 1 %% of AWS's buckets", scale, share)
+	}
 	scenarios := os.Getenv("VPCIP_FLEET_SCENARIOS")
 	if scenarios == "" {
 		scenarios = "abcd"
@@ -95,7 +105,7 @@ func TestFleet(t *testing.T) {
 		qps       int // the central operator's queue; 0: none
 	}{
 		{"node", "per-node backoff", nil, 0},
-		{"fleet", "coordinated budget", []string{"VPCIP_EC2_BUDGET=fleet", fmt.Sprintf("VPCIP_EC2_BUDGET_SHARE=%d", share)}, 0},
+		{"fleet", "coordinated budget", []string{"VPCIP_EC2_BUDGET=fleet", fmt.Sprintf("VPCIP_EC2_BUDGET_SHARE=%d", share*scale/100)}, 0},
 		{"operator", "central operator", nil, operatorQPS},
 	}
 	// make test's short variant runs two models (the operator model adds
@@ -119,7 +129,7 @@ func TestFleet(t *testing.T) {
 		}
 		ok := t.Run(m.key, func(t *testing.T) {
 			opts := fleet.Options{DaemonEnv: m.env, OperatorQPS: float64(m.qps), OperatorBurst: operatorBurst}
-			r := runModel(ctx, t, fmt.Sprintf("f%d%c", os.Getpid()%10000, 'a'+i), bin, nodes, opts, func(f *fleet.Fleet) []fleet.Report {
+			r := runModel(ctx, t, fmt.Sprintf("f%d%c", os.Getpid()%10000, 'a'+i), bin, nodes, scale, opts, func(f *fleet.Fleet) []fleet.Report {
 				return runScenarios(ctx, t, f, scenarios, scenarioOptions{podsPerNode, spread, churn, churnInterval, settle, scaleInSettle, waves})
 			})
 			results = append(results, fleet.Model{Name: m.name, Reports: r})
@@ -143,10 +153,21 @@ type scenarioOptions struct {
 // runModel starts a fleet of n nodes with the model's options (the
 // daemons' environment, the operator's queue), runs fn on it, and checks
 // that it closes cleanly.
-func runModel(ctx context.Context, t *testing.T, prefix, bin string, n int, model fleet.Options, fn func(*fleet.Fleet) []fleet.Report) []fleet.Report {
+func runModel(ctx context.Context, t *testing.T, prefix, bin string, n, scale int, model fleet.Options, fn func(*fleet.Fleet) []fleet.Report) []fleet.Report {
 	model.Prefix, model.Nodes, model.BinDir, model.WorkDir = prefix, n, bin, t.TempDir()
+	if keep := os.Getenv("VPCIP_FLEET_KEEP"); keep != "" {
+		// The daemons' logs and state outlive the run, for reading after.
+		model.WorkDir = filepath.Join(keep, prefix)
+		if err := os.MkdirAll(model.WorkDir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("fleet: daemons' logs and state kept under %s", model.WorkDir)
+	}
 	model.CRDFile, model.RulesFile = "../../charts/vpcip/crds/addressbudgets.vpcip.io.yaml", "../../charts/vpcip/files/clusterrole-rules.yaml"
 	model.RequestLimits, model.Logf = vpcsim.AWSRequestLimits(), t.Logf
+	if scale != 100 {
+		model.RequestLimits = model.RequestLimits.Scaled(float64(scale) / 100)
+	}
 	f, err := fleet.Start(ctx, model)
 	if err != nil {
 		t.Fatal(err)

@@ -76,6 +76,22 @@ func AWSRequestLimits() RequestLimits {
 	return l
 }
 
+// Scaled is l with the capacity and refill rate of every bucket but the
+// Describe actions' multiplied by f (capacity at least 1 token): the
+// account's mutating buckets as a fleet 1/f times as large sees them from
+// its share. Describes keep their buckets (each daemon paces its own; the
+// fleet's shared budget does not cover them).
+func (l RequestLimits) Scaled(f float64) RequestLimits {
+	out := make(RequestLimits, len(l))
+	for k, v := range l {
+		if !strings.HasPrefix(k, "Describe") {
+			v = BucketLimit{Capacity: max(1, v.Capacity*f), RefillPerSecond: v.RefillPerSecond * f}
+		}
+		out[k] = v
+	}
+	return out
+}
+
 // Validate reports the first entry that names no action vpcsim serves or
 // has a capacity below 1 or a refill rate that is not positive.
 func (l RequestLimits) Validate() error {

@@ -267,6 +267,7 @@ func (c *Client) CreateENI(ctx context.Context, req provider.CreateENIRequest) (
 	if err != nil {
 		return provider.ENI{}, err
 	}
+	ctx = withChain(ctx, actCreateNetworkInterface, actAttachNetworkInterface, actModifyNetworkInterface)
 	ni, err := c.createENI(ctx, id, req)
 	if err != nil {
 		return provider.ENI{}, err

@@ -1,0 +1,93 @@
+package awsprovider
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vpcip/vpcip/provider"
+)
+
+// recordingBudget is a provider.RequestBudget that lets every request
+// through after delay, recording when each Take began and at which priority.
+type recordingBudget struct {
+	delay time.Duration
+	mu    sync.Mutex
+	takes []budgetTake
+}
+
+type budgetTake struct {
+	action string
+	p      provider.Priority
+	at     time.Time
+}
+
+func (b *recordingBudget) Take(ctx context.Context, action string, p provider.Priority) error {
+	b.mu.Lock()
+	b.takes = append(b.takes, budgetTake{action, p, time.Now()})
+	b.mu.Unlock()
+	return provider.Sleep(ctx, b.delay)
+}
+
+func (b *recordingBudget) Refused(string) {}
+
+func (b *recordingBudget) first(action string) (budgetTake, int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := 0
+	var out budgetTake
+	for _, t := range b.takes {
+		if t.action == action {
+			if n == 0 {
+				out = t
+			}
+			n++
+		}
+	}
+	return out, n
+}
+
+// TestCreateENIReservesEachStepWhileTheStepBeforeRuns: with a shared
+// budget, the attach's token is asked for as soon as the create holds its
+// own, while CreateNetworkInterface runs (and the attribute change's while
+// the attach runs), once each and at pod-waiting priority; so a fleet's
+// queues for the three steps are waited in parallel, not one after another.
+func TestCreateENIReservesEachStepWhileTheStepBeforeRuns(t *testing.T) {
+	s := startSim(t)
+	budget := &recordingBudget{delay: 200 * time.Millisecond}
+	opts := testOptions()
+	opts.Budget = budget
+	c := s.client(t, opts, "")
+	if _, err := c.Self(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	s.local.Cloud.Faults().SetLatency("CreateNetworkInterface", 300*time.Millisecond, 0)
+	s.local.Cloud.Faults().SetLatency("AttachNetworkInterface", 300*time.Millisecond, 0)
+	start := time.Now()
+	if _, err := c.CreateENI(t.Context(), provider.CreateENIRequest{Addresses: 2}); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	create, nc := budget.first("CreateNetworkInterface")
+	attach, na := budget.first("AttachNetworkInterface")
+	modify, nm := budget.first("ModifyNetworkInterfaceAttribute")
+	if nc != 1 || na != 1 || nm != 1 {
+		t.Fatalf("takes: create %d, attach %d, modify %d; want one each", nc, na, nm)
+	}
+	// The attach's take begins when the create's ends (after its 200 ms),
+	// not after CreateNetworkInterface's 300 ms.
+	if d := attach.at.Sub(create.at); d >= 450*time.Millisecond {
+		t.Errorf("attach's take began %s after the create's: after the create call, not during it", d)
+	}
+	if d := modify.at.Sub(attach.at); d >= 450*time.Millisecond {
+		t.Errorf("attribute change's take began %s after the attach's: after the attach call, not during it", d)
+	}
+	if attach.p != provider.PriorityPodWaiting || modify.p != provider.PriorityPodWaiting {
+		t.Errorf("priorities: attach %v, modify %v; want pod-waiting (finishing what the create began)", attach.p, modify.p)
+	}
+	// In series: 3 takes of 200 ms and two calls of 300 ms ≥ 1.2 s.
+	if took >= 1200*time.Millisecond {
+		t.Errorf("CreateENI took %s: the steps' budget waits ran in series", took)
+	}
+}

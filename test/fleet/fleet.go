@@ -52,8 +52,12 @@ type Options struct {
 	Nodes        int    // instances, each with its daemon and Node object
 	InstanceType string // default "m5.large"
 	MaxPods      int64  // the Node's pod capacity (kubelet max-pods); default 29, EKS's figure for m5.large
-	BinDir       string // holds vpcipd
-	WorkDir      string // per-node state directories are made under it
+	// ADDRetry is how long after a failed CNI ADD the harness tries again
+	// (then up to half as long more, at random): kubelet's pod worker
+	// backOffPeriod. Default 10 s.
+	ADDRetry time.Duration
+	BinDir   string // holds vpcipd
+	WorkDir  string // per-node state directories are made under it
 	// CRDFile and RulesFile are the AddressBudget CRD and the daemon's
 	// ClusterRole rules (charts/vpcip/...).
 	CRDFile, RulesFile string
@@ -139,6 +143,9 @@ func Start(ctx context.Context, opts Options) (f *Fleet, err error) {
 	}
 	if opts.MaxPods == 0 {
 		opts.MaxPods = 29
+	}
+	if opts.ADDRetry == 0 {
+		opts.ADDRetry = 10 * time.Second
 	}
 	if opts.Logf == nil {
 		opts.Logf = func(string, ...any) {}

@@ -71,7 +71,9 @@ func envDuration(t *testing.T, name string, def time.Duration) time.Duration {
 // (percent, default 100) shrinks the account's EC2 buckets, and the
 // coordinated budget's share with them, so that a small fleet meets the
 // contention of a larger one (15 with 30 nodes: EC2's buckets as 200 nodes
-// see them) without 200 daemons' CPU.
+// see them) without 200 daemons' CPU. A failed CNI ADD is tried again after
+// VPCIP_FLEET_ADD_RETRY (default 10 s, kubelet's pod worker back-off) and
+// up to half as long more.
 func TestFleet(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (network namespaces)")
@@ -87,6 +89,7 @@ func TestFleet(t *testing.T) {
 	waves := envInt(t, "VPCIP_FLEET_WAVES", 2)
 	share := envInt(t, "VPCIP_FLEET_BUDGET_SHARE", 80)
 	scale := envInt(t, "VPCIP_FLEET_ACCOUNT_SCALE", 100)
+	addRetry := envDuration(t, "VPCIP_FLEET_ADD_RETRY", 10*time.Second)
 	if scale < 1 || scale > 100 || share*scale < 100 {
 		t.Fatalf("VPCIP_FLEET_ACCOUNT_SCALE=%d with VPCIP_FLEET_BUDGET_SHARE=%d: want 1 to 100 and a budget share of at least 1 %% of AWS's buckets", scale, share)
 	}
@@ -128,7 +131,7 @@ func TestFleet(t *testing.T) {
 			continue
 		}
 		ok := t.Run(m.key, func(t *testing.T) {
-			opts := fleet.Options{DaemonEnv: m.env, OperatorQPS: float64(m.qps), OperatorBurst: operatorBurst}
+			opts := fleet.Options{DaemonEnv: m.env, OperatorQPS: float64(m.qps), OperatorBurst: operatorBurst, ADDRetry: addRetry}
 			r := runModel(ctx, t, fmt.Sprintf("f%d%c", os.Getpid()%10000, 'a'+i), bin, nodes, scale, opts, func(f *fleet.Fleet) []fleet.Report {
 				return runScenarios(ctx, t, f, scenarios, scenarioOptions{podsPerNode, spread, churn, churnInterval, settle, scaleInSettle, waves})
 			})

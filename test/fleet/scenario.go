@@ -72,9 +72,12 @@ func nextPodName(n *Node) string {
 
 // runPod creates a pod bound to n in the API, as the scheduler leaves it,
 // then does what kubelet and the plugin do for its sandbox: CNI ADD through
-// the socket API, retried every second while the daemon answers "try again"
-// (no address yet) or cannot be reached, until ctx ends. The wait is from
-// the pod's creation until its address.
+// the socket API (the daemon holds it up to VPCIP_ADD_WAIT for an address),
+// retried while the daemon answers "try again" (no address yet) or cannot
+// be reached, until ctx ends, each retry after Options.ADDRetry stretched
+// by up to half again (kubelet's pod worker requeues a pod whose sync
+// failed after its backOffPeriod, 10 s, jittered by a factor of 0.5). The
+// wait is from the pod's creation until its address.
 func (f *Fleet) runPod(ctx context.Context, n *Node, t *tally) {
 	name := nextPodName(n)
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.Namespace},
@@ -103,7 +106,7 @@ func (f *Fleet) runPod(ctx context.Context, n *Node, t *tally) {
 		case <-ctx.Done():
 			t.fail(fmt.Errorf("pod %s on %s: no address after %s: %v", name, n.Name, time.Since(created).Round(time.Second), err))
 			return
-		case <-time.After(time.Second):
+		case <-time.After(f.ADDRetry + mrand.N(f.ADDRetry/2+1)):
 		}
 	}
 }
@@ -121,7 +124,11 @@ func (f *Fleet) createPod(ctx context.Context, pod *corev1.Pod) (*corev1.Pod, er
 		case apierrors.IsAlreadyExists(err):
 			return f.Admin.CoreV1().Pods(f.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
 		case !(apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err) || apierrors.IsTooManyRequests(err) ||
-			apierrors.IsInternalError(err) || apierrors.IsServiceUnavailable(err) || errors.Is(err, context.DeadlineExceeded)):
+			apierrors.IsInternalError(err) || apierrors.IsServiceUnavailable(err) || errors.Is(err, context.DeadlineExceeded) ||
+			!isAPIStatus(err)):
+			// An answer of the API server other than overload is final; a
+			// failure to get one (a reset stream, a refused connection)
+			// is retried as the scheduler's bind would be.
 			return nil, err
 		}
 		f.apiRetries.Add(1)
@@ -131,6 +138,13 @@ func (f *Fleet) createPod(ctx context.Context, pod *corev1.Pod) (*corev1.Pod, er
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// isAPIStatus reports whether err is an answer of the API server (a Status),
+// not a failure to reach it.
+func isAPIStatus(err error) bool {
+	var st apierrors.APIStatus
+	return errors.As(err, &st)
 }
 
 // deletePod does CNI DEL through the socket API, then deletes the pod in the API.

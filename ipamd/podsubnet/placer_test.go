@@ -64,7 +64,7 @@ type node struct {
 	log  *slog.Logger
 }
 
-func startNode(t *testing.T) *node {
+func startNode(t *testing.T, budget ...provider.RequestBudget) *node {
 	t.Helper()
 	l := vpcsimtest.Start(t, simConfig())
 	inst, err := l.Cloud.LaunchInstance("m5.large", nodeA)
@@ -81,6 +81,7 @@ func startNode(t *testing.T) *node {
 	p, err := awsprovider.New(context.Background(), awsprovider.Options{
 		ClusterName: cluster, AWSConfig: &cfg, MutatingRate: 1000, MutatingBurst: 100, DescribeRate: 1000, DescribeBurst: 100,
 		MetadataWait: 5 * time.Second, MetadataPoll: 10 * time.Millisecond, RetryBase: time.Millisecond, RetryMax: 10 * time.Millisecond,
+		Budget: append(budget, nil)[0],
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -282,5 +283,50 @@ func TestCustomNetworking(t *testing.T) {
 	}
 	if got, _ := n.sim.Cloud.NetworkInterface(old.ID); got.SubnetID != podsA2 || got.Status != "in-use" {
 		t.Errorf("the earlier ENI changed: %+v", got)
+	}
+}
+
+// deferringBudget has no room for the first n CreateNetworkInterface
+// requests (a fleet's shared budget answering "later"), then lets all through.
+type deferringBudget struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (b *deferringBudget) Take(_ context.Context, action string, p provider.Priority) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if action == "CreateNetworkInterface" && b.n > 0 {
+		b.n--
+		return &provider.BudgetShortError{Action: action, Priority: p, Wait: 100 * time.Millisecond}
+	}
+	return nil
+}
+
+func (*deferringBudget) Refused(string) {}
+
+// TestDeferredCreateKeepsItsPlacement: a create the fleet's EC2 budget
+// defers (nothing sent) keeps its placement for the next try, which then
+// reads no subnets again; the ENI lands where the first decision said.
+func TestDeferredCreateKeepsItsPlacement(t *testing.T) {
+	n := startNode(t, &deferringBudget{n: 3})
+	pl := podsubnet.NewPlacer(n.prov, podsubnet.Settings{Discovery: true, Cluster: cluster}, nil, n.log, nil)
+	w := &podsubnet.Provider{Provider: n.prov, Placer: pl}
+	var short *provider.BudgetShortError
+	if _, err := w.CreateENI(t.Context(), provider.CreateENIRequest{Addresses: 9}); !errors.As(err, &short) {
+		t.Fatalf("first create: %v, want the budget's deferral", err)
+	}
+	described := n.sim.Cloud.Faults().Calls("DescribeSubnets")
+	for range 2 {
+		if _, err := w.CreateENI(t.Context(), provider.CreateENIRequest{Addresses: 9}); !errors.As(err, &short) {
+			t.Fatalf("deferred create: %v, want the budget's deferral", err)
+		}
+	}
+	e := n.create(t, w)
+	if got := n.sim.Cloud.Faults().Calls("DescribeSubnets") - described; got != 0 {
+		t.Errorf("%d DescribeSubnets for three tries of a deferred create, want none", got)
+	}
+	if got, _ := n.sim.Cloud.NetworkInterface(e.ID); got.SubnetID != podsA {
+		t.Errorf("the ENI went to %s, want %s (the first decision)", got.SubnetID, podsA)
 	}
 }

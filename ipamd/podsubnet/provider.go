@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"sync"
+	"time"
 
 	"github.com/vpcip/vpcip/provider"
 )
@@ -18,7 +20,18 @@ import (
 type Provider struct {
 	provider.Provider
 	Placer *Placer
+
+	mu       sync.Mutex
+	deferred *Decision // a decision whose first target the fleet's EC2 budget had no room for
 }
+
+// DeferredDecisionAge is how long a placement whose create the fleet's
+// shared EC2 budget deferred (provider.BudgetShortError: nothing was sent)
+// is used again instead of placing anew. The pool tries again when the
+// budget expects room, often within a second; placing anew each time cost a
+// DescribeSubnets per try (in a launch of 200 nodes, more describes than
+// every other request together).
+const DeferredDecisionAge = time.Minute
 
 var _ provider.Provider = (*Provider)(nil)
 
@@ -31,15 +44,25 @@ func (w *Provider) CreateENI(ctx context.Context, req provider.CreateENIRequest)
 	if req.SubnetID != "" || w.Placer == nil {
 		return w.Provider.CreateENI(ctx, req)
 	}
-	d, err := w.Placer.Place(ctx)
-	if err != nil {
-		return provider.ENI{}, err
+	d, ok := w.takeDeferred()
+	if !ok {
+		var err error
+		if d, err = w.Placer.Place(ctx); err != nil {
+			return provider.ENI{}, err
+		}
 	}
 	var last error
 	for _, t := range d.Targets {
 		r := req
 		r.SubnetID, r.SecurityGroups = t.SubnetID, t.SecurityGroups
 		e, err := w.Provider.CreateENI(ctx, r)
+		var short *provider.BudgetShortError
+		if errors.As(err, &short) {
+			w.mu.Lock()
+			w.deferred = &d
+			w.mu.Unlock()
+			return e, err
+		}
 		if errors.Is(err, provider.ErrSubnetFull) || errors.Is(err, provider.ErrInsufficientCIDR) {
 			w.Placer.refused(t, err)
 			last = err
@@ -52,6 +75,19 @@ func (w *Provider) CreateENI(ctx context.Context, req provider.CreateENIRequest)
 		return e, err
 	}
 	return provider.ENI{}, last
+}
+
+// takeDeferred returns, once, the decision of a create the budget deferred
+// less than DeferredDecisionAge ago.
+func (w *Provider) takeDeferred() (Decision, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	d := w.deferred
+	w.deferred = nil
+	if d == nil || time.Since(d.At) >= DeferredDecisionAge {
+		return Decision{}, false
+	}
+	return *d, true
 }
 
 var _ provider.IPv6Assigner = (*Provider)(nil)

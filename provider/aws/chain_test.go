@@ -2,11 +2,13 @@ package awsprovider
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/vpcip/vpcip/provider"
+	"github.com/vpcip/vpcip/test/vpcsim"
 )
 
 // recordingBudget is a provider.RequestBudget that lets every request
@@ -89,5 +91,43 @@ func TestCreateENIReservesEachStepWhileTheStepBeforeRuns(t *testing.T) {
 	// In series: 3 takes of 200 ms and two calls of 300 ms ≥ 1.2 s.
 	if took >= 1200*time.Millisecond {
 		t.Errorf("CreateENI took %s: the steps' budget waits ran in series", took)
+	}
+}
+
+// refusingBudget refuses every request of one action as a shared budget
+// with no room does (nothing sent).
+type refusingBudget struct{ action string }
+
+func (b refusingBudget) Take(_ context.Context, action string, p provider.Priority) error {
+	if action == b.action {
+		return &provider.BudgetShortError{Action: action, Priority: p, Wait: time.Second}
+	}
+	return nil
+}
+
+func (refusingBudget) Refused(string) {}
+
+// TestCreateENIRefusedByTheBudgetCallsNothing: a create the fleet's budget
+// has no room for sends no request at all, not even the describe for the
+// device number: the pool tries again within a second or so, and in a
+// launch those describes were most of the fleet's EC2 requests.
+func TestCreateENIRefusedByTheBudgetCallsNothing(t *testing.T) {
+	s := startSim(t)
+	opts := testOptions()
+	opts.Budget = refusingBudget{"CreateNetworkInterface"}
+	c := s.client(t, opts, "")
+	if _, err := c.Self(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	before := s.local.Cloud.Faults().CallCounts()
+	_, err := c.CreateENI(t.Context(), provider.CreateENIRequest{Addresses: 2})
+	var short *provider.BudgetShortError
+	if !errors.As(err, &short) {
+		t.Fatalf("CreateENI = %v, want the budget's refusal", err)
+	}
+	for op, n := range s.local.Cloud.Faults().CallCounts() {
+		if op != vpcsim.IMDSOp && n != before[op] {
+			t.Errorf("%s called %d times for a create the budget refused", op, n-before[op])
+		}
 	}
 }

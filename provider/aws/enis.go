@@ -263,10 +263,6 @@ func (c *Client) CreateENI(ctx context.Context, req provider.CreateENIRequest) (
 	}
 	c.createMu.Lock()
 	defer c.createMu.Unlock()
-	dev, err := c.nextDeviceIndex(ctx, id.instanceID)
-	if err != nil {
-		return provider.ENI{}, err
-	}
 	ctx = withChain(ctx, actCreateNetworkInterface, actAttachNetworkInterface, actModifyNetworkInterface)
 	ni, err := c.createENI(ctx, id, req)
 	if err != nil {
@@ -274,6 +270,14 @@ func (c *Client) CreateENI(ctx context.Context, req provider.CreateENIRequest) (
 	}
 	eniID := aws.ToString(ni.NetworkInterfaceId)
 	ctx = finishing(ctx)
+	// The device number is read after the create, so that a create the
+	// fleet's budget refuses (nothing sent, tried again soon) costs no
+	// describe: in a launch of 200 nodes those describes were most of the
+	// fleet's EC2 requests.
+	dev, err := c.nextDeviceIndex(ctx, id.instanceID)
+	if err != nil {
+		return provider.ENI{}, c.rollback(ctx, eniID, err)
+	}
 	att, err := call(ctx, c, actAttachNetworkInterface, func(ctx context.Context) (*ec2.AttachNetworkInterfaceOutput, error) {
 		return c.ec2.AttachNetworkInterface(ctx, &ec2.AttachNetworkInterfaceInput{
 			InstanceId: aws.String(id.instanceID), NetworkInterfaceId: aws.String(eniID),

@@ -25,12 +25,20 @@ import (
 //  3. Otherwise Wait (growth blocked by an active Refusal; Plan.Until says
 //     until when) or Nothing (at target, or short at a static limit).
 //
+// Before all of these, in prefix mode with /28s not refused, free single
+// addresses left from the no-/28 fallback are turned back into /28s
+// (convert.go): a /28 is assigned when the pool would be short without
+// them, and they are released when it would not.
+//
 // Next never plans an action on an assigned or cooling address, never
 // deletes the primary ENI, and never plans growth that a later call would
 // shrink: a release or deletion is planned only if the targets still hold
 // after it.
 func Next(in Input) Plan {
 	s := newState(in)
+	if p, ok := s.convert(); ok {
+		return p
+	}
 	if s.tgt.policy == byDemand {
 		return s.adaptive()
 	}

@@ -128,6 +128,11 @@ type Config struct {
 	// WarmENITarget, WarmPrefixTarget above 0 takes precedence, with the
 	// AWS VPC CNI meaning.
 	Adaptive bool
+	// KeepFallback turns off the conversion of the no-/28 fallback's free
+	// single addresses back into /28s (convert.go): they stay until the
+	// policy releases them as surplus, as before the conversion. For
+	// comparisons (make bench-frag); the daemon never sets it.
+	KeepFallback bool
 }
 
 // Refusal is a recent refusal from the cloud, fed back so the plan falls back

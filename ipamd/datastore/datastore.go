@@ -207,7 +207,8 @@ func (s *state) assignmentLocked(addr netip.Addr, a *address) Assignment {
 // (existing true). Otherwise it picks a free address out of cooldown: on the
 // primary ENI first (it is never freed), then on the ENI holding the most
 // assignments, so the other ENIs stay empty and can be released; within an
-// ENI, from the slot holding the most, so whole /28s stay releasable. It
+// ENI, from the slot holding the most, so whole /28s stay releasable, and
+// among slots holding as many, from a /28 before a single address. It
 // returns ErrNoAddress when nothing is free, ErrMaxAssigned at the pod limit.
 func (d *Store) Assign(key api.Key, pod api.Pod, now time.Time) (a Assignment, existing bool, err error) {
 	return d.AssignIn(key, pod, "", now)
@@ -269,7 +270,7 @@ func (s *state) pickLocked(now time.Time) (netip.Addr, bool) {
 		}
 	}
 	var best netip.Addr
-	var bestRank [4]int
+	var bestRank [5]int
 	for addr, a := range s.addrs {
 		if a.owner != nil || a.releasing || len(a.fences) > 0 || a.eni == "" || s.coolingLocked(a, now) {
 			continue
@@ -288,8 +289,10 @@ func (s *state) pickLocked(now time.Time) (netip.Addr, bool) {
 		if e.Primary() {
 			primary = 0
 		}
-		// Lower rank wins: primary ENI, busiest ENI, lowest device, busiest slot.
-		rank := [4]int{primary, -used[a.eni], e.DeviceNumber, -slotUsed[a.slot]}
+		// Lower rank wins: primary ENI, busiest ENI, lowest device, busiest
+		// slot, then a /28 before a single address (in prefix mode, those
+		// left from the no-/28 fallback then stay free to be released).
+		rank := [5]int{primary, -used[a.eni], e.DeviceNumber, -slotUsed[a.slot], a.slot.Bits()}
 		if !best.IsValid() || less(rank, bestRank) || (rank == bestRank && addr.Less(best)) {
 			best, bestRank = addr, rank
 		}
@@ -344,7 +347,7 @@ func (s *state) freshLocked() (netip.Addr, bool) {
 	return netip.Addr{}, false
 }
 
-func less(a, b [4]int) bool {
+func less(a, b [5]int) bool {
 	for i := range a {
 		if a[i] != b[i] {
 			return a[i] < b[i]

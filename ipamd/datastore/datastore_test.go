@@ -274,6 +274,21 @@ func TestPrefixSlotsExpandAndPack(t *testing.T) {
 	}
 }
 
+// TestAssignPrefersAPrefixToSingleAddresses: an ENI holding single
+// addresses (prefix mode's no-/28 fallback) and an empty /28 at a higher
+// address: pods get the /28's addresses, so the single ones stay free to
+// be released.
+func TestAssignPrefersAPrefixToSingleAddresses(t *testing.T) {
+	s := New(0)
+	s.Cloud().Sync([]provider.ENI{{ID: "eni-a", SecondaryIPs: addrs("10.0.0.5", "10.0.0.6"),
+		Prefixes: []netip.Prefix{netip.MustParsePrefix("10.0.0.32/28")}}}, t0)
+	for i := range 3 {
+		if a := mustAssign(t, s, fmt.Sprint("c", i), t0); !netip.MustParsePrefix("10.0.0.32/28").Contains(a.Address) {
+			t.Fatalf("pod %d got %s, want an address of the /28", i, a.Address)
+		}
+	}
+}
+
 // TestGCInTwoSteps: Stale lists what GC would release and releases
 // nothing; GCOnly releases only the listed keys still holding the listed
 // address and still stale; an empty list releases nothing.

@@ -23,6 +23,7 @@ import (
 var (
 	fragHours   = flag.Float64("frag.hours", 1.5, "simulated hours of TestFragmentationScenario")
 	fragScatter = flag.Bool("frag.scatter", true, "TestFragmentationScenario: EC2 picks addresses at random (vpcsim ScatterAddresses); false: lowest first")
+	fragSeeds   = flag.Int("frag.seeds", 1, "TestFragmentationScenario: runs of each variant, seeds 28, 29, ...; counts are summed, means averaged")
 )
 
 // simNode is one vpcipd pool (datastore, pool, the real EC2 provider) on an
@@ -35,7 +36,12 @@ type simNode struct {
 	pods   []string
 	next   int
 	due    time.Time // when the pool's next cycle is due
+	// waiting counts the pods that found no free address in the current
+	// step: the pool's Pending (ADDs waiting in the daemon).
+	waiting int
 }
+
+func (n *simNode) Demand() int { return n.waiting }
 
 // launchNode launches an instance of typ in subnet and builds its pool.
 func launchNode(t *testing.T, cloud *vpcsimtest.Local, clock *virtualClock, typ, subnet string, o Options) *simNode {
@@ -67,7 +73,7 @@ func launchNode(t *testing.T, cloud *vpcsimtest.Local, clock *virtualClock, typ,
 	}
 	n := &simNode{id: inst.ID, prefix: o.Config.PrefixDelegation, store: datastore.New(30 * time.Second)}
 	n.store.Cloud().Sync(enis, clock.Now())
-	o.Store, o.Provider, o.Clock = n.store, prov, clock.Now
+	o.Store, o.Provider, o.Clock, o.Pending = n.store, prov, clock.Now, n
 	o.Node = staticNode{lim: warmpool.Limits{MaxENIs: lim.MaxENIs, SlotsPerENI: lim.PodAddressesPerENI(), PrefixSupported: lim.PrefixDelegation}, subnet: subnet}
 	if n.pool, err = New(o); err != nil {
 		t.Fatal(err)
@@ -77,12 +83,18 @@ func launchNode(t *testing.T, cloud *vpcsimtest.Local, clock *virtualClock, typ,
 
 func podKey(pod string) api.Key { return api.Key{Network: "vpcip", ContainerID: pod, IfName: "eth0"} }
 
-// start adds one pod; false when the node has no free address.
+// start adds one pod, recording its arrival (the adaptive policy's
+// demand); false, counted as waiting, when the node has no free address.
 func (n *simNode) start(now time.Time) bool {
 	pod := fmt.Sprintf("%s-%d", n.id, n.next)
 	if _, _, err := n.store.Assign(podKey(pod), api.Pod{Namespace: "default", Name: pod}, now); err != nil {
+		if n.waiting == 0 {
+			n.pool.Arrived(now) // one waiting pod, retried each step, arrives once a step
+		}
+		n.waiting++
 		return false
 	}
+	n.pool.Arrived(now)
 	n.next++
 	n.pods = append(n.pods, pod)
 	return true
@@ -108,12 +120,47 @@ func (n *simNode) holdings() (singles, prefixes int) {
 	return singles, prefixes
 }
 
+// freeSingles counts the node's single addresses no pod holds (cooling
+// ones included).
+func (n *simNode) freeSingles(now time.Time) int {
+	free := 0
+	for _, e := range n.store.Snapshot(now) {
+		for _, sl := range e.Slots {
+			if sl.Size() == 1 && sl.Assigned <= 0 {
+				free++
+			}
+		}
+	}
+	return free
+}
+
+// prefixSingles counts the single addresses the prefix-mode nodes hold.
+func prefixSingles(nodes []*simNode) int {
+	n := 0
+	for _, x := range nodes {
+		if x.prefix {
+			singles, _ := x.holdings()
+			n += singles
+		}
+	}
+	return n
+}
+
+// ebbFor is how long the scenario's ebb lasts: the secondary-IP nodes
+// down to two pods each, the prefix-mode nodes churning on.
+const ebbFor = 40 * time.Minute
+
 // fragResult is one run of the scenario.
 type fragResult struct {
 	wholeAt       []int // whole free /28s at each report
 	minWhole      int
 	meanWhole     float64
 	fallbackMean  float64 // single addresses the churning prefix nodes held (fallback), mean over the run
+	fallbackEnd   int     // single addresses they held at the end of the churn
+	ebbSingles    int     // and after the ebb (ebbFor)
+	ebbWhole      int     // whole free /28s after the ebb
+	adaptiveMean  float64 // of fallbackMean, those the adaptive-policy prefix node held
+	freeSingles   float64 // of fallbackMean, those no pod held (idle)
 	probePrefixes int     // /28s the probe prefix node got
 	probeSingles  int     // single addresses it fell back to
 	noPrefix      int     // InsufficientCidrBlocks answers to the churning prefix nodes
@@ -124,16 +171,21 @@ type fragResult struct {
 
 // runFragScenario churns one /22 subnet (62 aligned /28s free of reserved
 // addresses) shared by eight secondary-IP nodes (m5.xlarge, WARM_IP_TARGET=3)
-// and two prefix-mode nodes (m5.xlarge, WARM_PREFIX_TARGET=1) for the given
+// and two prefix-mode nodes (m5.xlarge, one WARM_PREFIX_TARGET=1, one with
+// vpcip's default adaptive policy; convert false sets
+// warmpool.Config.KeepFallback on both) for the given
 // simulated time, on the virtual clock: every 20 s each node's pod count
 // moves by a seeded random step toward a target that changes every 10
 // minutes, and each node's pool cycles when its delay is due. Every
 // reportEvery it records the subnet's whole free /28s; at the end a new
 // prefix-mode node asks for 3 /28s (a node filling up) and the result says
-// how many it got and how many single addresses it fell back to.
-func runFragScenario(t *testing.T, d time.Duration, aware, scatter bool, reportEvery time.Duration) fragResult {
+// how many it got and how many single addresses it fell back to. Then, for
+// ebbFor, the secondary-IP nodes go down to two pods each (the subnet has
+// whole /28s again) while the prefix-mode nodes churn on, and the result
+// says how many single addresses those still hold.
+func runFragScenario(t *testing.T, d time.Duration, aware, scatter, convert bool, reportEvery time.Duration, seed uint64) fragResult {
 	const subnet = "subnet-0000000000000f28"
-	cloud := vpcsimtest.Start(t, vpcsim.Config{Seed: 28, ScatterAddresses: scatter, Subnets: []vpcsim.SubnetSpec{
+	cloud := vpcsimtest.Start(t, vpcsim.Config{Seed: int64(seed), ScatterAddresses: scatter, Subnets: []vpcsim.SubnetSpec{
 		{ID: subnet, CIDR: netip.MustParsePrefix("100.64.0.0/22"), AvailabilityZone: "us-west-2a"},
 	}})
 	clock := &virtualClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
@@ -143,13 +195,16 @@ func runFragScenario(t *testing.T, d time.Duration, aware, scatter bool, reportE
 	var nodes []*simNode
 	for i := range 10 {
 		cfg := warmpool.Config{WarmIPTarget: 3, ReleaseInterval: 30 * time.Second, ENIMinAge: time.Minute}
-		if i%5 == 4 {
-			cfg = warmpool.Config{PrefixDelegation: true, WarmPrefixTarget: 1, ReleaseInterval: 30 * time.Second, ENIMinAge: time.Minute}
+		switch i {
+		case 4:
+			cfg = warmpool.Config{PrefixDelegation: true, WarmPrefixTarget: 1, ReleaseInterval: 30 * time.Second, ENIMinAge: time.Minute, KeepFallback: !convert}
+		case 9:
+			cfg = warmpool.Config{PrefixDelegation: true, Adaptive: true, ReleaseInterval: 30 * time.Second, ENIMinAge: time.Minute, KeepFallback: !convert}
 		}
 		nodes = append(nodes, launchNode(t, cloud, clock, "m5.xlarge", subnet, opts(cfg)))
 	}
 	ctx := context.Background()
-	rng := rand.New(rand.NewPCG(28, 28))
+	rng := rand.New(rand.NewPCG(seed, 28))
 	targets := make([]int, len(nodes))
 	whole := func() int {
 		s, _ := cloud.Cloud.Subnet(subnet)
@@ -160,14 +215,20 @@ func runFragScenario(t *testing.T, d time.Duration, aware, scatter bool, reportE
 	const step = 20 * time.Second
 	end := clock.Now().Add(d)
 	nextReport := clock.Now()
-	samples, sum, fallback := 0, 0, 0
-	for now := clock.Now(); now.Before(end); now = clock.Now() {
+	samples, sum, fallback, adaptive, idle := 0, 0, 0, 0, 0
+	// churn plays one step at now; ebb: the secondary-IP nodes go down to
+	// two pods each, the prefix-mode nodes churn on.
+	churn := func(now time.Time, ebb bool) {
 		if now.Sub(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))%(10*time.Minute) == 0 {
 			for i := range targets {
 				targets[i] = 4 + rng.IntN(36) // 4..39 pods
+				if ebb && !nodes[i].prefix {
+					targets[i] = 2
+				}
 			}
 		}
 		for i, n := range nodes {
+			n.waiting = 0
 			diff := targets[i] - len(n.pods)
 			moves := rng.IntN(4)
 			for range moves {
@@ -190,19 +251,26 @@ func runFragScenario(t *testing.T, d time.Duration, aware, scatter bool, reportE
 				wait := n.pool.Cycle(ctx)
 				n.due = clock.Now().Add(wait)
 				for _, r := range n.pool.Refusals(clock.Now()) {
-					if r.Kind == warmpool.RefusedNoPrefix && n.prefix {
+					if r.Kind == warmpool.RefusedNoPrefix && n.prefix && !ebb {
 						res.noPrefix++
 					}
 				}
 			}
 		}
+	}
+	for now := clock.Now(); now.Before(end); now = clock.Now() {
+		churn(now, false)
 		w := whole()
 		samples++
 		sum += w
-		for _, n := range nodes {
+		for i, n := range nodes {
 			if n.prefix {
 				singles, _ := n.holdings()
 				fallback += singles
+				idle += n.freeSingles(clock.Now())
+				if i == 9 {
+					adaptive += singles
+				}
 			}
 		}
 		res.minWhole = min(res.minWhole, w)
@@ -214,12 +282,23 @@ func runFragScenario(t *testing.T, d time.Duration, aware, scatter bool, reportE
 	}
 	res.meanWhole = float64(sum) / float64(samples)
 	res.fallbackMean = float64(fallback) / float64(samples)
+	res.adaptiveMean = float64(adaptive) / float64(samples)
+	res.freeSingles = float64(idle) / float64(samples)
+	res.fallbackEnd = prefixSingles(nodes)
 	probe := launchNode(t, cloud, clock, "m5.xlarge", subnet, opts(warmpool.Config{PrefixDelegation: true, WarmPrefixTarget: 3}))
 	for range 5 {
 		probe.pool.Cycle(ctx)
 		clock.Advance(time.Second)
 	}
 	res.probeSingles, res.probePrefixes = probe.holdings()
+	// The ebb: the subnet has whole /28s again while the prefix-mode
+	// nodes still hold single addresses from the fallback.
+	clock.t = clock.Now().Truncate(10 * time.Minute).Add(10 * time.Minute)
+	for end := clock.Now().Add(ebbFor); clock.Now().Before(end); clock.t = clock.Now().Add(step) {
+		churn(clock.Now(), true)
+	}
+	res.ebbWhole = whole()
+	res.ebbSingles = prefixSingles(nodes)
 	for _, n := range nodes {
 		res.namedRefused += n.pool.namedRefused
 	}
@@ -238,24 +317,67 @@ func runFragScenario(t *testing.T, d time.Duration, aware, scatter bool, reportE
 func TestFragmentationScenario(t *testing.T) {
 	d := time.Duration(*fragHours * float64(time.Hour))
 	every := 15 * time.Minute
-	without := runFragScenario(t, d, false, *fragScatter, every)
-	with := runFragScenario(t, d, true, *fragScatter, every)
-	t.Logf("one /22 subnet (62 /28s free of reserved addresses), 8 secondary-IP + 2 prefix-mode m5.xlarge nodes churning, %v simulated, EC2 choosing addresses %s",
-		d, map[bool]string{true: "at random", false: "lowest first"}[*fragScatter])
-	t.Logf("whole free /28s every %v:", every)
-	t.Logf("  without: %v", without.wholeAt)
-	t.Logf("  with:    %v", with.wholeAt)
-	for _, r := range []struct {
-		name string
-		fragResult
-	}{{"without", without}, {"with", with}} {
-		t.Logf("%-7s: whole /28s mean %.1f, min %d; churning prefix nodes refused a /28 (InsufficientCidrBlocks) in %d cycles and held %.1f single addresses on average (fallback); probe prefix node got %d /28s and %d single addresses; AssignPrivateIpAddresses %d (%d named ones refused), DescribeNetworkInterfaces %d",
-			r.name, r.meanWhole, r.minWhole, r.noPrefix, r.fallbackMean, r.probePrefixes, r.probeSingles, r.assigns, r.namedRefused, r.describes)
+	variants := []struct {
+		name           string
+		aware, convert bool
+	}{
+		{"without", false, true},       // the /28-aware choice off
+		{"with", true, true},           // the daemon's default
+		{"kept", true, false},          // the fallback's single addresses kept (warmpool.Config.KeepFallback)
+		{"kept without", false, false}, // both off
 	}
+	res := map[string]fragResult{}
+	for _, v := range variants {
+		var runs []fragResult
+		for i := range max(*fragSeeds, 1) {
+			runs = append(runs, runFragScenario(t, d, v.aware, *fragScatter, v.convert, every, 28+uint64(i)))
+		}
+		res[v.name] = combine(runs)
+	}
+	t.Logf("one /22 subnet (62 /28s free of reserved addresses), 8 secondary-IP + 2 prefix-mode (WARM_PREFIX_TARGET=1, adaptive) m5.xlarge nodes churning, %v simulated, EC2 choosing addresses %s, %d seed(s)",
+		d, map[bool]string{true: "at random", false: "lowest first"}[*fragScatter], max(*fragSeeds, 1))
+	t.Logf("whole free /28s every %v (first seed):", every)
+	for _, v := range variants {
+		t.Logf("  %-12s %v", v.name+":", res[v.name].wholeAt)
+	}
+	for _, v := range variants {
+		r := res[v.name]
+		t.Logf("%-12s: whole /28s mean %.1f, min %d; churning prefix nodes refused a /28 (InsufficientCidrBlocks) in %d cycles and held %.2f single addresses on average (fallback; %.2f no pod held; %.2f on the adaptive node), %d at the end, %d after a %v ebb (whole /28s %d); probe prefix node got %d /28s and %d single addresses; AssignPrivateIpAddresses %d (%d named ones refused), DescribeNetworkInterfaces %d",
+			v.name, r.meanWhole, r.minWhole, r.noPrefix, r.fallbackMean, r.freeSingles, r.adaptiveMean, r.fallbackEnd, r.ebbSingles, ebbFor, r.ebbWhole, r.probePrefixes, r.probeSingles, r.assigns, r.namedRefused, r.describes)
+	}
+	with, without := res["with"], res["without"]
 	if with.meanWhole <= without.meanWhole {
 		t.Errorf("mean whole /28s with the /28-aware choice %.1f, without %.1f: want more with", with.meanWhole, without.meanWhole)
 	}
 	if *fragScatter && with.fallbackMean >= without.fallbackMean {
 		t.Errorf("prefix-mode nodes held %.1f single addresses (fallback) on average with the /28-aware choice, %.1f without: want fewer with", with.fallbackMean, without.fallbackMean)
 	}
+}
+
+// combine sums the counts of runs and averages their means; wholeAt is the
+// first run's.
+func combine(runs []fragResult) fragResult {
+	out := runs[0]
+	for _, r := range runs[1:] {
+		out.minWhole = min(out.minWhole, r.minWhole)
+		out.meanWhole += r.meanWhole
+		out.fallbackMean += r.fallbackMean
+		out.adaptiveMean += r.adaptiveMean
+		out.freeSingles += r.freeSingles
+		out.fallbackEnd += r.fallbackEnd
+		out.ebbSingles += r.ebbSingles
+		out.ebbWhole += r.ebbWhole
+		out.probePrefixes += r.probePrefixes
+		out.probeSingles += r.probeSingles
+		out.noPrefix += r.noPrefix
+		out.assigns += r.assigns
+		out.describes += r.describes
+		out.namedRefused += r.namedRefused
+	}
+	n := float64(len(runs))
+	out.meanWhole /= n
+	out.fallbackMean /= n
+	out.adaptiveMean /= n
+	out.freeSingles /= n
+	return out
 }

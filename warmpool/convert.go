@@ -1,0 +1,127 @@
+package warmpool
+
+import (
+	"net/netip"
+	"slices"
+	"time"
+)
+
+// Turning the no-/28 fallback's single addresses back into /28s (vpcip).
+//
+// In prefix mode, while the subnet has no aligned /28 free
+// (RefusedNoPrefix), growth assigns single addresses. Once a /28 can be
+// had again, those count toward every target as well as a /28's
+// addresses would, so under the adaptive policy and the IP targets a node
+// kept them for as long as they covered its demand: each a /32 of the
+// subnet, each breaking a /28 other prefix-mode nodes could have had.
+//
+// convert plans the node as if its free single addresses were taken:
+// when that pool would grow by an Assign of /28s on an attached ENI, the
+// /28 is asked for now (the free single addresses still serve pods until
+// it comes); when that pool is at target, the free single addresses are
+// released, one ENI's per call, at most one release per
+// Config.ReleaseInterval, and never within an interval of a growth. A
+// single address a pod holds or that cools down is never released; it
+// is released once it is free, if the pool is still at target without
+// it. When no /28 can be had now (a refusal, the ENI and pod limits, or
+// only a new ENI would hold it), convert does nothing and the policy
+// plans as before: no pod waits for the conversion.
+
+// convert returns the conversion's plan, or false when the policy plans
+// as before.
+func (s *state) convert() (Plan, bool) {
+	if !s.prefixes || s.in.Config.KeepFallback {
+		return Plan{}, false // not prefix mode, or /28s refused now
+	}
+	spare := s.spareSingles()
+	if spare == 0 {
+		return Plan{}, false
+	}
+	// The node as if its free single addresses were held by pods: they
+	// keep their slots (EC2 counts them against the ENI's limit) but
+	// count toward no target.
+	in := s.in
+	in.ENIs = slices.Clone(in.ENIs)
+	for i := range in.ENIs {
+		in.ENIs[i].Slots = slices.Clone(in.ENIs[i].Slots)
+		for j := range in.ENIs[i].Slots {
+			if sl := &in.ENIs[i].Slots[j]; spareSlot(*sl) {
+				sl.Assigned = 1
+			}
+		}
+	}
+	without := Next(in)
+	why := count(spare, "free single address") + " from the no-/28 fallback"
+	switch {
+	case without.Action == Assign && without.Prefixes:
+		without.Reason = why + " count for nothing; " + without.Reason
+		return without, true
+	case without.Action == Assign || without.Action == CreateENI || without.Action == Wait:
+		return Plan{}, false // a /28 only on a new ENI, or none now: the policy plans with them
+	}
+	if newState(in).isShort() {
+		return Plan{}, false // short at a static limit: they serve pods
+	}
+	return s.releaseSpares(why, without)
+}
+
+// spareSlot reports a single address no pod holds and none cools down.
+func spareSlot(sl Slot) bool { return sl.Size() == 1 && sl.Assigned <= 0 && sl.Cooling <= 0 }
+
+// spareSingles counts the node's free single addresses.
+func (s *state) spareSingles() int {
+	n := 0
+	for _, e := range s.in.ENIs {
+		for _, sl := range e.Slots {
+			if spareSlot(sl) {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// isShort reports whether the policy would grow the pool now, were it
+// able to.
+func (s *state) isShort() bool {
+	if s.tgt.policy == byDemand {
+		return s.pool.available < s.tgt.demand.low
+	}
+	return s.tgt.short(s.pool, s.prefixes) > 0
+}
+
+// releaseSpares releases free single addresses of the ENI where most of
+// them can go (then primary first, by ID) while the targets hold without
+// them, or plans Nothing until the release interval allows; other is the
+// plan of the pool without them, whose Until a deferral keeps. false: none
+// can go.
+func (s *state) releaseSpares(why string, other Plan) (Plan, bool) {
+	interval := s.in.Config.ReleaseInterval
+	if interval <= 0 {
+		interval = DefaultReleaseInterval
+	}
+	var best []netip.Prefix
+	from := ""
+	for _, i := range s.order {
+		e := &s.in.ENIs[i]
+		if rel := s.pickFree(e, true, spareSlot); len(rel) > len(best) {
+			best, from = rel, e.ID
+		}
+	}
+	if len(best) == 0 {
+		return Plan{}, false // each is needed for a target (MINIMUM_IP_TARGET counts them)
+	}
+	var due time.Time
+	for _, t := range []time.Time{s.in.LastRelease, s.in.LastGrow} {
+		if !t.IsZero() && s.in.Now.Before(t.Add(interval)) {
+			due = latest(due, t.Add(interval))
+		}
+	}
+	if !due.IsZero() {
+		return Plan{Action: Nothing, Until: earliest(due, other.Until),
+			Reason: why + ", the pool at target without them: release allowed at " + stamp(due) + " (" + s.poolText() + ")"}, true
+	}
+	slices.SortFunc(best, comparePrefix)
+	return Plan{Action: Release, ENI: from, Release: best,
+		Reason: why + ", the pool at target without them: release " + count(len(best), "address") + " from " + from + " (" + s.poolText() + ")"}, true
+}

@@ -1,0 +1,102 @@
+package warmpool
+
+import (
+	"testing"
+	"time"
+)
+
+// singlesOf counts the node's single addresses: those pods hold, and those
+// free (neither assigned nor cooling).
+func singlesOf(in Input) (held, free int) {
+	for _, e := range in.ENIs {
+		for _, sl := range e.Slots {
+			switch {
+			case sl.Size() != 1:
+			case sl.Assigned > 0 || sl.Cooling > 0:
+				held++
+			default:
+				free++
+			}
+		}
+	}
+	return held, free
+}
+
+// TestFallbackSinglesTurnBackIntoAPrefix: a prefix-mode node that fell back
+// to single addresses (six, two held by pods) once the subnet had no /28,
+// the refusal over: under the adaptive policy and WARM_IP_TARGET it gets a
+// /28 and gives back the four free single addresses, keeps the two pods
+// hold, and a pod arriving meanwhile never waits. Before convert.go both
+// policies kept free single addresses for good, as they covered the
+// targets.
+func TestFallbackSinglesTurnBackIntoAPrefix(t *testing.T) {
+	for _, cfg := range []Config{
+		{PrefixDelegation: true, Adaptive: true},
+		{PrefixDelegation: true, WarmIPTarget: 3},
+		{PrefixDelegation: true, WarmIPTarget: 2, MinimumIPTarget: 4},
+		{PrefixDelegation: true, WarmPrefixTarget: 1},
+	} {
+		s := newSim(Limits{MaxENIs: 2, SlotsPerENI: 8, PrefixSupported: true}, cfg)
+		s.in.ENIs[0].Slots = s.newSlots(6, false)
+		s.in.ENIs[0].Slots[0].Assigned = 1
+		s.in.ENIs[0].Slots[1].Assigned = 1
+		s.in.LastGrow = t0.Add(-time.Hour)
+		// Expired: the refusal that made them.
+		s.in.Refusals = []Refusal{{Kind: RefusedNoPrefix, Until: t0.Add(-time.Second)}}
+		var plans []Plan
+		for step := range 30 {
+			if step == 3 {
+				// A pod arrives while the conversion runs.
+				s.in.Demand.History = s.in.Demand.History.Record(s.in.Now)
+				if !s.addPod() {
+					t.Fatalf("%+v: a pod found no free address during the conversion; plans %v", cfg, tail(plans, 4))
+				}
+			}
+			p, done, err := s.step()
+			if err != nil {
+				t.Fatalf("%+v: %v", cfg, err)
+			}
+			if done {
+				break
+			}
+			if p != nil {
+				plans = append(plans, *p)
+			}
+		}
+		held, free := singlesOf(s.in)
+		c := Summarize(s.in)
+		if free != 0 || held != 2 || c.Prefixes < 1 || c.Assigned != 3 || s.in.Pending != 0 {
+			t.Errorf("%+v: after the refusal: %d single addresses held by pods, %d free, %d /28s, %d assigned, %d waiting; want 2, 0, at least 1, 3, 0; plans %v; next %s",
+				cfg, held, free, c.Prefixes, c.Assigned, s.in.Pending, tail(plans, 4), Next(s.in).Reason)
+		}
+		// KeepFallback: the behaviour before, for comparisons.
+		k := cfg
+		k.KeepFallback = true
+		in := s.in
+		in.Config = k
+		in.ENIs = []ENI{{ID: "eni-00", Primary: true, Attached: t0.Add(-time.Hour), Slots: slots32("10.64.0.0", 6, 2, 0)}}
+		if p := Next(in); p.Prefixes && cfg.WarmPrefixTarget == 0 {
+			t.Errorf("%+v with KeepFallback: %v %s", cfg, p.Action, p.Reason)
+		}
+	}
+}
+
+// TestNoConversionWhileRefusedOrWithoutRoom: free single addresses of the
+// fallback stay, and no /28 is asked for, while /28s are refused, and
+// while only a new ENI would hold one at the ENI limit (they serve pods).
+func TestNoConversionWhileRefusedOrWithoutRoom(t *testing.T) {
+	cfg := Config{PrefixDelegation: true, Adaptive: true}
+	in := Input{
+		ENIs:   []ENI{eni("eni-0", time.Hour, slots32("10.0.0.1", 4, 1, 0)...)},
+		Limits: Limits{MaxENIs: 1, SlotsPerENI: 8, PrefixSupported: true}, Config: cfg, Now: t0,
+		Refusals: []Refusal{{Kind: RefusedNoPrefix, Until: t0.Add(time.Minute)}},
+	}
+	if p := Next(in); p.Prefixes || p.Action == Release {
+		t.Errorf("refused: %v %s; want no /28 and no release", p.Action, p.Reason)
+	}
+	in.Refusals = nil
+	in.ENIs[0].Slots = slots32("10.0.0.1", 8, 5, 0) // the only ENI full of single addresses
+	if p := Next(in); p.Prefixes {
+		t.Errorf("no room: %v %s; want no /28", p.Action, p.Reason)
+	}
+}

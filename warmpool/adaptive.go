@@ -293,7 +293,9 @@ func (s *state) adaptiveGrow(d demandTarget) (Plan, bool) {
 			return Plan{Action: Wait, Until: until, Reason: why + ": addresses cooling down cover it by " + stamp(until) + ", sooner than a new ENI"}, true
 		}
 	}
-	s.fillWhole = !s.prefixes
+	// Not in prefix mode's no-/28 fallback: every single address more
+	// may break another /28 of the subnet.
+	s.fillWhole = !prefixMode(s.in)
 	p, blocked := s.growOn(ceilDiv(want, unit), capSlots, why)
 	if blocked {
 		s.stalled = true
@@ -323,7 +325,7 @@ func (s *state) adaptiveReach(d demandTarget) (Plan, bool) {
 	// node filling): a fourth call to fill it later is then saved; in
 	// secondary-IP mode it is then filled whole.
 	n := min(ceilDiv(max(ceilF(d.rate*scaled(s.in, ChunkSpan).Seconds())-s.pool.available, 0), unit), lim.SlotsPerENI)
-	if n > 0 && !s.prefixes {
+	if n > 0 && !prefixMode(s.in) {
 		n = lim.SlotsPerENI
 	}
 	n = min(n, s.maxPodsSlots(unit))

@@ -100,3 +100,23 @@ func TestNoConversionWhileRefusedOrWithoutRoom(t *testing.T) {
 		t.Errorf("no room: %v %s; want no /28", p.Action, p.Reason)
 	}
 }
+
+// TestAdaptiveFallbackAsksForWhatIsNeeded: under the adaptive policy a
+// prefix-mode node that falls back to single addresses asks for what its
+// pods and margin need, not for a whole ENI's worth as in secondary-IP
+// mode: each single address more may break another /28 of the subnet.
+// Before, three waiting pods got nine.
+func TestAdaptiveFallbackAsksForWhatIsNeeded(t *testing.T) {
+	in := Input{
+		ENIs:     []ENI{eni("eni-0", time.Hour)},
+		Limits:   Limits{MaxENIs: 3, SlotsPerENI: 9, PrefixSupported: true},
+		Config:   Config{PrefixDelegation: true, Adaptive: true},
+		Now:      t0,
+		Pending:  3,
+		Refusals: []Refusal{{Kind: RefusedNoPrefix, Until: t0.Add(time.Minute)}},
+	}
+	p := Next(in)
+	if p.Action != Assign || p.Prefixes || p.Count > 4 {
+		t.Errorf("Next = %v of %d (prefixes %v): %s; want at most 4 single addresses", p.Action, p.Count, p.Prefixes, p.Reason)
+	}
+}

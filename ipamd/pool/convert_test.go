@@ -1,0 +1,111 @@
+package pool
+
+import (
+	"context"
+	"net/netip"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+
+	"github.com/vpcip/vpcip/test/vpcsim"
+	"github.com/vpcip/vpcip/test/vpcsim/vpcsimtest"
+	"github.com/vpcip/vpcip/warmpool"
+)
+
+// TestFallbackTurnsBackIntoAPrefix runs a prefix-mode node (vpcip's default
+// adaptive policy) on vpcsim through the AWS SDK. Its subnet,
+// 100.64.16.64/26, can hold two whole /28s (.80 and .96); another
+// instance holds one address in each, so EC2 refuses the node's /28
+// (InsufficientCidrBlocks) and the node falls back to single addresses for
+// its pods. Then the other instance gives back its address in .96/28: the
+// node gets that /28 within the refusal's backoff, gives back its free
+// single addresses (never one a pod holds), and its next pod gets an
+// address of the /28. Before the conversion the node kept its single
+// addresses and asked for no /28: they covered its demand.
+func TestFallbackTurnsBackIntoAPrefix(t *testing.T) {
+	const subnet = "subnet-00000000000f28c0"
+	cloud := vpcsimtest.Start(t, vpcsim.Config{Seed: 5, Subnets: []vpcsim.SubnetSpec{
+		{ID: subnet, CIDR: netip.MustParsePrefix("100.64.16.64/26"), AvailabilityZone: "us-west-2a"},
+	}})
+	clock := &virtualClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	n := launchNode(t, cloud, clock, "m5.large", subnet, Options{Config: warmpool.Config{PrefixDelegation: true, Adaptive: true}})
+	other, err := cloud.Cloud.LaunchInstance("m5.large", subnet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli := ec2.NewFromConfig(sdkConfig(t, cloud, other.ID))
+	ctx := context.Background()
+	if _, err := cli.AssignPrivateIpAddresses(ctx, &ec2.AssignPrivateIpAddressesInput{
+		NetworkInterfaceId: aws.String(other.PrimaryENI.ID), PrivateIpAddresses: []string{"100.64.16.85", "100.64.16.100"}}); err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := cloud.Cloud.Subnet(subnet); s.FreePrefixes != 0 {
+		t.Fatalf("setup: %d whole /28s, want 0", s.FreePrefixes)
+	}
+	// Three pods arrive; the node falls back to single addresses.
+	for i := 0; i < 20 && len(n.pods) < 3; i++ {
+		n.waiting = 0
+		for range 3 - len(n.pods) {
+			n.start(clock.Now())
+		}
+		n.pool.Cycle(ctx)
+		clock.Advance(time.Second)
+	}
+	singles, prefixes := n.holdings()
+	if len(n.pods) != 3 || prefixes != 0 || singles < 3 {
+		t.Fatalf("fallback: %d pods, %d single addresses, %d /28s; want 3 pods on single addresses", len(n.pods), singles, prefixes)
+	}
+	podAddrs := map[string]netip.Addr{}
+	for _, pod := range n.pods {
+		a, ok := n.store.Get(podKey(pod))
+		if !ok {
+			t.Fatalf("pod %s has no address", pod)
+		}
+		podAddrs[pod] = a.Address
+	}
+
+	// .96/28 is whole again.
+	if _, err := cli.UnassignPrivateIpAddresses(ctx, &ec2.UnassignPrivateIpAddressesInput{
+		NetworkInterfaceId: aws.String(other.PrimaryENI.ID), PrivateIpAddresses: []string{"100.64.16.100"}}); err != nil {
+		t.Fatal(err)
+	}
+	assigns := cloud.Cloud.Faults().Calls("AssignPrivateIpAddresses")
+	for range 60 { // 10 simulated minutes: beyond the refusal's longest backoff (5 min)
+		n.pool.Cycle(ctx)
+		clock.Advance(10 * time.Second)
+	}
+	var eni vpcsim.ENIInfo // what EC2 shows of the node's ENIs, together
+	for _, e := range cloud.Cloud.NetworkInterfaces() {
+		if e.InstanceID == n.id {
+			eni.Prefixes = append(eni.Prefixes, e.Prefixes...)
+			eni.SecondaryIPs = append(eni.SecondaryIPs, e.SecondaryIPs...)
+		}
+	}
+	want := netip.MustParsePrefix("100.64.16.96/28")
+	if !slices.Contains(eni.Prefixes, want) {
+		t.Fatalf("EC2 shows the node's ENI with prefixes %v and addresses %v; want %v", eni.Prefixes, eni.SecondaryIPs, want)
+	}
+	for pod, a := range podAddrs {
+		if !slices.Contains(eni.SecondaryIPs, a) {
+			t.Errorf("pod %s's address %s was released", pod, a)
+		}
+		if got, ok := n.store.Get(podKey(pod)); !ok || got.Address != a {
+			t.Errorf("pod %s now holds %v (%v), want %s", pod, got.Address, ok, a)
+		}
+	}
+	if len(eni.SecondaryIPs) != len(podAddrs) {
+		t.Errorf("EC2 shows single addresses %v; want only the pods' %v", eni.SecondaryIPs, podAddrs)
+	}
+	if calls := cloud.Cloud.Faults().Calls("AssignPrivateIpAddresses") - assigns; calls > 3 {
+		t.Errorf("%d AssignPrivateIpAddresses calls for the conversion, want at most 3", calls)
+	}
+	if !n.start(clock.Now()) {
+		t.Fatal("a new pod found no address")
+	}
+	if a, _ := n.store.Get(podKey(n.pods[len(n.pods)-1])); !want.Contains(a.Address) {
+		t.Errorf("the new pod got %s, want an address of %s", a.Address, want)
+	}
+}

@@ -158,6 +158,7 @@ type fragResult struct {
 	fallbackMean  float64 // single addresses the churning prefix nodes held (fallback), mean over the run
 	fallbackEnd   int     // single addresses they held at the end of the churn
 	ebbSingles    int     // and after the ebb (ebbFor)
+	ebbMean       float64 // and during it, on average
 	ebbWhole      int     // whole free /28s after the ebb
 	adaptiveMean  float64 // of fallbackMean, those the adaptive-policy prefix node held
 	freeSingles   float64 // of fallbackMean, those no pod held (idle)
@@ -294,9 +295,13 @@ func runFragScenario(t *testing.T, d time.Duration, aware, scatter, convert bool
 	// The ebb: the subnet has whole /28s again while the prefix-mode
 	// nodes still hold single addresses from the fallback.
 	clock.t = clock.Now().Truncate(10 * time.Minute).Add(10 * time.Minute)
+	ebbSamples, ebbSum := 0, 0
 	for end := clock.Now().Add(ebbFor); clock.Now().Before(end); clock.t = clock.Now().Add(step) {
 		churn(clock.Now(), true)
+		ebbSamples++
+		ebbSum += prefixSingles(nodes)
 	}
+	res.ebbMean = float64(ebbSum) / float64(ebbSamples)
 	res.ebbWhole = whole()
 	res.ebbSingles = prefixSingles(nodes)
 	for _, n := range nodes {
@@ -342,8 +347,8 @@ func TestFragmentationScenario(t *testing.T) {
 	}
 	for _, v := range variants {
 		r := res[v.name]
-		t.Logf("%-12s: whole /28s mean %.1f, min %d; churning prefix nodes refused a /28 (InsufficientCidrBlocks) in %d cycles and held %.2f single addresses on average (fallback; %.2f no pod held; %.2f on the adaptive node), %d at the end, %d after a %v ebb (whole /28s %d); probe prefix node got %d /28s and %d single addresses; AssignPrivateIpAddresses %d (%d named ones refused), DescribeNetworkInterfaces %d",
-			v.name, r.meanWhole, r.minWhole, r.noPrefix, r.fallbackMean, r.freeSingles, r.adaptiveMean, r.fallbackEnd, r.ebbSingles, ebbFor, r.ebbWhole, r.probePrefixes, r.probeSingles, r.assigns, r.namedRefused, r.describes)
+		t.Logf("%-12s: whole /28s mean %.1f, min %d; churning prefix nodes refused a /28 (InsufficientCidrBlocks) in %d cycles and held %.2f single addresses on average (fallback; %.2f no pod held; %.2f on the adaptive node), %d at the end; %.2f on average during a %v ebb, %d after it (whole /28s %d); probe prefix node got %d /28s and %d single addresses; AssignPrivateIpAddresses %d (%d named ones refused), DescribeNetworkInterfaces %d",
+			v.name, r.meanWhole, r.minWhole, r.noPrefix, r.fallbackMean, r.freeSingles, r.adaptiveMean, r.fallbackEnd, r.ebbMean, ebbFor, r.ebbSingles, r.ebbWhole, r.probePrefixes, r.probeSingles, r.assigns, r.namedRefused, r.describes)
 	}
 	with, without := res["with"], res["without"]
 	if with.meanWhole <= without.meanWhole {
@@ -366,6 +371,7 @@ func combine(runs []fragResult) fragResult {
 		out.freeSingles += r.freeSingles
 		out.fallbackEnd += r.fallbackEnd
 		out.ebbSingles += r.ebbSingles
+		out.ebbMean += r.ebbMean
 		out.ebbWhole += r.ebbWhole
 		out.probePrefixes += r.probePrefixes
 		out.probeSingles += r.probeSingles
@@ -379,5 +385,6 @@ func combine(runs []fragResult) fragResult {
 	out.fallbackMean /= n
 	out.adaptiveMean /= n
 	out.freeSingles /= n
+	out.ebbMean /= n
 	return out
 }

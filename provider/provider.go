@@ -142,6 +142,12 @@ type Subnet struct {
 	AvailabilityZone string
 	FreeAddresses    int               // EC2 AvailableIpAddressCount, in addresses
 	Tags             map[string]string // never nil
+	// FreePrefixes is how many aligned /28s hold no address and none of
+	// the five AWS reserves (what EC2 can still delegate as prefixes). Not
+	// set by Provider.Subnets (DescribeSubnets has no such count):
+	// fleetmetrics.Subnets.Latest sets it from its DescribeNetworkInterfaces
+	// by subnet-id; nil: not read.
+	FreePrefixes *int
 }
 
 // SubnetQuery selects subnets for Provider.Subnets. IDs and Zone combine:

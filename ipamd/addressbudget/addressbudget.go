@@ -89,6 +89,12 @@ type Subnet struct {
 	ID   string `json:"id"`
 	CIDR string `json:"cidr,omitempty"`
 	Free int    `json:"free"` // EC2 AvailableIpAddressCount, from a cached DescribeSubnets
+	// FreePrefixes is how many aligned /28s of the subnet hold no address
+	// and no AWS reserve: the prefixes EC2 can still delegate before it
+	// answers InsufficientCidrBlocks (from the daemon's cached
+	// DescribeNetworkInterfaces by subnet-id, as the metric
+	// vpcip_subnet_free_prefixes); nil until read.
+	FreePrefixes *int `json:"freePrefixes,omitempty"`
 }
 
 // MaxPods compares what the addresses allow with what kubelet admits.

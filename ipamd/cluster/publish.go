@@ -98,8 +98,8 @@ func (pb publisher) buildStatus(s nodestatus.Snapshot, node *corev1.Node, prev [
 	return st
 }
 
-// subnets are the node's subnets with their free addresses, by ID (nil
-// before the first DescribeSubnets).
+// subnets are the node's subnets with their free addresses and whole free
+// /28s, by ID (nil before the first DescribeSubnets).
 func (pb publisher) subnets() []addressbudget.Subnet {
 	c := pb.c
 	if c.o.Subnets == nil {
@@ -108,7 +108,7 @@ func (pb publisher) subnets() []addressbudget.Subnet {
 	latest, _ := c.o.Subnets()
 	var out []addressbudget.Subnet
 	for _, sn := range latest {
-		out = append(out, addressbudget.Subnet{ID: sn.ID, CIDR: sn.CIDR.String(), Free: sn.FreeAddresses})
+		out = append(out, addressbudget.Subnet{ID: sn.ID, CIDR: sn.CIDR.String(), Free: sn.FreeAddresses, FreePrefixes: sn.FreePrefixes})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
@@ -197,13 +197,14 @@ func shownEqual(a, b addressbudget.Status) bool {
 
 // countsOnly is s without what moves with every pod and every other node's
 // allocation: the pool's assigned, warm and cooling counts, the used
-// percent, the subnets' free addresses, and the condition messages that
-// quote them (a condition's status and reason stay).
+// percent, the subnets' free addresses and whole free /28s, and the
+// condition messages that quote them (a condition's status and reason
+// stay).
 func countsOnly(s addressbudget.Status) addressbudget.Status {
 	s.Addresses.Assigned, s.Addresses.Warm, s.Addresses.Cooling, s.UsedPercent = 0, 0, 0, 0
 	s.Subnets = append([]addressbudget.Subnet(nil), s.Subnets...)
 	for i := range s.Subnets {
-		s.Subnets[i].Free = 0
+		s.Subnets[i].Free, s.Subnets[i].FreePrefixes = 0, nil
 	}
 	s.SubnetFree = nil
 	s.Conditions = append([]metav1.Condition(nil), s.Conditions...)

@@ -36,7 +36,8 @@ func budget(t *testing.T, k *kubetest.Server, name string) *addressbudget.Addres
 func TestAddressBudgetPublishedAndUpdated(t *testing.T) {
 	k := kubetest.Shared(t)
 	subnets := func() ([]provider.Subnet, time.Time) {
-		return []provider.Subnet{{ID: "subnet-0a", CIDR: netip.MustParsePrefix("100.64.0.0/16"), FreeAddresses: 4000}}, time.Now()
+		whole := 7
+		return []provider.Subnet{{ID: "subnet-0a", CIDR: netip.MustParsePrefix("100.64.0.0/16"), FreeAddresses: 4000, FreePrefixes: &whole}}, time.Now()
 	}
 	e := newEnv(t, k, uniq(t), 29, cluster.Options{Subnets: subnets, PublishInterval: time.Second, CountsInterval: time.Second, Tick: 200 * time.Millisecond})
 	e.daemon.set(func(s *nodestatus.Snapshot) { *s = m5Snapshot(9) })
@@ -52,6 +53,11 @@ func TestAddressBudgetPublishedAndUpdated(t *testing.T) {
 	if st.Addresses.Assigned != 9 || st.Addresses.Budget != 27 || st.UsedPercent != 33 || st.ENIs.Summary != "2/3" ||
 		st.SubnetFree == nil || *st.SubnetFree != 4000 || st.MaxPods.Addresses != 29 || st.MaxPods.Kubelet != 29 || st.Zone != "us-west-2a" {
 		t.Errorf("status %+v", st)
+	}
+	// Each subnet's whole free /28s beside its free addresses (the CRD's
+	// schema keeps the field).
+	if len(st.Subnets) != 1 || st.Subnets[0].Free != 4000 || st.Subnets[0].FreePrefixes == nil || *st.Subnets[0].FreePrefixes != 7 {
+		t.Errorf("subnets %+v, want subnet-0a with 4000 free addresses and 7 free /28s", st.Subnets)
 	}
 	if len(ab.OwnerReferences) != 1 || ab.OwnerReferences[0].Kind != "Node" || ab.OwnerReferences[0].Name != e.node {
 		t.Errorf("owner references %+v, want the Node", ab.OwnerReferences)
@@ -98,7 +104,8 @@ func TestAddressBudgetPublishedAndUpdated(t *testing.T) {
 }
 
 // TestCountsOnlyChurnWritesOncePerCountsInterval: under churn that moves
-// only the pool's counts (assigned, warm, cooling, subnet free) the status
+// only the pool's counts (assigned, warm, cooling, subnet free addresses
+// and whole free /28s) the status
 // is written once per CountsInterval, not once per PublishInterval; the
 // counts shown are never older than CountsInterval; a change a reader acts
 // on (an ENI attached, a condition flipping) is still written within
@@ -111,7 +118,8 @@ func TestCountsOnlyChurnWritesOncePerCountsInterval(t *testing.T) {
 	subnets := func() ([]provider.Subnet, time.Time) {
 		freeMu.Lock()
 		defer freeMu.Unlock()
-		return []provider.Subnet{{ID: "subnet-0a", CIDR: netip.MustParsePrefix("100.64.0.0/16"), FreeAddresses: free}}, time.Now()
+		whole := free % 5 // other nodes' single addresses break /28s and free them
+		return []provider.Subnet{{ID: "subnet-0a", CIDR: netip.MustParsePrefix("100.64.0.0/16"), FreeAddresses: free, FreePrefixes: &whole}}, time.Now()
 	}
 	e := newEnv(t, k, uniq(t), 29, cluster.Options{Subnets: subnets, PublishInterval: publish, CountsInterval: counts, Tick: 50 * time.Millisecond})
 	e.daemon.set(func(s *nodestatus.Snapshot) { *s = m5Snapshot(9) })

@@ -126,6 +126,10 @@ func TestSubnetFreePrefixesFollowEC2(t *testing.T) {
 		if got, ok := sample(t, reg, "vpcip_subnet_free_prefixes", labels); !ok || int(got) != want.FreePrefixes {
 			t.Errorf("%s: free prefixes = %v (present %v), want vpcsim's %d", when, got, ok, want.FreePrefixes)
 		}
+		// The same count for the AddressBudget, from the same read.
+		if latest, _ := s.Latest(); len(latest) != 1 || latest[0].FreePrefixes == nil || *latest[0].FreePrefixes != want.FreePrefixes {
+			t.Errorf("%s: Latest() = %+v, want FreePrefixes %d", when, latest, want.FreePrefixes)
+		}
 	}
 	check("fresh") // 16 /28s, less the reserved ones' (primary .4 shares one)
 	if _, err := prov.AssignAddressesAt(t.Context(), inst.PrimaryENI.ID, []netip.Addr{netip.MustParseAddr("100.64.0.100")}); err != nil {

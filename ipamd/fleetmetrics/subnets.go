@@ -54,8 +54,8 @@ type Subnets struct {
 	usable   *prometheus.GaugeVec
 	prefixes *prometheus.GaugeVec
 
-	mu     sync.Mutex // guards the fields below
-	latest []provider.Subnet
+	mu     sync.Mutex        // guards the fields below
+	latest []provider.Subnet // with FreePrefixes where read
 	at     time.Time
 }
 
@@ -139,11 +139,12 @@ func (s *Subnets) Refresh(ctx context.Context) error {
 	s.free.Reset()
 	s.usable.Reset()
 	s.prefixes.Reset()
-	for _, sn := range subnets {
+	for i, sn := range subnets {
 		s.free.WithLabelValues(sn.ID, sn.AvailabilityZone).Set(float64(sn.FreeAddresses))
 		s.usable.WithLabelValues(sn.ID, sn.AvailabilityZone).Set(float64(Usable(sn)))
 		if w, ok := whole[sn.ID]; ok {
 			s.prefixes.WithLabelValues(sn.ID, sn.AvailabilityZone).Set(float64(w))
+			subnets[i].FreePrefixes = &w
 		}
 	}
 	s.latest, s.at = subnets, time.Now()
@@ -173,8 +174,10 @@ func WholePrefixes(cidr netip.Prefix, used []netip.Prefix) int {
 }
 
 // Latest returns the subnets of the last successful refresh and its time
-// (zero before the first), for other parts of the daemon that publish them
-// (the node's AddressBudget) without calling EC2 again.
+// (zero before the first), with their whole free /28s (FreePrefixes, nil
+// where reading the subnet's addresses failed), for other parts of the
+// daemon that publish them (the node's AddressBudget) without calling EC2
+// again.
 func (s *Subnets) Latest() ([]provider.Subnet, time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

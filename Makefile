@@ -187,7 +187,7 @@ bench: deps build containerd-setup
 	$(GO) test -run '^$$' -bench RunPodSandbox -benchtime 3x ./test/containerd/
 	$(MAKE) bench-pool
 
-## bench-frag: /28 fragmentation of one subnet shared by churning secondary-IP and prefix-mode nodes, with and without the /28-aware choice of single addresses (vpcsim, virtual clock; FRAG_HOURS simulated hours).
+## bench-frag: /28 fragmentation of one subnet shared by churning secondary-IP and prefix-mode nodes, with and without the /28-aware choice of single addresses and the prefix fallback's conversion back to /28s (vpcsim, virtual clock; FRAG_HOURS simulated hours).
 FRAG_HOURS ?= 4
 bench-frag:
 	$(GO) test -count=1 -run 'TestFragmentationScenario$$' -v ./ipamd/pool/ -frag.hours=$(FRAG_HOURS)

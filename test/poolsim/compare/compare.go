@@ -28,17 +28,24 @@ type Setup struct {
 	Behavior poolsim.Behaviour
 }
 
-// Setups are the table's four pools, in column order.
+// Setups are the table's pools, in column order: the four compared, then
+// vpcipd's default without its Kubernetes part.
 // Every pool sees kubelet's lag from bind to first ADD
 // (poolsim.DefaultSandboxLag); vpcipd's also has its Kubernetes part (on
 // wherever the chart runs it: MY_NODE_NAME set, in-cluster API access), so
-// it learns of pods bound to the node before their ADDs.
+// it learns of pods bound to the node before their ADDs — except the last
+// column, "ours-nokube" (the daemon run outside Kubernetes, or without API
+// access), which sees no binding, only ADDs.
 var Setups = []Setup{
 	{Name: "ref", Behavior: refBehaviour},
 	{Name: "ref-w5m10", WarmIP: 5, MinIP: 10, Behavior: refBehaviour},
 	{Name: "ours", Ours: true, Behavior: ourBehaviour},
 	{Name: "ours-w5m10", Ours: true, WarmIP: 5, MinIP: 10, Behavior: ourBehaviour},
+	{Name: "ours-nokube", Ours: true, Behavior: ourBehaviourNoKube},
 }
+
+// NoKube is the index in Setups of our default without the Kubernetes part.
+const NoKube = 4
 
 var (
 	// refBehaviour: aws-node fails an ADD at once when no address is free.
@@ -46,6 +53,9 @@ var (
 	// ourBehaviour: vpcipd holds an ADD up to VPCIP_ADD_WAIT (5 s), kicks
 	// its pool loop at every ADD and DEL, and watches the node's pods.
 	ourBehaviour = poolsim.Behaviour{AddWait: 5 * time.Second, Kick: true, Kube: true, SandboxLag: poolsim.DefaultSandboxLag}
+	// ourBehaviourNoKube: the same without the pod watch: no binding is
+	// seen, the pool learns of a pod at its ADD.
+	ourBehaviourNoKube = poolsim.Behaviour{AddWait: 5 * time.Second, Kick: true, SandboxLag: poolsim.DefaultSandboxLag}
 )
 
 // Row is one trace on one instance type and mode, with a result per Setup.
@@ -206,18 +216,19 @@ func Run(tr poolsim.Trace, typ poolsim.InstanceType, prefix bool, s Setup, lat p
 	})
 }
 
-// Print writes the table: per row the four setups' idle address-hours,
-// pods that waited (count, p50, p99 in seconds) and EC2 mutating calls per
-// 1,000 pod starts, then the ratios ours/reference for the defaults and
+// Print writes the table: per row the setups' idle address-hours, pods
+// that waited (count, p50, p99 in seconds) and EC2 mutating calls per
+// 1,000 pod starts (the four compared, then our default without the
+// Kubernetes part), then the ratios ours/reference for the defaults and
 // for WARM_IP_TARGET=5/MINIMUM_IP_TARGET=10.
 func Print(w io.Writer, rows []Row) {
-	fmt.Fprintf(w, "%-8s %-11s %-4s | %-34s | %-34s | %-34s | %-34s | %-11s | %-22s | %-22s | %-19s | %-11s\n", "trace", "type", "mode",
-		"ref default", "ref WARM_IP=5/MIN=10", "ours default", "ours WARM_IP=5/MIN=10", "bound", "ours/ref default", "ours/ref WARM5/MIN10",
+	fmt.Fprintf(w, "%-8s %-11s %-4s | %-34s | %-34s | %-34s | %-34s | %-34s | %-11s | %-22s | %-22s | %-19s | %-11s\n", "trace", "type", "mode",
+		"ref default", "ref WARM_IP=5/MIN=10", "ours default", "ours WARM_IP=5/MIN=10", "ours default, no Kubernetes part", "bound", "ours/ref default", "ours/ref WARM5/MIN10",
 		"default: targets", "EC2 on path")
 	sub := "idle-h  waited  p50s  p99s  calls/k"
-	fmt.Fprintf(w, "%-8s %-11s %-4s | %-34s | %-34s | %-34s | %-34s | %-11s | %-22s | %-22s | %-19s | %-11s\n", "", "", "", sub, sub, sub, sub, "flr/r lb/r",
+	fmt.Fprintf(w, "%-8s %-11s %-4s | %-34s | %-34s | %-34s | %-34s | %-34s | %-11s | %-22s | %-22s | %-19s | %-11s\n", "", "", "", sub, sub, sub, sub, sub, "flr/r lb/r",
 		"idle  wait  p99  calls", "idle  wait  p99  calls", "tgt-h  idle  calls", "ref%  ours%")
-	fmt.Fprintln(w, strings.Repeat("-", 8+1+11+1+4+4*37+14+2*25+2+22+14))
+	fmt.Fprintln(w, strings.Repeat("-", 8+1+11+1+4+5*37+14+2*25+2+22+14))
 	for _, r := range rows {
 		mode := "ip"
 		if r.Prefix {
@@ -294,6 +305,7 @@ func Summary(w io.Writer, rows []Row) {
 		idle, n, waited, n, p99, n, calls, n, ourW, refW)
 	fmt.Fprintf(w, "WARM_IP_TARGET=5/MINIMUM_IP_TARGET=10, rows meeting: waited ≤ 1× %d/%d, calls ≤ 1.5× %d/%d; pods that waited in all rows: ours %d, reference %d\n",
 		wWaited, n, wCalls, n, ourWW, refWW)
+	SummaryNoKube(w, rows)
 	var idleMet, callsMet, both int
 	var missed, overPath []string
 	worstPath := 0.0
@@ -315,6 +327,27 @@ func Summary(w io.Writer, rows []Row) {
 	fmt.Fprintf(w, "pod starts with an EC2 call on their path, our default, traces but fill: at most %.2f %%; rows above 1 %%: %v\n", 100*worstPath, overPath)
 	fmt.Fprintf(w, "idle ≤ 0.5× out of reach for any pool (floor above half the reference's idle): %d/%d %v\n", beyond, n, beyondRows)
 	fmt.Fprintf(w, "idle ≤ 0.5× with no more waits and calls out of reach for any pool (bound above half the reference's idle): %d/%d %v\n", jointly, n, jointRows)
+}
+
+// SummaryNoKube writes how our default fares without its Kubernetes part
+// (Setups[NoKube]: no binding seen, the pool learns of a pod at its ADD)
+// against the reference default and against itself with it: rows meeting
+// idle ≤ 0.5×, waited ≤ 1× and calls ≤ 1× of the reference, and the
+// totals of pods that waited and of idle address-hours both ways.
+func SummaryNoKube(w io.Writer, rows []Row) {
+	var idle, waited, calls, nkW, kW int
+	var nkIdle, kIdle float64
+	for _, r := range rows {
+		ref, o, nk := r.Results[0], r.Results[2], r.Results[NoKube]
+		idle += b2i(nk.IdleHours <= 0.5*ref.IdleHours)
+		waited += b2i(nk.Waited <= ref.Waited)
+		calls += b2i(nk.CallsPer1000() <= ref.CallsPer1000())
+		nkW, kW = nkW+nk.Waited, kW+o.Waited
+		nkIdle, kIdle = nkIdle+nk.IdleHours, kIdle+o.IdleHours
+	}
+	n := len(rows)
+	fmt.Fprintf(w, "default without the Kubernetes part (no binding seen; bind to ADD %v on average with it) vs reference default, rows meeting: idle ≤ 0.5× %d/%d, waited ≤ 1× %d/%d, calls ≤ 1× %d/%d; in all rows, without / with it: pods that waited %d / %d, idle address-hours %.0f / %.0f\n",
+		poolsim.DefaultSandboxLag, idle, n, waited, n, calls, n, nkW, kW, nkIdle, kIdle)
 }
 
 func rowName(r Row) string {

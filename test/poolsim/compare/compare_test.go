@@ -46,6 +46,9 @@ func TestTableSmoke(t *testing.T) {
 	if !strings.Contains(out.String(), "per-row targets of the default") || !strings.Contains(out.String(), "EC2 call on their path") {
 		t.Errorf("summary lacks the per-row targets or the on-path share:\n%s", out.String())
 	}
+	if !strings.Contains(out.String(), "ours default, no Kubernetes part") || !strings.Contains(out.String(), "default without the Kubernetes part") {
+		t.Errorf("table or summary lacks our default without the Kubernetes part:\n%s", out.String())
+	}
 	if got := strings.Count(out.String(), "rollout  m5.large"); got != 2 {
 		t.Errorf("table has %d rollout rows:\n%s", got, out.String())
 	}

@@ -212,12 +212,12 @@ func firstAdds(path string, adds map[string]time.Time) error {
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		var r struct {
-			Time           time.Time
-			Msg, Cmd       string
-			PodName        string `json:"pod"`
-			PodNamespace   string `json:"podNamespace"`
-			AssignMs       float64
-			WireMs         float64
+			Time         time.Time
+			Msg, Cmd     string
+			PodName      string `json:"pod"`
+			PodNamespace string `json:"podNamespace"`
+			AssignMs     float64
+			WireMs       float64
 		}
 		if json.Unmarshal(sc.Bytes(), &r) != nil || r.Cmd != "ADD" || r.Msg != "added" || r.PodNamespace != "default" {
 			continue

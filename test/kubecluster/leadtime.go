@@ -19,6 +19,8 @@ type LeadTimes struct {
 	Shape string
 	Pods  []string
 	Lead  []time.Duration // in Pods' order
+	// Bound is when each pod was bound, from the shape's first binding.
+	Bound []time.Duration
 }
 
 // Quantile returns the q-quantile (0–1) of the lead times, the nearest
@@ -34,10 +36,14 @@ func (l LeadTimes) Quantile(q float64) time.Duration {
 }
 
 // String is the line a note quotes: shape, count, p50/p90/max in
-// milliseconds.
+// milliseconds, and the span of the bindings.
 func (l LeadTimes) String() string {
-	return fmt.Sprintf("lead time bind->first ADD, %s: n=%d p50=%d ms p90=%d ms max=%d ms", l.Shape, len(l.Lead),
-		l.Quantile(0.5).Milliseconds(), l.Quantile(0.9).Milliseconds(), l.Quantile(1).Milliseconds())
+	span := time.Duration(0)
+	if len(l.Bound) > 0 {
+		span = slices.Max(l.Bound)
+	}
+	return fmt.Sprintf("lead time bind->first ADD, %s: n=%d p50=%d ms p90=%d ms max=%d ms (bindings over %d ms)", l.Shape, len(l.Lead),
+		l.Quantile(0.5).Milliseconds(), l.Quantile(0.9).Milliseconds(), l.Quantile(1).Milliseconds(), span.Milliseconds())
 }
 
 // leadPod is a bare pause pod labelled app=label, without spec.nodeName:
@@ -146,7 +152,13 @@ func (s *Scenario) LeadTimes(ctx context.Context, shape, label string, names []s
 			errs = append(errs, fmt.Errorf("pod %s: first ADD at %s, before its binding (Scheduled event %s, PodScheduled %s)",
 				name, a.Format(time.RFC3339Nano), b.Format(time.RFC3339Nano), cond[name].Format(time.RFC3339)))
 		default:
-			l.Pods, l.Lead = append(l.Pods, name), append(l.Lead, a.Sub(b))
+			l.Pods, l.Lead, l.Bound = append(l.Pods, name), append(l.Lead, a.Sub(b)), append(l.Bound, time.Duration(b.UnixNano()))
+		}
+	}
+	if len(l.Bound) > 0 {
+		first := slices.Min(l.Bound)
+		for i := range l.Bound {
+			l.Bound[i] -= first
 		}
 	}
 	return l, errors.Join(errs...)

@@ -37,7 +37,7 @@ func TestClusterLeadTime(t *testing.T) {
 	for _, l := range figures {
 		t.Logf("%s", l)
 		for i, p := range l.Pods {
-			t.Logf("   %s %d ms", p, l.Lead[i].Milliseconds())
+			t.Logf("   %s bound at +%d ms, first ADD %d ms later", p, l.Bound[i].Milliseconds(), l.Lead[i].Milliseconds())
 		}
 	}
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -168,22 +169,49 @@ func (w *watcher) Cycle(_ context.Context, demand func() Demand) time.Duration {
 	return time.Minute
 }
 
-// TestSandboxLagAndWatch: kubelet's first ADD runs 0.5–1.5 s after the
-// bind; with the Kubernetes part, the pool is kicked WatchDelay after the
-// bind and sees the pod without an address before its ADD.
+// TestSandboxLagAndWatch: kubelet's first ADD runs 3/4–5/4 of SandboxLag
+// after the bind; with the Kubernetes part, the pool is kicked WatchDelay
+// after the bind and sees the pod without an address before its ADD.
 func TestSandboxLagAndWatch(t *testing.T) {
 	tr := Trace{Duration: time.Hour, Pods: []Pod{{Arrive: time.Minute, Life: time.Minute}}}
 	var w *watcher
-	_, err := Simulate(tr, InstanceTypes[0], DefaultLatencies, Behaviour{Kick: true, Kube: true, SandboxLag: DefaultSandboxLag}, 1,
+	const lag = time.Second
+	_, err := Simulate(tr, InstanceTypes[0], DefaultLatencies, Behaviour{Kick: true, Kube: true, SandboxLag: lag, SandboxLagPerPod: DefaultSandboxLagPerPod}, 1,
 		func(c *Clock, _ *Cloud) (Pool, error) { w = &watcher{c: c}; return w, nil })
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(w.assign) != 1 || w.assign[0] < time.Minute+DefaultSandboxLag/2 || w.assign[0] > time.Minute+3*DefaultSandboxLag/2 {
-		t.Fatalf("ADDs at %v; want one 0.5–1.5 s after the bind at 1m", w.assign)
+	if len(w.assign) != 1 || w.assign[0] < time.Minute+3*lag/4 || w.assign[0] > time.Minute+5*lag/4 {
+		t.Fatalf("ADDs at %v; want one 0.75–1.25 s after the bind at 1m", w.assign)
 	}
 	if len(w.seen) == 0 || w.seen[0] != time.Minute+WatchDelay || w.seen[len(w.seen)-1] >= w.assign[0] {
 		t.Errorf("cycles seeing the bound pod at %v; want from 1m%v, before its ADD at %v", w.seen, WatchDelay, w.assign[0])
+	}
+}
+
+// TestSandboxLagQueue: pods bound at once reach their first ADD one
+// SandboxLagPerPod apart on top of their own lag (the burst
+// TestClusterLeadTime measured), a pod bound after the queue drained has
+// its own lag alone, and every pool sees the same lags.
+func TestSandboxLagQueue(t *testing.T) {
+	var pods []Pod
+	for range 24 {
+		pods = append(pods, Pod{Arrive: time.Minute, Life: time.Hour})
+	}
+	pods = append(pods, Pod{Arrive: 2 * time.Minute, Life: time.Hour})
+	beh := Behaviour{SandboxLag: DefaultSandboxLag, SandboxLagPerPod: DefaultSandboxLagPerPod}
+	lags := sandboxLags(pods, beh, rand.New(rand.NewPCG(1, 11)))
+	for i, l := range lags[:24] {
+		queue := time.Duration(i) * DefaultSandboxLagPerPod
+		if l < queue+3*DefaultSandboxLag/4 || l > queue+5*DefaultSandboxLag/4 {
+			t.Errorf("burst pod %d: lag %v, want %v plus 3/4–5/4 of %v", i, l, queue, DefaultSandboxLag)
+		}
+	}
+	if l := lags[24]; l < 3*DefaultSandboxLag/4 || l > 5*DefaultSandboxLag/4 {
+		t.Errorf("lone pod after the burst: lag %v, want 3/4–5/4 of %v", l, DefaultSandboxLag)
+	}
+	if again := sandboxLags(pods, beh, rand.New(rand.NewPCG(1, 11))); !slices.Equal(again, lags) {
+		t.Errorf("lags differ between runs of the same seed")
 	}
 }
 

@@ -24,7 +24,7 @@ func TestClusterLeadTime(t *testing.T) {
 	err := s.runSteps(ctx, []step{
 		{"helm install", s.install},
 		{"pods one at a time", func(ctx context.Context) error {
-			l, err := s.OneAtATime(ctx, "lt-one", 10, 3*time.Second)
+			l, err := s.OneAtATime(ctx, "lt-one", 10, 2*time.Second)
 			figures = append(figures, l)
 			return err
 		}},

@@ -53,6 +53,14 @@ func (d podDemand) Demand() int {
 	return d.facts.Unaddressed(func(p api.Pod) bool { return held[podName{p.Namespace, p.Name}] })
 }
 
+// Live implements pool.LiveDemand: the part's view is trustworthy now, when
+// its PodFacts say so (ipamd/cluster.Cluster.Live); facts without Live are
+// taken as not live.
+func (d podDemand) Live() bool {
+	l, ok := d.facts.(interface{ Live() bool })
+	return ok && l.Live()
+}
+
 // fenceLeak is goneReleaser's fence (datastore.Fencer): it holds the
 // address off other pods while its pod rules go.
 const fenceLeak datastore.Fencer = "leak"

@@ -224,3 +224,26 @@ func TestStatusPublishedWhileStarting(t *testing.T) {
 	<-n.d.Ready()
 	waitUntil(t, 10*time.Second, "a ready snapshot after start-up", func() bool { s, _ := sink.last(); return s.Status.Ready })
 }
+
+// livePods is fakePods whose view says whether it is live
+// (ipamd/cluster.Cluster.Live).
+type livePods struct {
+	*fakePods
+	live bool
+}
+
+func (l livePods) Live() bool { return l.live }
+
+// TestPodDemandLive: the pool's demand from the Kubernetes part is live
+// (warmpool.Demand.Bindings) exactly when the part says its view is, and
+// not for facts that cannot tell.
+func TestPodDemandLive(t *testing.T) {
+	for _, c := range []struct {
+		facts PodFacts
+		want  bool
+	}{{livePods{newFakePods(), true}, true}, {livePods{newFakePods(), false}, false}, {newFakePods(), false}} {
+		if got := (podDemand{facts: c.facts}).Live(); got != c.want {
+			t.Errorf("facts %T live %v: podDemand.Live %v, want %v", c.facts, c.want, got, c.want)
+		}
+	}
+}

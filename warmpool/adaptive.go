@@ -21,7 +21,9 @@ import (
 //	         deviations of a Poisson count; refill: AssignLatency while an
 //	         attached ENI has room, else ENILatency; cap: half an ENI's
 //	         slots (secondary IPs) or half a /28; MinWarm is 0 once a node
-//	         that had pods saw none for ChunkMemory
+//	         that had pods saw none for ChunkMemory; with Demand.Bindings
+//	         the burst's share is at most BoundAhead plus what the
+//	         attached ENIs' room falls short of it (room serves the rest)
 //	ahead  = typical − max(arrivals within BurstWindow, need), while a
 //	         burst is under way (BurstStart arrivals within BurstOnset, or
 //	         BurstStart pods waiting): the rest of a typical burst, asked
@@ -149,6 +151,15 @@ const (
 	MinBand = 2
 	// MinWarm is the least margin: addresses kept free for the next pod.
 	MinWarm = 1
+	// BoundAhead is how many of a burst's pods, seen at their binding
+	// (Demand.Bindings), reach their first ADD before an assign call
+	// their bindings kicked is done: the margin's share of a burst is at
+	// most this where attached ENIs have room for the rest. Measured on a
+	// test cluster (test/kubecluster TestClusterLeadTime): the k-th pod of
+	// a burst reaches its ADD about 0.35 + 0.15·k s after its binding, the
+	// call's addresses are there WatchDelay (0.1 s) + AssignLatency after
+	// it, so pods 0–5 come first.
+	BoundAhead = 6
 )
 
 // Demand is what the node's pods ask of the pool beyond the addresses they
@@ -160,6 +171,10 @@ type Demand struct {
 	Unaddressed int
 	// History summarizes recent arrivals; the caller keeps it.
 	History History
+	// Bindings: Unaddressed is live, from a synced watch of the pods bound
+	// to the node (the Kubernetes part), so pods show there before their
+	// ADDs; false when unknown (no Kubernetes part, or not synced).
+	Bindings bool
 }
 
 // demandTarget is the adaptive policy's figures for one Input.
@@ -197,7 +212,17 @@ func demandOf(in Input, room int, prefixes bool, inUse int) demandTarget {
 	// Poisson count on top: a new ENI takes seconds, and two pods within
 	// them are likely enough at a slow rate.
 	x := d.rate * refill.Seconds()
-	d.margin = max(floor, ceilF(x+2*math.Sqrt(x)), min(ceilF(BurstShare*float64(d.burst)), burstCap))
+	share := min(ceilF(BurstShare*float64(d.burst)), burstCap)
+	if in.Demand.Bindings {
+		// A burst's pods past the first BoundAhead are seen an assign
+		// call ahead of their ADDs: room serves them, not free addresses.
+		unit := 1
+		if prefixes {
+			unit = PrefixAddresses
+		}
+		share = max(min(share, BoundAhead), share-room*unit)
+	}
+	d.margin = max(floor, ceilF(x+2*math.Sqrt(x)), share)
 	d.low = d.need + d.ahead + d.margin
 	chunk := 0
 	if !prefixes {

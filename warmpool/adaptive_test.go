@@ -28,7 +28,40 @@ func adaptiveSim(r *rand.Rand) *sim {
 	if r.IntN(3) == 0 {
 		s.in.Demand.Unaddressed = r.IntN(20)
 	}
+	s.in.Demand.Bindings = r.IntN(2) == 0
 	return s
+}
+
+// TestAdaptiveMarginBindings: a node that saw a burst of 100 pods keeps a
+// tenth of it free (10 addresses); seeing pods at their binding
+// (Demand.Bindings), it keeps BoundAhead free and the rest as room on
+// attached ENIs, only as far as that room goes, in both modes.
+func TestAdaptiveMarginBindings(t *testing.T) {
+	var h History
+	at := t0.Add(-40 * time.Minute)
+	for i := range 100 {
+		h = h.Record(at.Add(time.Duration(i) * 50 * time.Millisecond))
+	}
+	for _, c := range []struct {
+		prefixes bool
+		bindings bool
+		room     int // slots
+		want     int
+	}{
+		{false, false, 29, 10},
+		{false, true, 29, BoundAhead},
+		{false, true, 2, 8},
+		{false, true, 0, 10},
+		{true, false, 4, 8},
+		{true, true, 4, BoundAhead},
+		{true, true, 0, 8},
+	} {
+		in := Input{Now: t0, Limits: Limits{MaxENIs: 8, SlotsPerENI: 29, PrefixSupported: true},
+			Config: Config{Adaptive: true, PrefixDelegation: c.prefixes}, Demand: Demand{History: h, Bindings: c.bindings}}
+		if d := demandOf(in, c.room, c.prefixes, 0); d.margin != c.want {
+			t.Errorf("prefixes %v, bindings %v, room %d slots: margin %d, want %d (%s)", c.prefixes, c.bindings, c.room, d.margin, c.want, d.describe())
+		}
+	}
 }
 
 // TestAdaptiveKeepsLimits: over random nodes, the adaptive policy never

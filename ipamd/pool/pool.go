@@ -56,6 +56,14 @@ type Demand interface {
 	Demand() int
 }
 
+// LiveDemand is a Demand that tells whether it sees pods at their binding
+// now (the Kubernetes part, synced): warmpool.Demand.Bindings. A Demand
+// without Live is taken as not live.
+type LiveDemand interface {
+	Demand
+	Live() bool
+}
+
 // ENIHost sets up and removes an ENI on the node. ENIAttached is called with
 // a new ENI before the datastore has it, so no pod is wired to an ENI without
 // its route table; ENIDeleted after EC2 deleted one.
@@ -276,6 +284,9 @@ func (p *Pool) Input(now time.Time) warmpool.Input {
 	}
 	if p.o.Demand != nil {
 		in.Demand.Unaddressed = p.o.Demand.Demand()
+		if l, ok := p.o.Demand.(LiveDemand); ok {
+			in.Demand.Bindings = l.Live()
+		}
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()

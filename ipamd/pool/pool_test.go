@@ -206,6 +206,33 @@ func TestInputReadsDemand(t *testing.T) {
 	}
 }
 
+// liveCount is a LiveDemand: a count and whether it is live.
+type liveCount struct {
+	n    int
+	live bool
+}
+
+func (c liveCount) Demand() int { return c.n }
+func (c liveCount) Live() bool  { return c.live }
+
+// TestInputReadsBindings: Demand.Bindings is the Kubernetes part's Live, and
+// false for a demand source that cannot tell or is not live.
+func TestInputReadsBindings(t *testing.T) {
+	node := staticNode{lim: warmpool.Limits{MaxENIs: 3, SlotsPerENI: 9}}
+	for _, c := range []struct {
+		demand Demand
+		want   bool
+	}{{liveCount{3, true}, true}, {liveCount{0, false}, false}, {count(3), false}, {nil, false}} {
+		p, err := New(Options{Store: datastore.New(0), Provider: nopProvider{}, Node: node, Demand: c.demand})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := p.Input(time.Now()).Demand.Bindings; got != c.want {
+			t.Errorf("demand %#v: Bindings %v, want %v", c.demand, got, c.want)
+		}
+	}
+}
+
 // nopProvider is never called: Input reads no cloud.
 type nopProvider struct{ provider.Provider }
 

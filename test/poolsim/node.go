@@ -18,6 +18,8 @@ type Demand struct {
 	// is what the Kubernetes part of the daemon reports; 0 when the pool
 	// runs without it.
 	Unaddressed int
+	// Bindings: Unaddressed is live (Behaviour.Kube).
+	Bindings bool
 }
 
 // Pool is a node's address pool as the simulated node drives it.
@@ -299,7 +301,7 @@ func (n *node) account() {
 func (n *node) demand() Demand {
 	d := Demand{Pending: len(n.waiting)}
 	if n.beh.Kube {
-		d.Unaddressed = n.unaddressed
+		d.Unaddressed, d.Bindings = n.unaddressed, true
 	}
 	return d
 }

@@ -71,6 +71,12 @@ func (d unaddressed) Demand() int {
 	return d.p.demand().Unaddressed
 }
 
+// Live implements pool.LiveDemand: the node's pod watch is on
+// (poolsim.Behaviour.Kube).
+func (d unaddressed) Live() bool {
+	return d.p.demand != nil && d.p.demand().Bindings
+}
+
 // actionLog hands the pool component's "pool action" log records (action
 // and reason attributes) to Settings.Log.
 type actionLog struct {

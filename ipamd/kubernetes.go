@@ -54,8 +54,8 @@ func (d podDemand) Demand() int {
 }
 
 // Live implements pool.LiveDemand: the part's view is trustworthy now, when
-// its PodFacts say so (ipamd/cluster.Cluster.Live); facts without Live are
-// taken as not live.
+// its PodFacts say so (a Live method: vpcipd's liveFacts, from the part's
+// Health); facts without Live are taken as not live.
 func (d podDemand) Live() bool {
 	l, ok := d.facts.(interface{ Live() bool })
 	return ok && l.Live()

@@ -96,6 +96,17 @@ func newEC2Budget(cfg config.Config, log *slog.Logger) provider.RequestBudget {
 
 // kubernetesState is the Kubernetes part's health in introspection's shape
 // (`vpcipctl status`).
+// liveFacts is the Kubernetes part as the daemon's PodFacts, with Live
+// (the pool's warmpool.Demand.Bindings): its view of the node's pods is
+// trustworthy now — enabled and connected (caches synced, no API error
+// outstanding) — so pods show there at their binding, before their ADDs.
+type liveFacts struct{ *cluster.Cluster }
+
+func (f liveFacts) Live() bool {
+	h := f.Health()
+	return h.Enabled && h.Connected
+}
+
 func kubernetesState(c *cluster.Cluster) func() introspect.Kubernetes {
 	return func() introspect.Kubernetes {
 		h := c.Health()

@@ -8,8 +8,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/rest"
 
 	"github.com/vpcip/vpcip/ipamd"
+	"github.com/vpcip/vpcip/ipamd/cluster"
 	"github.com/vpcip/vpcip/ipamd/config"
 	"github.com/vpcip/vpcip/ipamd/fleetmetrics"
 )
@@ -62,5 +64,26 @@ func TestSecureMetricsNeedsTheAPIServer(t *testing.T) {
 	_, err = newMetricsGuard(config.Config{MetricsAddr: ":61678", MetricsSecure: true, Kubeconfig: filepath.Join(t.TempDir(), "missing")}, log)
 	if err == nil || !strings.Contains(err.Error(), "VPCIP_METRICS_SECURE=true") {
 		t.Fatalf("secure on with a missing kubeconfig: err = %v, want a refusal", err)
+	}
+}
+
+// TestLiveFactsNeedAConnectedPart: the pool counts on seeing pods at their
+// binding (liveFacts.Live) only with the Kubernetes part enabled and
+// connected: not without it, nor while it is still connecting (its caches
+// unsynced). That Connected means synced with no API error outstanding is
+// ipamd/cluster's tests' (TestNothingReleasedWithoutATrustworthyView).
+func TestLiveFactsNeedAConnectedPart(t *testing.T) {
+	if (liveFacts{nil}).Live() {
+		t.Error("Live without the Kubernetes part")
+	}
+	c, err := cluster.New(cluster.Options{NodeName: "node-1", Config: &rest.Config{Host: "https://127.0.0.1:1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := c.Health(); !h.Enabled || h.Connected {
+		t.Fatalf("health %+v, want enabled and not yet connected", h)
+	}
+	if (liveFacts{c}).Live() {
+		t.Error("Live while the part is still connecting")
 	}
 }

@@ -211,7 +211,7 @@ func daemon(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		Config: cfg, Provider: &podsubnet.Provider{Provider: prov, Placer: placer}, Host: host, Logger: log,
 		Placement: placer.Last,
 		Metrics:   metrics, Gatherer: gatherer, Version: version, MetricsGuard: guardOrNil(guard),
-		Pods: kube, Status: kube, Events: kube, Kubernetes: kubernetesState(kube), Wake: eniChanged,
+		Pods: liveFacts{kube}, Status: kube, Events: kube, Kubernetes: kubernetesState(kube), Wake: eniChanged,
 	})
 	if err != nil {
 		return err

@@ -125,12 +125,6 @@ func needsAddress(p *corev1.Pod) bool {
 	return p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed
 }
 
-// Live reports whether Unaddressed comes from a trustworthy view now (the
-// part enabled, its pod and node caches synced, the API server reachable):
-// the pool may then count on seeing pods at their binding, before their
-// ADDs (warmpool.Demand.Bindings).
-func (c *Cluster) Live() bool { return c.synced() }
-
 // Unaddressed is the number of pods bound to this node that need an address
 // and hold none (holds reports whether the daemon holds one for a pod; it
 // must not block): pods the scheduler placed whose ADD has not arrived, is

@@ -70,12 +70,12 @@ type Behaviour struct {
 // TestClusterLeadTime measured them on a one-node cluster (kubelet 1.37,
 // containerd 2, vpcip installed by Helm, m5.xlarge on vpcsim), from the
 // scheduler's Scheduled event to the start of the plugin's first ADD, in
-// two runs:
+// three runs:
 //
-//   - pods one at a time (10, one every 3 s): p50 358 and 364 ms, p90 417
-//     and 384 ms, max 431 and 399 ms;
-//   - 24 pods in one apply: p50 1275 and 1645 ms, p90 3001 and 2479 ms,
-//     max 3782 and 2645 ms, growing with the pods bound before a pod whose
+//   - pods one at a time (10, one every 3 s, in the third every 2 s): p50
+//     358, 364 and 368 ms, p90 417, 384 and 412 ms, max 431, 399 and 732 ms;
+//   - 24 pods in one apply: p50 1275, 1645 and 1489 ms, p90 3001, 2479 and
+//     2198 ms, max 3782, 2645 and 2245 ms, growing with the pods bound before a pod whose
 //     ADD had not run yet at its binding: about 140 ms per such pod when
 //     the 24 are taken as bound at once, 170 ms fitted on the second run's
 //     bindings (spread over 2.7 s by the scheduler).

@@ -183,6 +183,9 @@ func (c *Client) backoff(attempt int) time.Duration {
 // as the step before it holds its own, so a step's wait in the fleet's
 // queue runs while the step before it calls EC2 instead of after it. In a
 // launch of 200 nodes every step of an ENI waited in its own queue in turn.
+// A step that fails leaves the next step's token unused: one request of the
+// shared budget per failed create (EC2 refuses those rarely, and the pool
+// backs off after each).
 type chain struct {
 	steps []action
 	res   map[string]*reservation

@@ -33,6 +33,11 @@ func TestClusterLeadTime(t *testing.T) {
 			figures = append(figures, l)
 			return err
 		}},
+		{"pods deleted through kubelet", func(ctx context.Context) error {
+			// Their DELs run while the daemon does, as users delete pods.
+			_, err := c.Kubectl(ctx, "delete", "pods", "-n", "default", "-l", "app in (lt-one,lt-burst)", "--wait=true", "--timeout=3m")
+			return err
+		}},
 	})
 	for _, l := range figures {
 		t.Logf("%s", l)

@@ -254,9 +254,12 @@ func (n *Node) InNetns(ctx context.Context, name string, args ...string) (string
 // removePodNetworkSandboxes removes the workload's sandboxes while the
 // node's vpcipd still runs, so their CNI
 // DELs release the addresses; a teardown after Ctrl-C then leaves nothing for
-// DEL retries. Best effort: crinode.Close sweeps whatever remains.
+// DEL retries. Best effort: crinode.Close sweeps whatever remains, vpcipd's
+// sandbox among them, so the bound is generous: 34 pods on a loaded machine
+// did not all stop within a minute, and the rest then failed their DELs
+// against a daemon already stopped.
 func (n *Node) removePodNetworkSandboxes() {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	ids, err := n.CRI.PodSandboxIDs(ctx)
 	if err != nil {

@@ -330,3 +330,24 @@ func TestDeferredCreateKeepsItsPlacement(t *testing.T) {
 		t.Errorf("the ENI went to %s, want %s (the first decision)", got.SubnetID, podsA)
 	}
 }
+
+// TestDeferredCreateFollowsAnENIConfigChange: a placement kept for a
+// create the budget deferred is not used once the node's ENIConfig has
+// changed: the next ENI goes where the new ENIConfig says.
+func TestDeferredCreateFollowsAnENIConfigChange(t *testing.T) {
+	n := startNode(t, &deferringBudget{n: 1})
+	src := &source{}
+	src.set(podsubnet.ENIConfig{Name: "old", Subnet: podsA2, SecurityGroups: []string{podSG2}}, nil)
+	pl := podsubnet.NewPlacer(n.prov, podsubnet.Settings{Custom: true, Cluster: cluster}, src, n.log, nil)
+	w := &podsubnet.Provider{Provider: n.prov, Placer: pl}
+	var short *provider.BudgetShortError
+	if _, err := w.CreateENI(t.Context(), provider.CreateENIRequest{Addresses: 2}); !errors.As(err, &short) {
+		t.Fatalf("first create: %v, want the budget's deferral", err)
+	}
+	src.set(podsubnet.ENIConfig{Name: "new", Subnet: podsA, SecurityGroups: []string{podSG}}, nil)
+	e := n.create(t, w)
+	got, _ := n.sim.Cloud.NetworkInterface(e.ID)
+	if got.SubnetID != podsA || !slices.Equal(got.SecurityGroups, []string{podSG}) {
+		t.Errorf("after the ENIConfig changed: ENI in %s with %v, want %s with %s (the new ENIConfig)", got.SubnetID, got.SecurityGroups, podsA, podSG)
+	}
+}

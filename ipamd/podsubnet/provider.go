@@ -23,11 +23,15 @@ type Provider struct {
 
 	mu       sync.Mutex
 	deferred *Decision // a decision whose first target the fleet's EC2 budget had no room for
+	// deferredInput is the Placer's input (the node's ENIConfig) when
+	// deferred was made: a changed input places anew.
+	deferredInput string
 }
 
 // DeferredDecisionAge is how long a placement whose create the fleet's
 // shared EC2 budget deferred (provider.BudgetShortError: nothing was sent)
-// is used again instead of placing anew. The pool tries again when the
+// is used again instead of placing anew, while the node's ENIConfig is
+// unchanged. The pool tries again when the
 // budget expects room, often within a second; placing anew each time cost a
 // DescribeSubnets per try (in a launch of 200 nodes, more describes than
 // every other request together).
@@ -44,7 +48,8 @@ func (w *Provider) CreateENI(ctx context.Context, req provider.CreateENIRequest)
 	if req.SubnetID != "" || w.Placer == nil {
 		return w.Provider.CreateENI(ctx, req)
 	}
-	d, ok := w.takeDeferred()
+	input := w.Placer.inputKey()
+	d, ok := w.takeDeferred(input)
 	if !ok {
 		var err error
 		if d, err = w.Placer.Place(ctx); err != nil {
@@ -59,7 +64,7 @@ func (w *Provider) CreateENI(ctx context.Context, req provider.CreateENIRequest)
 		var short *provider.BudgetShortError
 		if errors.As(err, &short) {
 			w.mu.Lock()
-			w.deferred = &d
+			w.deferred, w.deferredInput = &d, input
 			w.mu.Unlock()
 			return e, err
 		}
@@ -78,13 +83,14 @@ func (w *Provider) CreateENI(ctx context.Context, req provider.CreateENIRequest)
 }
 
 // takeDeferred returns, once, the decision of a create the budget deferred
-// less than DeferredDecisionAge ago.
-func (w *Provider) takeDeferred() (Decision, bool) {
+// less than DeferredDecisionAge ago on the same Placer input (the node's
+// ENIConfig under custom networking).
+func (w *Provider) takeDeferred(input string) (Decision, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	d := w.deferred
 	w.deferred = nil
-	if d == nil || time.Since(d.At) >= DeferredDecisionAge {
+	if d == nil || w.deferredInput != input || time.Since(d.At) >= DeferredDecisionAge {
 		return Decision{}, false
 	}
 	return *d, true

@@ -189,6 +189,10 @@ func (c *Client) backoff(attempt int) time.Duration {
 type chain struct {
 	steps []action
 	res   map[string]*reservation
+	// rctx is what reservations are taken under: canceled when the
+	// operation returns, so a reservation for a step that never ran (the
+	// create failed) stops waiting in the fleet's queue.
+	rctx context.Context
 }
 
 type reservation struct {
@@ -207,9 +211,12 @@ func (r *reservation) wait(ctx context.Context) error {
 
 type chainKey struct{}
 
-// withChain marks ctx as running steps in order (see chain).
-func withChain(ctx context.Context, steps ...action) context.Context {
-	return context.WithValue(ctx, chainKey{}, &chain{steps: steps, res: map[string]*reservation{}})
+// withChain marks ctx as running steps in order (see chain). The caller
+// calls end when the operation returns: a reservation still waiting for
+// its token then stops.
+func withChain(ctx context.Context, steps ...action) (_ context.Context, end func()) {
+	rctx, cancel := context.WithCancel(ctx)
+	return context.WithValue(ctx, chainKey{}, &chain{steps: steps, res: map[string]*reservation{}, rctx: rctx}), cancel
 }
 
 // takeReserved returns the reservation made for a's first attempt, if any.
@@ -242,7 +249,7 @@ func (c *Client) reserveNext(ctx context.Context, a action) {
 		}
 		r := &reservation{done: make(chan struct{})}
 		ch.res[next.name] = r
-		fctx := finishing(ctx)
+		fctx := finishing(ch.rctx)
 		go func() {
 			defer close(r.done)
 			r.err = c.opts.Budget.Take(fctx, next.name, priority(fctx, next))

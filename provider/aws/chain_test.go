@@ -131,3 +131,45 @@ func TestCreateENIRefusedByTheBudgetCallsNothing(t *testing.T) {
 		}
 	}
 }
+
+// holdingBudget lets every request through at once except action's, whose
+// Take waits until its ctx ends; it reports when that Take returned.
+type holdingBudget struct {
+	action string
+	ended  chan struct{}
+}
+
+func (b *holdingBudget) Take(ctx context.Context, action string, _ provider.Priority) error {
+	if action != b.action {
+		return nil
+	}
+	<-ctx.Done()
+	close(b.ended)
+	return ctx.Err()
+}
+
+func (*holdingBudget) Refused(string) {}
+
+// TestFailedCreateLeavesNoReservationWaiting: when CreateNetworkInterface
+// fails, the attach's token, asked for while the create ran, is no longer
+// waited for once CreateENI returns: no goroutine of the call stays in the
+// fleet's queue for a step that will never run.
+func TestFailedCreateLeavesNoReservationWaiting(t *testing.T) {
+	s := startSim(t)
+	budget := &holdingBudget{action: "AttachNetworkInterface", ended: make(chan struct{})}
+	opts := testOptions()
+	opts.Budget = budget
+	c := s.client(t, opts, "")
+	if _, err := c.Self(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	s.local.Cloud.Faults().FailNext("CreateNetworkInterface", "InsufficientFreeAddressesInSubnet")
+	if _, err := c.CreateENI(t.Context(), provider.CreateENIRequest{Addresses: 2}); !errors.Is(err, provider.ErrSubnetFull) {
+		t.Fatalf("CreateENI = %v, want ErrSubnetFull", err)
+	}
+	select {
+	case <-budget.ended:
+	case <-time.After(time.Second):
+		t.Fatal("1 s after CreateENI failed, its attach's reservation still waits in the budget")
+	}
+}

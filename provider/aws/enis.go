@@ -263,7 +263,8 @@ func (c *Client) CreateENI(ctx context.Context, req provider.CreateENIRequest) (
 	}
 	c.createMu.Lock()
 	defer c.createMu.Unlock()
-	ctx = withChain(ctx, actCreateNetworkInterface, actAttachNetworkInterface, actModifyNetworkInterface)
+	ctx, endChain := withChain(ctx, actCreateNetworkInterface, actAttachNetworkInterface, actModifyNetworkInterface)
+	defer endChain()
 	ni, err := c.createENI(ctx, id, req)
 	if err != nil {
 		return provider.ENI{}, err

@@ -351,3 +351,58 @@ func TestDeferredCreateFollowsAnENIConfigChange(t *testing.T) {
 		t.Errorf("after the ENIConfig changed: ENI in %s with %v, want %s with %s (the new ENIConfig)", got.SubnetID, got.SecurityGroups, podsA, podSG)
 	}
 }
+
+// hookBudget calls on(k) at the k-th (1-based) CreateNetworkInterface take
+// and defers that take when on returns true.
+type hookBudget struct {
+	mu sync.Mutex
+	k  int
+	on func(k int) bool
+}
+
+func (b *hookBudget) Take(_ context.Context, action string, p provider.Priority) error {
+	if action != "CreateNetworkInterface" {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.k++
+	if b.on(b.k) {
+		return &provider.BudgetShortError{Action: action, Priority: p, Wait: 100 * time.Millisecond}
+	}
+	return nil
+}
+
+func (*hookBudget) Refused(string) {}
+
+// TestDeferredCreateSkipsTargetsThatRefused: when the budget defers the
+// create on the second target after the first refused it as full, the next
+// try starts at the second target: no request goes to the full subnet again.
+func TestDeferredCreateSkipsTargetsThatRefused(t *testing.T) {
+	var n *node
+	n = startNode(t, &hookBudget{on: func(k int) bool {
+		if k != 2 {
+			return false
+		}
+		// podsA refused the first create; it is full from now on.
+		s, _ := n.sim.Cloud.Subnet(podsA)
+		if _, err := n.sim.Cloud.HoldAddresses(podsA, s.FreeAddresses); err != nil {
+			t.Error(err)
+		}
+		return true
+	}})
+	pl := podsubnet.NewPlacer(n.prov, podsubnet.Settings{Discovery: true, Cluster: cluster}, nil, n.log, nil)
+	w := &podsubnet.Provider{Provider: n.prov, Placer: pl}
+	n.sim.Cloud.Faults().FailNext("CreateNetworkInterface", "InsufficientFreeAddressesInSubnet")
+	var short *provider.BudgetShortError
+	if _, err := w.CreateENI(t.Context(), provider.CreateENIRequest{Addresses: 2}); !errors.As(err, &short) {
+		t.Fatalf("first create: %v, want the budget's deferral", err)
+	}
+	e := n.create(t, w)
+	if got, _ := n.sim.Cloud.NetworkInterface(e.ID); got.SubnetID != podsA2 {
+		t.Errorf("the ENI went to %s, want %s", got.SubnetID, podsA2)
+	}
+	if got := n.sim.Cloud.Faults().Calls("CreateNetworkInterface"); got != 2 {
+		t.Errorf("%d CreateNetworkInterface requests, want 2 (podsA's refusal, then podsA2's ENI)", got)
+	}
+}

@@ -30,8 +30,8 @@ type Provider struct {
 
 // DeferredDecisionAge is how long a placement whose create the fleet's
 // shared EC2 budget deferred (provider.BudgetShortError: nothing was sent)
-// is used again instead of placing anew, while the node's ENIConfig is
-// unchanged. The pool tries again when the
+// is used again (from the target deferred on) instead of placing anew,
+// while the node's ENIConfig is unchanged. The pool tries again when the
 // budget expects room, often within a second; placing anew each time cost a
 // DescribeSubnets per try (in a launch of 200 nodes, more describes than
 // every other request together).
@@ -57,14 +57,17 @@ func (w *Provider) CreateENI(ctx context.Context, req provider.CreateENIRequest)
 		}
 	}
 	var last error
-	for _, t := range d.Targets {
+	for i, t := range d.Targets {
 		r := req
 		r.SubnetID, r.SecurityGroups = t.SubnetID, t.SecurityGroups
 		e, err := w.Provider.CreateENI(ctx, r)
 		var short *provider.BudgetShortError
 		if errors.As(err, &short) {
+			// The next try starts at this target: the ones before it refused.
+			kept := d
+			kept.Targets = d.Targets[i:]
 			w.mu.Lock()
-			w.deferred, w.deferredInput = &d, input
+			w.deferred, w.deferredInput = &kept, input
 			w.mu.Unlock()
 			return e, err
 		}

@@ -34,6 +34,20 @@ func (b *recordingBudget) Take(ctx context.Context, action string, p provider.Pr
 
 func (b *recordingBudget) Refused(string) {}
 
+// budgetClient is a client of a new vpcsim instance calling through budget
+// as a fleet's shared one, its identity already read from IMDS.
+func budgetClient(t *testing.T, budget provider.RequestBudget) (*sim, *Client) {
+	t.Helper()
+	s := startSim(t)
+	opts := testOptions()
+	opts.Budget = budget
+	c := s.client(t, opts, "")
+	if _, err := c.Self(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return s, c
+}
+
 func (b *recordingBudget) first(action string) (budgetTake, int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -56,14 +70,8 @@ func (b *recordingBudget) first(action string) (budgetTake, int) {
 // the attach runs), once each and at pod-waiting priority; so a fleet's
 // queues for the three steps are waited in parallel, not one after another.
 func TestCreateENIReservesEachStepWhileTheStepBeforeRuns(t *testing.T) {
-	s := startSim(t)
 	budget := &recordingBudget{delay: 200 * time.Millisecond}
-	opts := testOptions()
-	opts.Budget = budget
-	c := s.client(t, opts, "")
-	if _, err := c.Self(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	s, c := budgetClient(t, budget)
 	s.local.Cloud.Faults().SetLatency("CreateNetworkInterface", 300*time.Millisecond, 0)
 	s.local.Cloud.Faults().SetLatency("AttachNetworkInterface", 300*time.Millisecond, 0)
 	start := time.Now()
@@ -112,13 +120,7 @@ func (refusingBudget) Refused(string) {}
 // device number: the pool tries again within a second or so, and in a
 // launch those describes were most of the fleet's EC2 requests.
 func TestCreateENIRefusedByTheBudgetCallsNothing(t *testing.T) {
-	s := startSim(t)
-	opts := testOptions()
-	opts.Budget = refusingBudget{"CreateNetworkInterface"}
-	c := s.client(t, opts, "")
-	if _, err := c.Self(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	s, c := budgetClient(t, refusingBudget{"CreateNetworkInterface"})
 	before := s.local.Cloud.Faults().CallCounts()
 	_, err := c.CreateENI(t.Context(), provider.CreateENIRequest{Addresses: 2})
 	var short *provider.BudgetShortError
@@ -155,14 +157,8 @@ func (*holdingBudget) Refused(string) {}
 // waited for once CreateENI returns: no goroutine of the call stays in the
 // fleet's queue for a step that will never run.
 func TestFailedCreateLeavesNoReservationWaiting(t *testing.T) {
-	s := startSim(t)
 	budget := &holdingBudget{action: "AttachNetworkInterface", ended: make(chan struct{})}
-	opts := testOptions()
-	opts.Budget = budget
-	c := s.client(t, opts, "")
-	if _, err := c.Self(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	s, c := budgetClient(t, budget)
 	s.local.Cloud.Faults().FailNext("CreateNetworkInterface", "InsufficientFreeAddressesInSubnet")
 	if _, err := c.CreateENI(t.Context(), provider.CreateENIRequest{Addresses: 2}); !errors.Is(err, provider.ErrSubnetFull) {
 		t.Fatalf("CreateENI = %v, want ErrSubnetFull", err)

@@ -14,13 +14,7 @@ import (
 // number fails after CreateNetworkInterface made the ENI, the ENI is
 // deleted and the failure returned; nothing is left in EC2.
 func TestDeviceIndexReadFailsAfterCreate(t *testing.T) {
-	s := startSim(t)
-	opts := testOptions()
-	opts.Budget = &recordingBudget{}
-	c := s.client(t, opts, "")
-	if _, err := c.Self(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	s, c := budgetClient(t, &recordingBudget{})
 	before := len(s.local.Cloud.NetworkInterfaces())
 	s.local.Cloud.Faults().FailNext("DescribeNetworkInterfaces", "UnauthorizedOperation")
 	_, err := c.CreateENI(t.Context(), provider.CreateENIRequest{Addresses: 2})
@@ -44,14 +38,8 @@ func TestDeviceIndexReadFailsAfterCreate(t *testing.T) {
 // client with a shared budget each get their own device number and each
 // step's token once.
 func TestConcurrentCreatesWithABudget(t *testing.T) {
-	s := startSim(t)
 	budget := &recordingBudget{delay: 20 * time.Millisecond}
-	opts := testOptions()
-	opts.Budget = budget
-	c := s.client(t, opts, "")
-	if _, err := c.Self(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	_, c := budgetClient(t, budget)
 	const n = 3
 	var wg sync.WaitGroup
 	devs := make(chan int, n)
@@ -105,14 +93,8 @@ func (*shortAttachBudget) Refused(string) {}
 // the create was made: the attach waits for room, the ENI is made once and
 // attached, nothing is deleted.
 func TestAttachShortAfterCreate(t *testing.T) {
-	s := startSim(t)
 	budget := &shortAttachBudget{n: 2, k: map[string]int{}}
-	opts := testOptions()
-	opts.Budget = budget
-	c := s.client(t, opts, "")
-	if _, err := c.Self(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	s, c := budgetClient(t, budget)
 	e, err := c.CreateENI(t.Context(), provider.CreateENIRequest{Addresses: 1})
 	if err != nil {
 		t.Fatal(err)

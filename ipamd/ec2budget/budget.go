@@ -59,8 +59,11 @@ type Budget struct {
 	o      Options
 	limits map[string]Limit // shared figures (Share applied)
 
-	mu            sync.Mutex // guards degradedUntil
+	mu            sync.Mutex // guards degradedUntil and seen
 	degradedUntil time.Time
+	// seen is each action's bucket as this daemon last read or wrote it,
+	// then taken from locally while the API server is out of reach.
+	seen map[string]State
 }
 
 var _ provider.RequestBudget = (*Budget)(nil)
@@ -91,7 +94,7 @@ func New(o Options) (*Budget, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	b := &Budget{o: o, limits: map[string]Limit{}}
+	b := &Budget{o: o, limits: map[string]Limit{}, seen: map[string]State{}}
 	for a, l := range o.Limits {
 		b.limits[a] = Limit{Capacity: max(1, l.Capacity*o.Share), RefillPerSecond: l.RefillPerSecond * o.Share}
 	}
@@ -116,13 +119,14 @@ func (b *Budget) Take(ctx context.Context, action string, p provider.Priority) e
 		return nil
 	}
 	if b.isDegraded() {
-		return nil
+		return b.takeLocal(ctx, action, l, p)
 	}
 	for attempt := 1; ; attempt++ {
 		lease, st, err := b.read(ctx, action, l)
 		if err != nil {
-			return b.degrade(ctx, action, err)
+			return b.degrade(ctx, action, l, p, err)
 		}
+		b.see(action, st)
 		next, wait, ok := st.Take(l, b.o.Now(), p)
 		if !ok {
 			return &provider.BudgetShortError{Action: action, Priority: p, Wait: wait}
@@ -137,17 +141,58 @@ func (b *Budget) Take(ctx context.Context, action string, p provider.Priority) e
 			continue
 		}
 		if err != nil {
-			return b.degrade(ctx, action, err)
+			return b.degrade(ctx, action, l, p, err)
 		}
+		b.see(action, next)
 		return provider.Sleep(ctx, wait)
 	}
+}
+
+// see keeps st as action's bucket last seen in the API server.
+func (b *Budget) see(action string, st State) {
+	b.mu.Lock()
+	b.seen[action] = st
+	b.mu.Unlock()
+}
+
+// takeLocal takes a request at p from action's bucket as this daemon last
+// saw it, kept in memory, while the API server is out of reach: the
+// reservations queued before this node's (a launch's debt) are waited for,
+// as they would have been in the Lease, and so are its own earlier takes;
+// only what other nodes took since is unknown. With no bucket ever seen it
+// takes nothing and the provider's own pacing alone applies. Errors as
+// Take's.
+func (b *Budget) takeLocal(ctx context.Context, action string, l Limit, p provider.Priority) error {
+	b.mu.Lock()
+	st, known := b.seen[action]
+	if !known {
+		b.mu.Unlock()
+		return nil
+	}
+	next, wait, ok := st.Take(l, b.o.Now(), p)
+	if ok {
+		b.seen[action] = next
+	}
+	b.mu.Unlock()
+	if !ok {
+		return &provider.BudgetShortError{Action: action, Priority: p, Wait: wait}
+	}
+	return provider.Sleep(ctx, wait)
 }
 
 // Refused implements provider.RequestBudget: it empties the shared bucket
 // (best effort: a few attempts, then the fleet learns from its own refusals).
 func (b *Budget) Refused(action string) {
 	l, ok := b.limits[action]
-	if !ok || b.isDegraded() {
+	if !ok {
+		return
+	}
+	if b.isDegraded() {
+		b.mu.Lock()
+		if st, known := b.seen[action]; known {
+			b.seen[action] = st.Refused(l, b.o.Now())
+		}
+		b.mu.Unlock()
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -225,22 +270,23 @@ func (b *Budget) isDegraded() bool {
 	return b.o.Now().Before(b.degradedUntil)
 }
 
-// degrade notes an API server failure: for Options.Degraded this daemon
-// calls EC2 under its local limits alone (the provider's own pacing, and
-// backing off when EC2 answers RequestLimitExceeded), as it does without a
-// shared budget. Pacing at the fleet's share divided by its node count
+// degrade notes an API server failure and takes this call's request
+// locally (takeLocal): for Options.Degraded this daemon calls EC2 under its
+// local limits (the provider's own pacing, and backing off when EC2 answers
+// RequestLimitExceeded), as it does without a shared budget, and no sooner
+// than the buckets it last saw allow. Pacing at the fleet's share divided by its node count
 // instead would keep an outage from raising the fleet's rate, but gives a
 // node of a 200-node fleet one call per 40 s of each action, so a loaded API
 // server (one timed-out read) made its pods wait minutes (test/fleet at 200
 // nodes: launch p99 3 min against 1 min 39 s without a shared budget).
-func (b *Budget) degrade(ctx context.Context, action string, err error) error {
+func (b *Budget) degrade(ctx context.Context, action string, l Limit, p provider.Priority, err error) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
 	b.mu.Lock()
 	b.degradedUntil = b.o.Now().Add(b.o.Degraded)
 	b.mu.Unlock()
-	b.o.Logger.Warn("EC2 budget: API server unreachable, calling EC2 under this node's own limits", "action", action,
+	b.o.Logger.Warn("EC2 budget: API server unreachable, calling EC2 under this node's own limits and the buckets it last saw", "action", action,
 		"for", b.o.Degraded, "err", err)
-	return nil
+	return b.takeLocal(ctx, action, l, p)
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -62,5 +63,70 @@ func TestAPIServerFailureFallsBackToLocalLimits(t *testing.T) {
 	}
 	if st, err := Decode(l.Annotations[Annotation]); err != nil || st.Tokens != 39 {
 		t.Errorf("shared bucket after one take: %+v, %v; want 39 of 40 tokens", st, err)
+	}
+}
+
+// TestDegradedNodeWaitsForTheQueueItLastSaw: a node that read a bucket 100
+// requests in debt (a launch's queue of pod-waiting reservations) and then
+// lost the API server does not call EC2 at once, where the account's bucket
+// is empty and the call would be refused: it waits as the queue it saw
+// would have made it wait, and once the refill has paid that queue it calls
+// at once again. EC2's refusals while degraded empty its view too.
+func TestDegradedNodeWaitsForTheQueueItLastSaw(t *testing.T) {
+	const action = "AttachNetworkInterface"
+	cs := fake.NewClientset()
+	down := false
+	cs.PrependReactor("*", "leases", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if down {
+			return true, nil, errors.New("connection refused")
+		}
+		return false, nil, nil
+	})
+	now := t0
+	b, err := New(Options{Client: cs, NodeName: "node-1", Degraded: 30 * time.Second, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := b.Limits()[action] // 40 tokens, 4 a second at the default share
+	inDebt := State{Capacity: l.Capacity, RefillPerSecond: l.RefillPerSecond, Tokens: -100, At: t0}
+	if _, err := cs.CoordinationV1().Leases("kube-system").Create(t.Context(), &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{
+		Name: LeaseName(action), Namespace: "kube-system", Annotations: map[string]string{Annotation: inDebt.Encode()},
+	}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// A refill is refused by the shared bucket (it reads the Lease: the
+	// node has now seen the queue).
+	var short *provider.BudgetShortError
+	if err := b.Take(t.Context(), action, provider.PriorityRefill); !errors.As(err, &short) {
+		t.Fatalf("refill from a bucket in debt: %v, want BudgetShortError", err)
+	}
+
+	down = true
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if err := b.Take(ctx, action, provider.PriorityPodWaiting); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("pod-waiting take with the API server down after seeing 100 queued: %v after %s; want it to wait for the queue (25 s) until ctx ends",
+			err, time.Since(start).Round(time.Millisecond))
+	}
+	if err := b.Take(t.Context(), action, provider.PriorityRefill); !errors.As(err, &short) || short.Wait < 25*time.Second {
+		t.Errorf("degraded refill behind the queue seen: %v, want BudgetShortError to wait at least 25 s", err)
+	}
+
+	// 30 s later the refill (120 requests) has paid the queue and the
+	// node's own reservation: calls go at once.
+	now = t0.Add(30 * time.Second)
+	b.mu.Lock()
+	b.degradedUntil = now.Add(time.Minute) // still out of reach
+	b.mu.Unlock()
+	for i := range 3 {
+		if err := b.Take(t.Context(), action, provider.PriorityPodWaiting); err != nil {
+			t.Fatalf("take %d once the queue seen is paid: %v", i+1, err)
+		}
+	}
+	// EC2 refuses one: the node's view empties, so its next refill waits.
+	b.Refused(action)
+	if err := b.Take(t.Context(), action, provider.PriorityRefill); !errors.As(err, &short) {
+		t.Errorf("degraded refill after EC2 refused: %v, want BudgetShortError", err)
 	}
 }

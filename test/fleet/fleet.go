@@ -14,6 +14,10 @@
 // the scheduler leaves them, and plays the plugin's side of CNI ADD and DEL
 // through the daemon's socket API (ipamd/api).
 //
+// The control plane, the daemons and the harness each get their own CPU
+// share (cpugroup.go), as on a cluster whose API server runs on machines of
+// its own; Options.SharedCPU turns that off.
+//
 // It does not import testing; the tests and `make fleet` drive it.
 package fleet
 
@@ -70,6 +74,10 @@ type Options struct {
 	// operator calling EC2 for all nodes, not its allocation logic.
 	OperatorQPS   float64
 	OperatorBurst int
+	// SharedCPU runs the control plane, the daemons and the harness without
+	// CPU groups (cpugroup.go), all threads competing alike: the API server
+	// then gets a thread's share among hundreds of daemons'.
+	SharedCPU bool
 	Logf          func(format string, args ...any) // progress; nil: silent
 }
 
@@ -90,6 +98,7 @@ type Fleet struct {
 	apiRetries atomic.Int64
 
 	fab        *fabric.Fabric
+	cpu        *cpuGroups // nil: none (SharedCPU, or no cpu controller)
 	servers    *fabric.Servers
 	kubeconfig string
 	forwardEnd chan struct{}
@@ -171,6 +180,17 @@ func Start(ctx context.Context, opts Options) (f *Fleet, err error) {
 	}
 	if err := f.startKube(ctx); err != nil {
 		return f, err
+	}
+	if !opts.SharedCPU {
+		if f.cpu, err = newCPUGroups(opts.Prefix); err != nil {
+			opts.Logf("fleet: control plane, daemons and harness share the CPU alike (%v)", err)
+			f.cpu = nil
+		}
+		for _, pid := range f.Kube.PIDs() {
+			if err := f.cpu.add("control-plane", pid); err != nil {
+				return f, fmt.Errorf("control plane's CPU group: %w", err)
+			}
+		}
 	}
 	start := time.Now()
 	subnets := f.Cloud.Subnets()
@@ -310,6 +330,9 @@ func (n *Node) start() error {
 		return fmt.Errorf("start vpcipd on %s: %w", n.Name, err)
 	}
 	n.cmd, n.done, n.pid = cmd, make(chan struct{}), cmd.Process.Pid
+	if err := n.fleet.cpu.add("nodes", cmd.Process.Pid); err != nil {
+		n.fleet.Logf("fleet: vpcipd on %s stays out of the nodes' CPU group: %v", n.Name, err)
+	}
 	go func(done chan struct{}) { cmd.Wait(); logf.Close(); close(done) }(n.done)
 	return nil
 }
@@ -381,14 +404,28 @@ func (f *Fleet) Close() error {
 		if f.Kube != nil {
 			f.Kube.Stop()
 		}
+		errs = append(errs, f.cpu.remove())
 	})
 	return errors.Join(errs...)
 }
 
+// CPUGroups are the process ids in the control plane's CPU group and in
+// the daemons' (cpugroup.go); ok is false when the fleet runs without them.
+func (f *Fleet) CPUGroups() (controlPlane, nodes []int, ok bool) {
+	if f.cpu == nil {
+		return nil, nil, false
+	}
+	return f.cpu.members("control-plane"), f.cpu.members("nodes"), true
+}
+
 // Leftovers lists what of the fleet is still on the machine: netns named
-// with the prefix, and running daemons. Empty after a clean Close.
+// with the prefix, running daemons, and the CPU groups. Empty after a clean
+// Close.
 func (f *Fleet) Leftovers() []string {
 	var out []string
+	if f.cpu.exists() {
+		out = append(out, "cpu group "+f.cpu.parent)
+	}
 	entries, _ := os.ReadDir("/var/run/netns")
 	for _, e := range entries {
 		if len(e.Name()) > len(f.Prefix) && e.Name()[:len(f.Prefix)+1] == f.Prefix+"-" {

@@ -73,7 +73,9 @@ func envDuration(t *testing.T, name string, def time.Duration) time.Duration {
 // contention of a larger one (15 with 30 nodes: EC2's buckets as 200 nodes
 // see them) without 200 daemons' CPU. A failed CNI ADD is tried again after
 // VPCIP_FLEET_ADD_RETRY (default 10 s, kubelet's pod worker back-off) and
-// up to half as long more.
+// up to half as long more. The control plane, the daemons and the harness
+// run in CPU groups of their own (package fleet, cpugroup.go);
+// VPCIP_FLEET_SHARED_CPU=1 runs them without.
 func TestFleet(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (network namespaces)")
@@ -90,6 +92,7 @@ func TestFleet(t *testing.T) {
 	share := envInt(t, "VPCIP_FLEET_BUDGET_SHARE", 80)
 	scale := envInt(t, "VPCIP_FLEET_ACCOUNT_SCALE", 100)
 	addRetry := envDuration(t, "VPCIP_FLEET_ADD_RETRY", 10*time.Second)
+	sharedCPU := os.Getenv("VPCIP_FLEET_SHARED_CPU") == "1"
 	if scale < 1 || scale > 100 || share*scale < 100 {
 		t.Fatalf("VPCIP_FLEET_ACCOUNT_SCALE=%d with VPCIP_FLEET_BUDGET_SHARE=%d: want 1 to 100 and a budget share of at least 1 %% of AWS's buckets", scale, share)
 	}
@@ -131,7 +134,7 @@ func TestFleet(t *testing.T) {
 			continue
 		}
 		ok := t.Run(m.key, func(t *testing.T) {
-			opts := fleet.Options{DaemonEnv: m.env, OperatorQPS: float64(m.qps), OperatorBurst: operatorBurst, ADDRetry: addRetry}
+			opts := fleet.Options{DaemonEnv: m.env, OperatorQPS: float64(m.qps), OperatorBurst: operatorBurst, ADDRetry: addRetry, SharedCPU: sharedCPU}
 			r := runModel(ctx, t, fmt.Sprintf("f%d%c", os.Getpid()%10000, 'a'+i), bin, nodes, scale, opts, func(f *fleet.Fleet) []fleet.Report {
 				return runScenarios(ctx, t, f, scenarios, scenarioOptions{podsPerNode, spread, churn, churnInterval, settle, scaleInSettle, waves})
 			})
@@ -144,6 +147,25 @@ func TestFleet(t *testing.T) {
 	var b strings.Builder
 	fleet.PrintComparison(&b, results)
 	t.Logf("\n%d nodes per model; AB st/n/m: AddressBudget status writes per node and minute; lease/n/m: Lease requests per node and minute (the shared budget's; the API server's own lease renewals included); central operator: every mutating EC2 request in one queue at %d/s, burst %d\n%s", nodes, operatorQPS, operatorBurst, b.String())
+}
+
+// checkCPUGroups checks that, when the fleet has CPU groups, etcd and the
+// API server are in the control plane's and every daemon in the nodes'.
+func checkCPUGroups(t *testing.T, f *fleet.Fleet) {
+	t.Helper()
+	cp, in, ok := f.CPUGroups()
+	if !ok {
+		t.Logf("fleet: no CPU groups on this machine (or VPCIP_FLEET_SHARED_CPU)")
+		return
+	}
+	if len(cp) != 2 {
+		t.Errorf("control plane's CPU group holds %v, want etcd and kube-apiserver", cp)
+	}
+	for _, n := range f.Nodes {
+		if pid := n.PID(); pid != 0 && !slices.Contains(in, pid) {
+			t.Errorf("vpcipd on %s (pid %d) is not in the nodes' CPU group %v", n.Name, pid, in)
+		}
+	}
 }
 
 type scenarioOptions struct {
@@ -208,6 +230,7 @@ func runScenarios(ctx context.Context, t *testing.T, f *fleet.Fleet, scenarios s
 	if want := nodes * o.podsPerNode; ra.Pods != want {
 		t.Errorf("scenario a: %d pods asked, want %d", ra.Pods, want)
 	}
+	checkCPUGroups(t, f)
 	if strings.Contains(scenarios, "b") {
 		rb, err := f.ScenarioRollout(ctx, pods, fleet.RolloutOptions{Waves: o.waves, Pause: o.settle, PodTimeout: 10 * time.Minute, Settle: o.settle})
 		if err != nil {

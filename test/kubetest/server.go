@@ -205,6 +205,21 @@ func (s *Server) StartAPIServer() error {
 	return s.waitHTTP(cmd, "kube-apiserver", s.URL+"/readyz", &http.Client{Transport: &http.Transport{TLSClientConfig: tlsCfg}})
 }
 
+// PIDs are the process ids of etcd and kube-apiserver while they run (none
+// once stopped), for a harness that gives the control plane its own CPU
+// share.
+func (s *Server) PIDs() []int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []int
+	for _, p := range []*proc{s.etcd, s.apiserver} {
+		if p != nil && p.cmd.Process != nil {
+			out = append(out, p.cmd.Process.Pid)
+		}
+	}
+	return out
+}
+
 // StopAPIServer kills kube-apiserver (etcd keeps running) and waits for it to
 // exit, so clients see connection refused from then on.
 func (s *Server) StopAPIServer() {

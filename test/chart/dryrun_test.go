@@ -16,7 +16,8 @@ func TestMain(m *testing.M) { kubetest.Main(m) }
 // The rendered chart, CRDs and admission policies included, is valid for a
 // real kube-apiserver:
 // `kubectl apply --dry-run=server` with the default values and each release
-// values set (releaseValues), rendered by Helm 3 and Helm 4. The chart's
+// values set (releaseValues) and with the shared EC2 budget's flow control,
+// rendered by Helm 3 and Helm 4. The chart's
 // CRDs are applied for real first: a dry run cannot check an ENIConfig
 // against a CRD that is itself only dry-run.
 func TestApplyDryRunServer(t *testing.T) {
@@ -33,7 +34,7 @@ func TestApplyDryRunServer(t *testing.T) {
 	sets := []struct {
 		name  string
 		files []string
-	}{{"default", nil}}
+	}{{"default", nil}, {"shared EC2 budget", []string{"ec2-budget-values.yaml"}}}
 	for _, rv := range releaseValues {
 		sets = append(sets, struct {
 			name  string
@@ -70,6 +71,13 @@ func TestApplyDryRunServer(t *testing.T) {
 					"validatingadmissionpolicybinding.admissionregistration.k8s.io/vpcip-events"} {
 					if !strings.Contains(res, kind) {
 						t.Errorf("apply output lacks %s:\n%s", kind, res)
+					}
+				}
+				if set.name == "shared EC2 budget" {
+					for _, kind := range []string{"flowschema.flowcontrol.apiserver.k8s.io/vpcip-ec2-budget", "prioritylevelconfiguration.flowcontrol.apiserver.k8s.io/vpcip-ec2-budget"} {
+						if !strings.Contains(res, kind) {
+							t.Errorf("apply output lacks %s:\n%s", kind, res)
+						}
 					}
 				}
 			})

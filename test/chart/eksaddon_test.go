@@ -209,7 +209,8 @@ func TestEKSAddonRender(t *testing.T) {
 				}
 				ns := str(dig(o, "metadata", "namespace"))
 				switch o.Kind() {
-				case "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding":
+				case "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
+					"FlowSchema", "PriorityLevelConfiguration":
 					if ns != "" {
 						t.Errorf("cluster-scoped %s %s in namespace %s", o.Kind(), o.Name(), ns)
 					}

@@ -41,6 +41,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/vpcip/vpcip/ipamd/api"
+	"github.com/vpcip/vpcip/test/chart"
 	"github.com/vpcip/vpcip/test/kubetest"
 	"github.com/vpcip/vpcip/test/vpcsim"
 	"github.com/vpcip/vpcip/test/vpcsim/fabric"
@@ -65,6 +66,11 @@ type Options struct {
 	// CRDFile and RulesFile are the AddressBudget CRD and the daemon's
 	// ClusterRole rules (charts/vpcip/...).
 	CRDFile, RulesFile string
+	// ChartDir is charts/vpcip: Helm renders its FlowSchema and
+	// PriorityLevelConfiguration for the shared EC2 budget's Lease requests
+	// (templates/flowcontrol.yaml) for the daemons' ServiceAccount, and the
+	// harness applies them; empty: the API server's default flow control.
+	ChartDir string
 	DaemonEnv          []string // extra KEY=VALUE for every vpcipd
 	// RequestLimits are the account's EC2 request buckets; nil: none.
 	RequestLimits vpcsim.RequestLimits
@@ -239,6 +245,11 @@ func (f *Fleet) startKube(ctx context.Context) error {
 	if err := f.Kube.ApplyFiles(ctx, f.CRDFile); err != nil {
 		return err
 	}
+	if f.ChartDir != "" {
+		if err := f.applyFlowControl(ctx); err != nil {
+			return err
+		}
+	}
 	sa, err := f.Kube.ServiceAccountConfigFromFile(ctx, "kube-system", "vpcipd", f.RulesFile)
 	if err != nil {
 		return err
@@ -253,6 +264,26 @@ func (f *Fleet) startKube(ctx context.Context) error {
 	}
 	go func() { f.Kube.Forward(l); close(f.forwardEnd) }()
 	return f.Kube.EnsureNamespace(ctx, f.Namespace)
+}
+
+// applyFlowControl renders the chart's flow control for the EC2 budget, as
+// a release whose ServiceAccount is the daemons' (kube-system/vpcipd) with
+// VPCIP_EC2_BUDGET=fleet, with Helm v3, and applies it.
+func (f *Fleet) applyFlowControl(ctx context.Context) error {
+	helms, err := chart.Helms()
+	if err != nil {
+		return err
+	}
+	out, err := helms[0].Run("template", "vpcipd", f.ChartDir, "--namespace", "kube-system", "--set", "fullnameOverride=vpcipd",
+		"--set-string", "env.VPCIP_EC2_BUDGET=fleet", "--show-only", "templates/flowcontrol.yaml")
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(f.WorkDir, "flowcontrol.yaml")
+	if err := os.WriteFile(path, out, 0o644); err != nil {
+		return err
+	}
+	return f.Kube.ApplyFiles(ctx, path)
 }
 
 func (f *Fleet) createNode(ctx context.Context, name string) error {

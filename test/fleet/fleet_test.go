@@ -168,6 +168,28 @@ func checkCPUGroups(t *testing.T, f *fleet.Fleet) {
 	}
 }
 
+// checkBudgetFlowSchema checks that the daemons' Lease requests, when the
+// fleet shares its EC2 budget, went to the chart's FlowSchema for them and
+// none to the API server's system-leader-election, where kube-system
+// ServiceAccounts' Lease requests go by default.
+func checkBudgetFlowSchema(ctx context.Context, t *testing.T, f *fleet.Fleet) {
+	t.Helper()
+	if !slices.Contains(f.DaemonEnv, "VPCIP_EC2_BUDGET=fleet") {
+		return
+	}
+	d, err := f.DispatchedByFlowSchema(ctx)
+	if err != nil {
+		t.Errorf("flow control metrics: %v", err)
+		return
+	}
+	if d["vpcipd-ec2-budget"] == 0 {
+		t.Errorf("no request dispatched through FlowSchema vpcipd-ec2-budget; by FlowSchema: %v", d)
+	}
+	if n := d["system-leader-election"]; n > 0 {
+		t.Errorf("%v requests went to system-leader-election, beside the control plane's leader renewals; want the budget's own FlowSchema", n)
+	}
+}
+
 type scenarioOptions struct {
 	podsPerNode                  int
 	spread, churn, churnInterval time.Duration
@@ -189,6 +211,7 @@ func runModel(ctx context.Context, t *testing.T, prefix, bin string, n, scale in
 		t.Logf("fleet: daemons' logs and state kept under %s", model.WorkDir)
 	}
 	model.CRDFile, model.RulesFile = "../../charts/vpcip/crds/addressbudgets.vpcip.io.yaml", "../../charts/vpcip/files/clusterrole-rules.yaml"
+	model.ChartDir = "../../charts/vpcip"
 	model.RequestLimits, model.Logf = vpcsim.AWSRequestLimits(), t.Logf
 	if scale != 100 {
 		model.RequestLimits = model.RequestLimits.Scaled(float64(scale) / 100)
@@ -231,6 +254,7 @@ func runScenarios(ctx context.Context, t *testing.T, f *fleet.Fleet, scenarios s
 		t.Errorf("scenario a: %d pods asked, want %d", ra.Pods, want)
 	}
 	checkCPUGroups(t, f)
+	checkBudgetFlowSchema(ctx, t, f)
 	if strings.Contains(scenarios, "b") {
 		rb, err := f.ScenarioRollout(ctx, pods, fleet.RolloutOptions{Waves: o.waves, Pause: o.settle, PodTimeout: 10 * time.Minute, Settle: o.settle})
 		if err != nil {

@@ -91,6 +91,30 @@ var labelRE = regexp.MustCompile(`(\w+)="([^"]*)"`)
 // apiserverRequests reads apiserver_request_total from the API server's
 // /metrics, summed by "VERB resource[/subresource]" (resource requests only).
 func (f *Fleet) apiserverRequests(ctx context.Context) (map[string]float64, error) {
+	return f.apiserverMetric(ctx, "apiserver_request_total", func(labels map[string]string) string {
+		if labels["resource"] == "" {
+			return ""
+		}
+		k := labels["verb"] + " " + labels["resource"]
+		if labels["subresource"] != "" {
+			k += "/" + labels["subresource"]
+		}
+		return k
+	})
+}
+
+// DispatchedByFlowSchema is how many requests the API server's priority and
+// fairness has dispatched so far, by FlowSchema name
+// (apiserver_flowcontrol_dispatched_requests_total).
+func (f *Fleet) DispatchedByFlowSchema(ctx context.Context) (map[string]float64, error) {
+	return f.apiserverMetric(ctx, "apiserver_flowcontrol_dispatched_requests_total", func(labels map[string]string) string {
+		return labels["flow_schema"]
+	})
+}
+
+// apiserverMetric sums the API server's counter name by key(labels),
+// skipping series whose key is empty.
+func (f *Fleet) apiserverMetric(ctx context.Context, name string, key func(map[string]string) string) (map[string]float64, error) {
 	raw, err := f.Admin.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("API server /metrics: %w", err)
@@ -100,7 +124,7 @@ func (f *Fleet) apiserverRequests(ctx context.Context) (map[string]float64, erro
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		if !strings.HasPrefix(line, "apiserver_request_total{") {
+		if !strings.HasPrefix(line, name+"{") {
 			continue
 		}
 		end := strings.LastIndexByte(line, '}')
@@ -112,14 +136,9 @@ func (f *Fleet) apiserverRequests(ctx context.Context) (map[string]float64, erro
 		for _, m := range labelRE.FindAllStringSubmatch(line[:end], -1) {
 			labels[m[1]] = m[2]
 		}
-		if labels["resource"] == "" {
-			continue
+		if k := key(labels); k != "" {
+			out[k] += v
 		}
-		k := labels["verb"] + " " + labels["resource"]
-		if labels["subresource"] != "" {
-			k += "/" + labels["subresource"]
-		}
-		out[k] += v
 	}
 	return out, sc.Err()
 }

@@ -85,8 +85,8 @@ func newEC2Budget(cfg config.Config, log *slog.Logger) provider.RequestBudget {
 	if err == nil {
 		var b *ec2budget.Budget
 		if b, err = ec2budget.New(ec2budget.Options{Client: cs, Namespace: cfg.Namespace, NodeName: cfg.NodeName,
-			Share: float64(cfg.EC2BudgetShare) / 100, Logger: log.With("component", "ec2budget")}); err == nil {
-			log.Info("EC2 calls share the fleet's budget", "namespace", cfg.Namespace, "share", cfg.EC2BudgetShare)
+			Share: float64(cfg.EC2BudgetShare) / 100, Shards: cfg.EC2BudgetShards, Logger: log.With("component", "ec2budget")}); err == nil {
+			log.Info("EC2 calls share the fleet's budget", "namespace", cfg.Namespace, "share", cfg.EC2BudgetShare, "shards", cfg.EC2BudgetShards, "home", b.Home())
 			return b
 		}
 	}

@@ -107,6 +107,9 @@ type Config struct {
 	// takes when EC2Budget is "fleet" (the rest is left to the account's
 	// other callers); default 80.
 	EC2BudgetShare int
+	// VPCIP_EC2_BUDGET_SHARDS: how many Leases split each action's shared
+	// bucket (ec2budget.Options.Shards; the same on every node); default 8.
+	EC2BudgetShards int
 	// VPCIP_NAMESPACE: the daemon's namespace, where
 	// the fleet budget's Leases live; default kube-system.
 	Namespace   string

@@ -107,6 +107,7 @@ var Vars = []Var{
 	setting("VPCIP_COUNTS_INTERVAL", "2m0s", func(c *Config) *time.Duration { return &c.CountsInterval }, duration(time.Minute, time.Second), time.Duration.String),
 	setting("VPCIP_EC2_BUDGET", "fleet", func(c *Config) *string { return &c.EC2Budget }, oneOf(EC2BudgetNode, []string{EC2BudgetNode, EC2BudgetFleet}), plain),
 	setting("VPCIP_EC2_BUDGET_SHARE", "95", func(c *Config) *int { return &c.EC2BudgetShare }, intRange(80, 1, 100), strconv.Itoa),
+	setting("VPCIP_EC2_BUDGET_SHARDS", "16", func(c *Config) *int { return &c.EC2BudgetShards }, intRange(8, 1, 256), strconv.Itoa),
 	setting("VPCIP_NAMESPACE", "vpcip-system", func(c *Config) *string { return &c.Namespace }, name("kube-system"), plain),
 	setting("VPCIP_SOCKET", "/run/x/ipamd.sock", func(c *Config) *string { return &c.Socket }, path(DefaultSocket), plain),
 	setting("VPCIP_CHECKPOINT", "/run/x/ipam.json", func(c *Config) *string { return &c.Checkpoint }, path(DefaultCheckpoint), plain),

@@ -2,13 +2,16 @@
 // vpcipd daemons of a cluster without a central allocator (docs/design.md
 // §9). EC2 meters requests per account and region with one token bucket per
 // action; every node draws on the same buckets. For each mutating action
-// the daemons make, one coordination.k8s.io Lease in the daemon's namespace
-// (vpcip-ec2-<action>) holds the fleet's view of that bucket in an
-// annotation: capacity, refill rate, tokens and when they were counted. A
-// daemon takes a request by optimistic concurrency (read the Lease, refill
-// its tokens for the time passed, take one, write it back under the read
+// the daemons make, coordination.k8s.io Leases in the daemon's namespace
+// (vpcip-ec2-<action>-<k>, Options.Shards of them, each holding that share of
+// the bucket) hold the fleet's view of that bucket in an annotation:
+// capacity, refill rate, tokens and when they were counted. A daemon takes a
+// request by optimistic concurrency (read its home shard's Lease, refill its
+// tokens for the time passed, take one, write it back under the read
 // resourceVersion; a conflict means another node took one meanwhile, so
-// read again) and makes the EC2 request only once it holds the token.
+// read again) and makes the EC2 request only once it holds the token. When
+// the home shard would make the call wait, a second shard at random serves
+// it if that one is shorter.
 //
 // Priorities need no scheduler: a call may take a token only while the
 // bucket stays above its priority's reserve (Reserve). A call that unblocks

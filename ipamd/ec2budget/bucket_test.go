@@ -116,13 +116,26 @@ func TestSharedFiguresAreAShareOfAWSs(t *testing.T) {
 	if _, err := New(Options{}); err == nil {
 		t.Error("New without a client accepted")
 	}
-	b, err := New(Options{Client: fake.NewClientset()})
+	b, err := New(Options{Client: fake.NewClientset(), Shards: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	l := b.Limits()
 	if l["AttachNetworkInterface"] != attach || l["AssignPrivateIpAddresses"] != (Limit{Capacity: 80, RefillPerSecond: 4}) {
 		t.Errorf("default share of AWS's buckets: %+v", l)
+	}
+	// Shards split it: together they hold the share, never more.
+	b, err = New(Options{Client: fake.NewClientset()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := b.Limits(); l["AttachNetworkInterface"] != (Limit{Capacity: 40.0 / DefaultShards, RefillPerSecond: 4.0 / DefaultShards}) {
+		t.Errorf("one of %d shards of the default share of AWS's attach bucket: %+v", DefaultShards, l["AttachNetworkInterface"])
+	}
+	for _, n := range []int{-1, MaxShards + 1} {
+		if _, err := New(Options{Client: fake.NewClientset(), Shards: n}); err == nil {
+			t.Errorf("%d shards accepted", n)
+		}
 	}
 	if _, ok := l["DescribeNetworkInterfaces"]; ok {
 		t.Error("describes are shared; they should be paced locally")

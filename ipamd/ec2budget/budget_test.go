@@ -39,7 +39,7 @@ func TestAPIServerFailureFallsBackToLocalLimits(t *testing.T) {
 		return false, nil, nil
 	})
 	now := t0
-	b, err := New(Options{Client: cs, NodeName: "node-1", Degraded: 30 * time.Second, Now: func() time.Time { return now }})
+	b, err := New(Options{Client: cs, NodeName: "node-1", Degraded: 30 * time.Second, Shards: 1, Now: func() time.Time { return now }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +83,7 @@ func TestDegradedNodeWaitsForTheQueueItLastSaw(t *testing.T) {
 		return false, nil, nil
 	})
 	now := t0
-	b, err := New(Options{Client: cs, NodeName: "node-1", Degraded: 30 * time.Second, Now: func() time.Time { return now }})
+	b, err := New(Options{Client: cs, NodeName: "node-1", Degraded: 30 * time.Second, Shards: 1, Now: func() time.Time { return now }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,5 +128,82 @@ func TestDegradedNodeWaitsForTheQueueItLastSaw(t *testing.T) {
 	b.Refused(action)
 	if err := b.Take(t.Context(), action, provider.PriorityRefill); !errors.As(err, &short) {
 		t.Errorf("degraded refill after EC2 refused: %v, want BudgetShortError", err)
+	}
+}
+
+// TestShardsSplitTheBucketAndTwoChoicesEvenThem: with shards, each node
+// takes from its home shard (a hash of its name: 400 nodes spread over 8
+// shards), and a call its home shard would make wait goes to a second shard
+// that serves it sooner; a refill both shards refuse is refused.
+func TestShardsSplitTheBucketAndTwoChoicesEvenThem(t *testing.T) {
+	per := make([]int, DefaultShards)
+	for i := range 400 {
+		b, err := New(Options{Client: fake.NewClientset(), NodeName: fmt.Sprintf("ip-10-0-%d-%d.ec2.internal", i/250, i%250)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		per[b.Home()]++
+	}
+	for k, n := range per {
+		if n < 25 || n > 75 {
+			t.Errorf("shard %d is home to %d of 400 nodes, want about 50: %v", k, n, per)
+		}
+	}
+
+	const action = "AttachNetworkInterface"
+	cs := fake.NewClientset()
+	b, err := New(Options{Client: cs, NodeName: "node-1", Shards: 2, Now: func() time.Time { return t0 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := b.Limits()[action] // 20 tokens, 2 a second: half of the 80 % share
+	home, other := b.Home(), 1-b.Home()
+	set := func(k int, tokens float64) {
+		st := State{Capacity: l.Capacity, RefillPerSecond: l.RefillPerSecond, Tokens: tokens, At: t0}
+		lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: ShardLeaseName(action, k, 2), Namespace: "kube-system",
+			Annotations: map[string]string{Annotation: st.Encode()}}}
+		leases := cs.CoordinationV1().Leases("kube-system")
+		if _, err := leases.Update(t.Context(), lease, metav1.UpdateOptions{}); err != nil {
+			if _, err := leases.Create(t.Context(), lease, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	tokens := func(k int) float64 {
+		lease, err := cs.CoordinationV1().Leases("kube-system").Get(t.Context(), ShardLeaseName(action, k, 2), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := Decode(lease.Annotations[Annotation])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Tokens
+	}
+
+	// Home 20 requests in debt (10 s of queue), the other shard full: the
+	// call goes to the other at once.
+	set(home, -20)
+	set(other, l.Capacity)
+	if err := b.Take(t.Context(), action, provider.PriorityPodWaiting); err != nil {
+		t.Fatal(err)
+	}
+	if h, o := tokens(home), tokens(other); h != -20 || o != l.Capacity-1 {
+		t.Errorf("after a take with the home shard in debt: home %v, other %v; want -20 and %v", h, o, l.Capacity-1)
+	}
+	// Both in debt: the shorter queue (the other's, 4) gets the reservation.
+	set(other, -4)
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	if err := b.Take(ctx, action, provider.PriorityPodWaiting); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("take behind a queue: %v, want it to wait for its turn", err)
+	}
+	if h, o := tokens(home), tokens(other); h != -20 || o != -5 {
+		t.Errorf("reservation with both shards in debt: home %v, other %v; want -20 and -5", h, o)
+	}
+	// A refill neither shard has room for is refused.
+	var short *provider.BudgetShortError
+	if err := b.Take(t.Context(), action, provider.PriorityRefill); !errors.As(err, &short) {
+		t.Errorf("refill with both shards in debt: %v, want BudgetShortError", err)
 	}
 }

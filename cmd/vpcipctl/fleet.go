@@ -53,6 +53,10 @@ type fleetSubnet struct {
 	Zone  string `json:"zone"`
 	Free  int    `json:"free"`  // the lowest count any node published (the most recent drain)
 	Nodes int    `json:"nodes"` // nodes with ENIs in it
+	// FreePrefixes is how many aligned /28s of the subnet hold no address
+	// (what prefix delegation can still get), the lowest count a node
+	// published; nil when no node published one.
+	FreePrefixes *int `json:"freePrefixes,omitempty"`
 }
 
 // fleetOf builds the view from the AddressBudgets, in any order.
@@ -72,8 +76,16 @@ func fleetOf(budgets []addressbudget.AddressBudget) fleet {
 			n.Subnets = append(n.Subnets, s.ID)
 			if have, ok := subnets[s.ID]; ok {
 				have.Free, have.Nodes = min(have.Free, s.Free), have.Nodes+1
+				if s.FreePrefixes != nil && (have.FreePrefixes == nil || *s.FreePrefixes < *have.FreePrefixes) {
+					v := *s.FreePrefixes
+					have.FreePrefixes = &v
+				}
 			} else {
 				subnets[s.ID] = &fleetSubnet{ID: s.ID, CIDR: s.CIDR, Zone: st.Zone, Free: s.Free, Nodes: 1}
+				if s.FreePrefixes != nil {
+					v := *s.FreePrefixes
+					subnets[s.ID].FreePrefixes = &v
+				}
 			}
 		}
 		f.Nodes = append(f.Nodes, n)
@@ -159,9 +171,13 @@ func writeFleet(w io.Writer, f fleet) error {
 	if err := table(w, rows); err != nil {
 		return err
 	}
-	rows = [][]string{{"SUBNET", "ZONE", "CIDR", "FREE", "NODES"}}
+	rows = [][]string{{"SUBNET", "ZONE", "CIDR", "FREE", "FREE /28S", "NODES"}}
 	for _, s := range f.Subnets {
-		rows = append(rows, []string{s.ID, orDash(s.Zone), orDash(s.CIDR), itoa(s.Free), itoa(s.Nodes)})
+		prefixes := "-"
+		if s.FreePrefixes != nil {
+			prefixes = itoa(*s.FreePrefixes)
+		}
+		rows = append(rows, []string{s.ID, orDash(s.Zone), orDash(s.CIDR), itoa(s.Free), prefixes, itoa(s.Nodes)})
 	}
 	fmt.Fprintln(w)
 	return table(w, rows)

@@ -31,11 +31,12 @@ func budgetOf(node, zone string, used, budget, enis, maxENIs int, ready bool, su
 }
 
 // testFleet: three nodes in two zones, two of them sharing a subnet whose
-// free count they saw at different times.
+// free addresses and whole free /28s they saw at different times; the
+// third node's subnet has no /28 count (a daemon that never read one).
 func testFleet() []addressbudget.AddressBudget {
-	a := addressbudget.Subnet{ID: "subnet-a", CIDR: "10.0.0.0/24", Free: 40}
+	a := addressbudget.Subnet{ID: "subnet-a", CIDR: "10.0.0.0/24", Free: 40, FreePrefixes: new(2)}
 	aLater := a
-	aLater.Free = 30
+	aLater.Free, aLater.FreePrefixes = 30, new(1)
 	b := addressbudget.Subnet{ID: "subnet-b", CIDR: "10.0.1.0/24", Free: 200}
 	return []addressbudget.AddressBudget{
 		budgetOf("node-roomy", "us-west-2a", 3, 27, 1, 3, true, a),
@@ -67,7 +68,7 @@ func TestFleetOf(t *testing.T) {
 		t.Errorf("zones (-want +got):\n%s", diff)
 	}
 	wantSubnets := []fleetSubnet{
-		{ID: "subnet-a", CIDR: "10.0.0.0/24", Zone: "us-west-2a", Free: 30, Nodes: 2}, // the lower, later count
+		{ID: "subnet-a", CIDR: "10.0.0.0/24", Zone: "us-west-2a", Free: 30, Nodes: 2, FreePrefixes: new(1)}, // the lower, later counts
 		{ID: "subnet-b", CIDR: "10.0.1.0/24", Zone: "us-west-2b", Free: 200, Nodes: 1},
 	}
 	if diff := cmp.Diff(wantSubnets, f.Subnets); diff != "" {
@@ -109,7 +110,7 @@ func TestWriteFleet(t *testing.T) {
 			t.Errorf("line %d:\n got %q\nwant %q", i, lines[i], want)
 		}
 	}
-	for _, want := range []string{"TOTAL       3      40/74", "subnet-a  us-west-2a  10.0.0.0/24  30    2"} {
+	for _, want := range []string{"TOTAL       3      40/74", "subnet-a  us-west-2a  10.0.0.0/24  30    1          2", "subnet-b  us-west-2b  10.0.1.0/24  200   -          1"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, b.String())
 		}

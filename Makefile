@@ -151,7 +151,7 @@ soak: deps
 ## once per model of sharing the account's EC2 budget (per-node backoff, the coordinated budget, a central operator's
 ## rate limit: every mutating EC2 request in one queue at Cilium's operator defaults, 4/s, burst 20), each on a fresh fleet:
 ## (a) the node group launched at once, 20 pods per node within a minute, (b) a rollout in 4 waves, (c) churn,
-## (d) scale-in; prints each table and the models side by side. About 13 minutes per model here.
+## (d) scale-in; prints each table and the models side by side. About 36 minutes for the three here (11, 11 and 15).
 ## `make test` runs a short variant (6 nodes per model). FLEET_NODES=n changes the fleet's size,
 ## FLEET_SCENARIOS=a (letters of abcd) and FLEET_MODELS=fleet (node,fleet,operator) pick a part.
 FLEET_NODES ?= 200

@@ -70,8 +70,8 @@ type Options struct {
 	// PriorityLevelConfiguration for the shared EC2 budget's Lease requests
 	// (templates/flowcontrol.yaml) for the daemons' ServiceAccount, and the
 	// harness applies them; empty: the API server's default flow control.
-	ChartDir string
-	DaemonEnv          []string // extra KEY=VALUE for every vpcipd
+	ChartDir  string
+	DaemonEnv []string // extra KEY=VALUE for every vpcipd
 	// RequestLimits are the account's EC2 request buckets; nil: none.
 	RequestLimits vpcsim.RequestLimits
 	// OperatorQPS and OperatorBurst, when OperatorQPS > 0, put every
@@ -84,7 +84,7 @@ type Options struct {
 	// CPU groups (cpugroup.go), all threads competing alike: the API server
 	// then gets a thread's share among hundreds of daemons'.
 	SharedCPU bool
-	Logf          func(format string, args ...any) // progress; nil: silent
+	Logf      func(format string, args ...any) // progress; nil: silent
 }
 
 // Fleet is a running fleet.

@@ -199,7 +199,7 @@ func exerciseEveryVerb(ctx context.Context, admin kubernetes.Interface, budgets 
 		what string
 		ok   func() bool
 	}{"EC2 budget Lease created and taken from twice (leases get, create, update)", func() bool {
-		l, err := admin.CoordinationV1().Leases(a).Get(ctx, ec2budget.LeaseName("AttachNetworkInterface"), metav1.GetOptions{})
+		l, err := admin.CoordinationV1().Leases(a).Get(ctx, ec2budget.ShardLeaseName("AttachNetworkInterface", budget.Home(), ec2budget.DefaultShards), metav1.GetOptions{})
 		if err != nil {
 			return false
 		}

@@ -207,3 +207,30 @@ func TestShardsSplitTheBucketAndTwoChoicesEvenThem(t *testing.T) {
 		t.Errorf("refill with both shards in debt: %v, want BudgetShortError", err)
 	}
 }
+
+// TestAPIServerFailureHoldsCallsNoPodWaitsFor: with the API server out of
+// reach (a daemon's first take while the whole fleet starts, its Leases not
+// yet made), a warm-pool refill, a release and background work send nothing
+// to EC2: each gets a BudgetShortError telling it to look again when the
+// API server is tried again, while a pod-waiting call goes on alone.
+func TestAPIServerFailureHoldsCallsNoPodWaitsFor(t *testing.T) {
+	cs := fake.NewClientset()
+	cs.PrependReactor("*", "leases", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, errors.New("context deadline exceeded")
+	})
+	now := t0
+	b, err := New(Options{Client: cs, NodeName: "node-1", Degraded: 30 * time.Second, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range []provider.Priority{provider.PriorityRefill, provider.PriorityRelease, provider.PriorityBackground, provider.PriorityRefill} {
+		var short *provider.BudgetShortError
+		if err := b.Take(t.Context(), "AssignPrivateIpAddresses", p); !errors.As(err, &short) || short.Wait < 20*time.Second || short.Wait > 30*time.Second {
+			t.Errorf("take %d at priority %v with the API server out of reach: %v; want BudgetShortError until it is tried again (20–30 s)", i+1, p, err)
+		}
+		now = now.Add(time.Second)
+	}
+	if err := b.Take(t.Context(), "AssignPrivateIpAddresses", provider.PriorityPodWaiting); err != nil {
+		t.Errorf("pod-waiting take with the API server out of reach: %v, want it let through", err)
+	}
+}

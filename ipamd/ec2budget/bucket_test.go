@@ -144,3 +144,27 @@ func TestSharedFiguresAreAShareOfAWSs(t *testing.T) {
 		t.Error("share 1.5 accepted")
 	}
 }
+
+// TestShardsNeverHoldMoreThanTheShare: a shard holds at least one request
+// (a bucket under one never serves), so with more shards than the share has
+// requests the shards are fewer: together they never exceed the share. On
+// the old code 16 shards of 10 % of the attach bucket (5 requests) held 16.
+func TestShardsNeverHoldMoreThanTheShare(t *testing.T) {
+	for _, c := range []struct {
+		share  float64
+		shards int
+	}{{0.1, 16}, {0.8, MaxShards}, {1, 64}} {
+		b, err := New(Options{Client: fake.NewClientset(), Share: c.share, Shards: c.shards, NodeName: "node-1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for a, l := range AWSLimits() {
+			if sum := b.Limits()[a].Capacity * float64(b.o.Shards); sum > l.Capacity*c.share+1e-9 {
+				t.Errorf("share %v over %d shards: %s's shards hold %v requests, the share %v", c.share, c.shards, a, sum, l.Capacity*c.share)
+			}
+		}
+		if b.Home() >= b.o.Shards {
+			t.Errorf("home shard %d of %d", b.Home(), b.o.Shards)
+		}
+	}
+}

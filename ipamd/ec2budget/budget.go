@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -74,7 +75,8 @@ type Options struct {
 	// it); every daemon of the fleet must use the same count. A node takes
 	// from its home shard (a hash of NodeName) and, when that one would make
 	// it wait or refuse, from a second shard picked at random if that one
-	// serves it sooner. Default DefaultShards.
+	// serves it sooner. Default DefaultShards; fewer when the smallest
+	// share of a bucket holds fewer requests (each shard holds at least one).
 	Shards int
 	Logger *slog.Logger     // default: discard
 	Now    func() time.Time // default time.Now
@@ -128,6 +130,14 @@ func New(o Options) (*Budget, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	// A shard holds at least one request (a bucket under one never serves):
+	// fewer shards when the smallest share has fewer requests than Shards, so
+	// that together they never exceed it (the same count on every node of
+	// the same configuration).
+	if most := math.Floor(minCapacity(o.Limits) * o.Share); most >= 1 && float64(o.Shards) > most {
+		o.Logger.Warn("EC2 budget: fewer shards than asked, so each holds a request", "asked", o.Shards, "shards", int(most))
+		o.Shards = int(most)
+	}
 	b := &Budget{o: o, limits: map[string]Limit{}, seen: map[string]State{}}
 	if o.NodeName != "" {
 		h := fnv.New32a()
@@ -140,6 +150,15 @@ func New(o Options) (*Budget, error) {
 		b.limits[a] = Limit{Capacity: max(1, l.Capacity*o.Share/float64(o.Shards)), RefillPerSecond: l.RefillPerSecond * o.Share / float64(o.Shards)}
 	}
 	return b, nil
+}
+
+// minCapacity is the smallest capacity of limits (+Inf when there is none).
+func minCapacity(limits map[string]Limit) float64 {
+	m := math.Inf(1)
+	for _, l := range limits {
+		m = math.Min(m, l.Capacity)
+	}
+	return m
 }
 
 // MaxShards bounds Options.Shards.

@@ -272,8 +272,9 @@ func (b *Budget) takeLocal(ctx context.Context, action string, l Limit, p provid
 	return provider.Sleep(ctx, wait)
 }
 
-// Refused implements provider.RequestBudget: it empties the shared bucket
-// (best effort: a few attempts, then the fleet learns from its own refusals).
+// Refused implements provider.RequestBudget: it empties the shared bucket,
+// every shard of it (best effort: a few attempts each, within 5 s, then the
+// fleet learns from its own refusals).
 func (b *Budget) Refused(action string) {
 	l, ok := b.limits[action]
 	if !ok {
@@ -289,19 +290,31 @@ func (b *Budget) Refused(action string) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	for attempt := 1; attempt <= 5; attempt++ {
-		lease, st, err := b.read(ctx, action, b.home, l)
-		if err != nil {
-			return
-		}
-		err = b.write(ctx, lease, st.Refused(l, b.o.Now()))
-		if !apierrors.IsConflict(err) {
-			return
-		}
-		if provider.Sleep(ctx, conflictBackoff(attempt)) != nil {
+	// The account's bucket is empty: every shard of it, the home one first.
+	for i := range b.o.Shards {
+		if !b.refuse(ctx, action, (b.home+i)%b.o.Shards, l) {
 			return
 		}
 	}
+}
+
+// refuse empties shard k of action's bucket; false when the API server
+// failed or ctx ended (the caller gives up).
+func (b *Budget) refuse(ctx context.Context, action string, k int, l Limit) bool {
+	for attempt := 1; attempt <= 5; attempt++ {
+		lease, st, err := b.read(ctx, action, k, l)
+		if err != nil {
+			return false
+		}
+		err = b.write(ctx, lease, st.Refused(l, b.o.Now()))
+		if !apierrors.IsConflict(err) {
+			return err == nil
+		}
+		if provider.Sleep(ctx, conflictBackoff(attempt)) != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // conflictBackoff is the pause after the n-th write conflict: uniform in

@@ -234,3 +234,35 @@ func TestAPIServerFailureHoldsCallsNoPodWaitsFor(t *testing.T) {
 		t.Errorf("pod-waiting take with the API server out of reach: %v, want it let through", err)
 	}
 }
+
+// TestRefusedEmptiesEveryShard: EC2's refusal means the account's bucket is
+// empty, so every shard of it is emptied and the whole fleet backs off, not
+// only the nodes whose home is the refused node's shard. On the old code the
+// other shard kept its 20 requests.
+func TestRefusedEmptiesEveryShard(t *testing.T) {
+	const action = "AttachNetworkInterface"
+	cs := fake.NewClientset()
+	b, err := New(Options{Client: cs, NodeName: "node-1", Shards: 2, Now: func() time.Time { return t0 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range 2 {
+		if _, _, err := b.read(t.Context(), action, k, b.Limits()[action]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.Refused(action)
+	for k := range 2 {
+		lease, err := cs.CoordinationV1().Leases("kube-system").Get(t.Context(), ShardLeaseName(action, k, 2), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := Decode(lease.Annotations[Annotation])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Tokens > 0 {
+			t.Errorf("shard %d (home %d) holds %v requests after EC2 refused one, want none", k, b.Home(), st.Tokens)
+		}
+	}
+}

@@ -21,6 +21,8 @@ func TestTemplateEC2BudgetFlowControl(t *testing.T) {
 			}{
 				{"env: {VPCIP_EC2_BUDGET: fleet}", "kube-system"},
 				{"env: {VPCIP_EC2_BUDGET: fleet, VPCIP_NAMESPACE: vpcip-budget}", "vpcip-budget"},
+				// vpcipd reads the value trimmed and in any case.
+				{"env: {VPCIP_EC2_BUDGET: ' Fleet', VPCIP_NAMESPACE: ' vpcip-budget '}", "vpcip-budget"},
 			} {
 				objs, err := render(t, h, c.values)
 				if err != nil {

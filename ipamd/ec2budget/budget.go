@@ -88,9 +88,13 @@ type Budget struct {
 	o      Options
 	limits map[string]Limit // shared figures (Share applied)
 
-	home          int        // this node's shard, in [0, Shards)
-	mu            sync.Mutex // guards degradedUntil and seen
-	degradedUntil time.Time
+	home int        // this node's shard, in [0, Shards)
+	mu   sync.Mutex // guards degradedUntil and seen
+	// degradedUntil is, by action, until when this daemon calls EC2 without
+	// the shared budget after an API server failure on that action's Lease:
+	// a Lease request that timed out says the API server is slow, not that
+	// every other action's Lease is out of reach too.
+	degradedUntil map[string]time.Time
 	// seen is each action's bucket as this daemon last read or wrote it,
 	// then taken from locally while the API server is out of reach.
 	seen map[string]State
@@ -138,7 +142,7 @@ func New(o Options) (*Budget, error) {
 		o.Logger.Warn("EC2 budget: fewer shards than asked, so each holds a request", "asked", o.Shards, "shards", int(most))
 		o.Shards = int(most)
 	}
-	b := &Budget{o: o, limits: map[string]Limit{}, seen: map[string]State{}}
+	b := &Budget{o: o, limits: map[string]Limit{}, seen: map[string]State{}, degradedUntil: map[string]time.Time{}}
 	if o.NodeName != "" {
 		h := fnv.New32a()
 		h.Write([]byte(o.NodeName))
@@ -185,7 +189,7 @@ func (b *Budget) Take(ctx context.Context, action string, p provider.Priority) e
 	if !ok {
 		return nil
 	}
-	if b.isDegraded() {
+	if b.isDegraded(action) {
 		return b.takeLocal(ctx, action, l, p)
 	}
 	for attempt := 1; ; attempt++ {
@@ -252,7 +256,7 @@ func (b *Budget) see(action string, st State) {
 func (b *Budget) takeLocal(ctx context.Context, action string, l Limit, p provider.Priority) error {
 	b.mu.Lock()
 	if p != provider.PriorityPodWaiting {
-		wait := b.degradedUntil.Sub(b.o.Now())
+		wait := b.degradedUntil[action].Sub(b.o.Now())
 		b.mu.Unlock()
 		return &provider.BudgetShortError{Action: action, Priority: p, Wait: max(wait, 100*time.Millisecond)}
 	}
@@ -280,7 +284,7 @@ func (b *Budget) Refused(action string) {
 	if !ok {
 		return
 	}
-	if b.isDegraded() {
+	if b.isDegraded(action) {
 		b.mu.Lock()
 		if st, known := b.seen[action]; known {
 			b.seen[action] = st.Refused(l, b.o.Now())
@@ -371,10 +375,10 @@ func (b *Budget) write(ctx context.Context, lease *coordinationv1.Lease, st Stat
 	return err
 }
 
-func (b *Budget) isDegraded() bool {
+func (b *Budget) isDegraded(action string) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.o.Now().Before(b.degradedUntil)
+	return b.o.Now().Before(b.degradedUntil[action])
 }
 
 // degrade notes an API server failure and takes this call's request
@@ -392,7 +396,7 @@ func (b *Budget) degrade(ctx context.Context, action string, l Limit, p provider
 		return ctx.Err()
 	}
 	b.mu.Lock()
-	b.degradedUntil = b.o.Now().Add(b.o.Degraded)
+	b.degradedUntil[action] = b.o.Now().Add(b.o.Degraded)
 	b.mu.Unlock()
 	b.o.Logger.Warn("EC2 budget: API server unreachable, calling EC2 under this node's own limits and the buckets it last saw", "action", action,
 		"for", b.o.Degraded, "err", err)

@@ -20,8 +20,10 @@ import (
 
 // TestAPIServerFailureFallsBackToLocalLimits: a daemon of a 200-node fleet
 // whose Lease reads fail (an API server down or timing out) calls EC2 under
-// its own limits for Options.Degraded: Take returns at once for every call
-// and reads no Lease meanwhile; afterwards it uses the shared bucket again.
+// its own limits for Options.Degraded once they have failed for that long
+// (before, a bucket it never saw makes the call look again in a second or
+// two): Take then returns at once for every call and reads no Lease
+// meanwhile; afterwards it uses the shared bucket again.
 // Pacing at the shared rate over the node count instead (5/s over 200)
 // held each action to one call per 40 s.
 func TestAPIServerFailureFallsBackToLocalLimits(t *testing.T) {
@@ -46,13 +48,21 @@ func TestAPIServerFailureFallsBackToLocalLimits(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
 	defer cancel()
-	for i := range 10 {
-		if err := b.Take(ctx, "AttachNetworkInterface", provider.PriorityPodWaiting); err != nil {
-			t.Fatalf("take %d with the API server down: %v; want the call let through under local limits", i+1, err)
+	var short *provider.BudgetShortError
+	for i, after := range []time.Duration{0, 10 * time.Second, 29 * time.Second} {
+		now = t0.Add(after)
+		if err := b.Take(ctx, "AttachNetworkInterface", provider.PriorityPodWaiting); !errors.As(err, &short) || short.Wait < time.Second || short.Wait > 2*time.Second {
+			t.Fatalf("take %d, %s into the failure, of a bucket never seen: %v; want BudgetShortError to look again in 1–2 s", i+1, after, err)
 		}
 	}
-	if leaseReads != 1 {
-		t.Errorf("%d Lease requests for 10 takes with the API server down, want the first alone (then degraded)", leaseReads)
+	now = t0.Add(30 * time.Second)
+	for i := range 10 {
+		if err := b.Take(ctx, "AttachNetworkInterface", provider.PriorityPodWaiting); err != nil {
+			t.Fatalf("take %d after 30 s with the API server down: %v; want the call let through under local limits", i+1, err)
+		}
+	}
+	if leaseReads != 4 {
+		t.Errorf("%d Lease requests for 13 takes with the API server down, want the first four alone (then degraded)", leaseReads)
 	}
 	down, now = false, now.Add(31*time.Second)
 	if err := b.Take(ctx, "AttachNetworkInterface", provider.PriorityPodWaiting); err != nil {
@@ -224,6 +234,12 @@ func TestAPIServerFailureHoldsCallsNoPodWaitsFor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Failing since t0 on a bucket never seen: from 30 s on, degraded.
+	var first *provider.BudgetShortError
+	if err := b.Take(t.Context(), "AssignPrivateIpAddresses", provider.PriorityRefill); !errors.As(err, &first) {
+		t.Fatalf("first take: %v, want BudgetShortError", err)
+	}
+	now = now.Add(30 * time.Second)
 	for i, p := range []provider.Priority{provider.PriorityRefill, provider.PriorityRelease, provider.PriorityBackground, provider.PriorityRefill} {
 		var short *provider.BudgetShortError
 		if err := b.Take(t.Context(), "AssignPrivateIpAddresses", p); !errors.As(err, &short) || short.Wait < 20*time.Second || short.Wait > 30*time.Second {
@@ -287,8 +303,9 @@ func TestOneActionsFailureLeavesTheOthersShared(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Take(t.Context(), "AssignPrivateIpAddresses", provider.PriorityPodWaiting); err != nil {
-		t.Fatalf("pod-waiting assign with its Lease timing out: %v, want it let through alone", err)
+	var short *provider.BudgetShortError
+	if err := b.Take(t.Context(), "AssignPrivateIpAddresses", provider.PriorityPodWaiting); !errors.As(err, &short) {
+		t.Fatalf("pod-waiting assign with its Lease timing out: %v, want it told to look again", err)
 	}
 	if err := b.Take(t.Context(), "AttachNetworkInterface", provider.PriorityPodWaiting); err != nil {
 		t.Fatal(err)

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
@@ -27,20 +26,8 @@ import (
 // Pacing at the shared rate over the node count instead (5/s over 200)
 // held each action to one call per 40 s.
 func TestAPIServerFailureFallsBackToLocalLimits(t *testing.T) {
-	var objs []runtime.Object
-	for i := range 200 {
-		objs = append(objs, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("node-%d", i)}})
-	}
-	cs := fake.NewClientset(objs...)
-	down := true
-	leaseReads := 0
-	cs.PrependReactor("*", "leases", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		leaseReads++
-		if down {
-			return true, nil, errors.New("connection refused")
-		}
-		return false, nil, nil
-	})
+	down, leaseReads := true, 0
+	cs := flakyLeases(&down, &leaseReads)
 	now := t0
 	b, err := New(Options{Client: cs, NodeName: "node-1", Degraded: 30 * time.Second, Shards: 1, Now: func() time.Time { return now }})
 	if err != nil {
@@ -85,14 +72,8 @@ func TestAPIServerFailureFallsBackToLocalLimits(t *testing.T) {
 // at once again. EC2's refusals while degraded empty its view too.
 func TestDegradedNodeWaitsForTheQueueItLastSaw(t *testing.T) {
 	const action = "AttachNetworkInterface"
-	cs := fake.NewClientset()
-	down := false
-	cs.PrependReactor("*", "leases", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		if down {
-			return true, nil, errors.New("connection refused")
-		}
-		return false, nil, nil
-	})
+	down, leaseRequests := false, 0
+	cs := flakyLeases(&down, &leaseRequests)
 	now := t0
 	b, err := New(Options{Client: cs, NodeName: "node-1", Degraded: 30 * time.Second, Shards: 1, Now: func() time.Time { return now }})
 	if err != nil {
@@ -317,4 +298,18 @@ func TestOneActionsFailureLeavesTheOthersShared(t *testing.T) {
 	if st, err := Decode(l.Annotations[Annotation]); err != nil || st.Tokens != st.Capacity-1 {
 		t.Errorf("attach bucket after one take: %+v, %v; want one request taken", st, err)
 	}
+}
+
+// flakyLeases is a fake clientset whose Lease requests fail with "connection
+// refused" while *down, each counted in *requests.
+func flakyLeases(down *bool, requests *int) *fake.Clientset {
+	cs := fake.NewClientset()
+	cs.PrependReactor("*", "leases", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		*requests++
+		if *down {
+			return true, nil, errors.New("connection refused")
+		}
+		return false, nil, nil
+	})
+	return cs
 }

@@ -67,7 +67,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"outcome"}),
 		actions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "vpcip_pool_actions_total",
-			Help: "Warm-pool actions executed, by action (assign, create_eni, release, delete_eni) and outcome (ok, error).",
+			Help: "Warm-pool actions executed, by action (assign, create_eni, release, delete_eni) and outcome (ok, error; deferred: growth whose place in the fleet's shared EC2 budget is held, made when due).",
 		}, []string{"action", "outcome"}),
 		netnsSeen: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "vpcip_sandbox_netns_visible",

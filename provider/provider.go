@@ -309,6 +309,51 @@ type RequestBudget interface {
 	Refused(action string)
 }
 
+// RequestReserver is a RequestBudget that can hold a request's place in
+// its queue without waiting for it there: Reserve takes one request of
+// action at p as Take does and returns at once how long until it may be
+// made (0: now). Take is Reserve followed by a sleep of that long. Errors
+// as Take's (a *BudgetShortError when p finds no room, nothing taken).
+type RequestReserver interface {
+	RequestBudget
+	Reserve(ctx context.Context, action string, p Priority) (wait time.Duration, err error)
+}
+
+type deferralKey struct{}
+
+// WithDeferral marks the cloud calls made under ctx as ones the caller can
+// come back to: when the fleet's shared budget (a RequestReserver) would
+// hold such a call in its queue for DeferAfter or longer, the backend keeps
+// the call's place (a ticket), sends nothing and returns a *DeferredError;
+// the same action called again once the ticket is due goes without taking
+// another request. A caller that plans several calls (the warm pool) thus
+// queues its next one while the first still waits its turn, instead of
+// sleeping inside it.
+func WithDeferral(ctx context.Context) context.Context {
+	return context.WithValue(ctx, deferralKey{}, true)
+}
+
+// Deferrable reports whether ctx carries WithDeferral.
+func Deferrable(ctx context.Context) bool { v, _ := ctx.Value(deferralKey{}).(bool); return v }
+
+// DeferAfter is the shortest queue wait in the shared budget for which a
+// deferrable call returns a DeferredError instead of sleeping: shorter
+// waits cost less than a second plan.
+const DeferAfter = time.Second
+
+// DeferredError is returned, without any request sent, by a call made under
+// WithDeferral whose place in the fleet's shared request budget is held
+// until Until: calling the same action again at or after Until makes the
+// request without taking another one from the budget.
+type DeferredError struct {
+	Action string    // e.g. "CreateNetworkInterface"
+	Until  time.Time // when the held request may be made
+}
+
+func (e *DeferredError) Error() string {
+	return fmt.Sprintf("%s deferred: its place in the fleet's shared request budget is held until %s", e.Action, e.Until.Format(time.RFC3339Nano))
+}
+
 // BudgetShortError is returned, without any request sent, when a fleet's
 // shared request budget (RequestBudget) has no room for a call at its
 // priority now. errors.Is(err, ErrThrottled) holds. Wait is when the budget

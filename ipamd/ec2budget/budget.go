@@ -184,16 +184,32 @@ func (b *Budget) Limits() map[string]Limit {
 	return out
 }
 
-// Take implements provider.RequestBudget (see the package doc). It returns
-// a *provider.BudgetShortError when the bucket has no room at p now, and
+var _ provider.RequestReserver = (*Budget)(nil)
+
+// Take implements provider.RequestBudget (see the package doc): Reserve,
+// then a sleep until the reservation is due. It returns a
+// *provider.BudgetShortError when the bucket has no room at p now, and
 // ctx's error when ctx ends while it waits for a reservation.
 func (b *Budget) Take(ctx context.Context, action string, p provider.Priority) error {
+	wait, err := b.Reserve(ctx, action, p)
+	if err != nil {
+		return err
+	}
+	return provider.Sleep(ctx, wait)
+}
+
+// Reserve implements provider.RequestReserver: it takes one request of
+// action at p from the shared bucket (a pod-waiting call may take it into
+// debt, a place in the queue) and returns how long until that request may
+// be made, without waiting. Errors as Take's, ctx's only while it reads or
+// writes the Leases.
+func (b *Budget) Reserve(ctx context.Context, action string, p provider.Priority) (time.Duration, error) {
 	l, ok := b.limits[action]
 	if !ok {
-		return nil
+		return 0, nil
 	}
 	if b.isDegraded(action) {
-		return b.takeLocal(ctx, action, l, p)
+		return b.reserveLocal(action, l, p)
 	}
 	for attempt := 1; ; attempt++ {
 		lease, st, err := b.read(ctx, action, b.home, l)
@@ -214,14 +230,14 @@ func (b *Budget) Take(ctx context.Context, action string, p provider.Priority) e
 			}
 		}
 		if !ok {
-			return &provider.BudgetShortError{Action: action, Priority: p, Wait: wait}
+			return 0, &provider.BudgetShortError{Action: action, Priority: p, Wait: wait}
 		}
 		err = b.write(ctx, lease, next)
 		if apierrors.IsConflict(err) {
 			// Another node took a token between our read and write: read
 			// again after a short jittered pause, longer as conflicts repeat.
 			if err := provider.Sleep(ctx, conflictBackoff(attempt)); err != nil {
-				return err
+				return 0, err
 			}
 			continue
 		}
@@ -229,7 +245,7 @@ func (b *Budget) Take(ctx context.Context, action string, p provider.Priority) e
 			return b.degrade(ctx, action, l, p, err)
 		}
 		b.see(action, next)
-		return provider.Sleep(ctx, wait)
+		return wait, nil
 	}
 }
 
@@ -241,7 +257,7 @@ func (b *Budget) see(action string, st State) {
 	b.mu.Unlock()
 }
 
-// takeLocal takes a request at p from action's bucket as this daemon last
+// reserveLocal takes a request at p from action's bucket as this daemon last
 // saw it, kept in memory, while the API server is out of reach: the
 // reservations queued before this node's (a launch's debt) are waited for,
 // as they would have been in the Lease, and so are its own earlier takes;
@@ -256,28 +272,24 @@ func (b *Budget) see(action string, st State) {
 // EC2 outside the budget (test/fleet, 200 nodes: 133 nodes timed out on
 // their first take while all started, called EC2 alone for their warm
 // pools, and 21.5 % of the launch's requests were refused). Errors as
-// Take's.
-func (b *Budget) takeLocal(ctx context.Context, action string, l Limit, p provider.Priority) error {
+// Reserve's; the wait is how long until the request may be made.
+func (b *Budget) reserveLocal(action string, l Limit, p provider.Priority) (time.Duration, error) {
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	if p != provider.PriorityPodWaiting {
 		wait := b.degradedUntil[action].Sub(b.o.Now())
-		b.mu.Unlock()
-		return &provider.BudgetShortError{Action: action, Priority: p, Wait: max(wait, 100*time.Millisecond)}
+		return 0, &provider.BudgetShortError{Action: action, Priority: p, Wait: max(wait, 100*time.Millisecond)}
 	}
 	st, known := b.seen[action]
 	if !known {
-		b.mu.Unlock()
-		return nil
+		return 0, nil
 	}
 	next, wait, ok := st.Take(l, b.o.Now(), p)
-	if ok {
-		b.seen[action] = next
-	}
-	b.mu.Unlock()
 	if !ok {
-		return &provider.BudgetShortError{Action: action, Priority: p, Wait: wait}
+		return 0, &provider.BudgetShortError{Action: action, Priority: p, Wait: wait}
 	}
-	return provider.Sleep(ctx, wait)
+	b.seen[action] = next
+	return wait, nil
 }
 
 // Refused implements provider.RequestBudget: it empties the shared bucket,
@@ -386,7 +398,7 @@ func (b *Budget) isDegraded(action string) bool {
 }
 
 // degrade notes an API server failure and takes this call's request
-// locally (takeLocal): for Options.Degraded this daemon calls EC2 for
+// locally (reserveLocal): for Options.Degraded this daemon calls EC2 for
 // waiting pods under its local limits (the provider's own pacing, and
 // backing off when EC2 answers RequestLimitExceeded), as it does without a
 // shared budget, and no sooner than the buckets it last saw allow; other
@@ -404,9 +416,9 @@ func (b *Budget) isDegraded(action string) bool {
 // a 200-node launch (test/fleet) 157 nodes whose first Lease read timed out
 // within 15 s of their start sent their first assigns to EC2 alone, and
 // 176 of them were refused.
-func (b *Budget) degrade(ctx context.Context, action string, l Limit, p provider.Priority, err error) error {
+func (b *Budget) degrade(ctx context.Context, action string, l Limit, p provider.Priority, err error) (time.Duration, error) {
 	if ctx.Err() != nil {
-		return ctx.Err()
+		return 0, ctx.Err()
 	}
 	now := b.o.Now()
 	b.mu.Lock()
@@ -419,7 +431,7 @@ func (b *Budget) degrade(ctx context.Context, action string, l Limit, p provider
 			b.mu.Unlock()
 			b.o.Logger.Info("EC2 budget: the API server did not answer for a bucket never seen; looking again", "action", action,
 				"failingFor", now.Sub(since).Round(time.Millisecond), "err", err)
-			return &provider.BudgetShortError{Action: action, Priority: p, Wait: time.Second + rand.N(time.Second)}
+			return 0, &provider.BudgetShortError{Action: action, Priority: p, Wait: time.Second + rand.N(time.Second)}
 		}
 	}
 	delete(b.failingSince, action)
@@ -427,5 +439,5 @@ func (b *Budget) degrade(ctx context.Context, action string, l Limit, p provider
 	b.mu.Unlock()
 	b.o.Logger.Warn("EC2 budget: API server unreachable, calling EC2 under this node's own limits and the buckets it last saw", "action", action,
 		"for", b.o.Degraded, "err", err)
-	return b.takeLocal(ctx, action, l, p)
+	return b.reserveLocal(action, l, p)
 }

@@ -25,7 +25,10 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net/netip"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -93,7 +96,9 @@ type Options struct {
 	Resync func(context.Context) error
 	// Persist writes the checkpoint after each action; nil: none.
 	Persist func() error
-	// Observe counts each executed action by outcome ("ok", "error"); nil: none.
+	// Observe counts each executed action by outcome ("ok", "error", and
+	// "deferred" for growth whose place in the fleet's EC2 budget is held,
+	// provider.DeferredError); nil: none.
 	Observe func(action, outcome string)
 	// Stopping reports that shutdown began: no new cloud changes; nil: never.
 	Stopping func() bool
@@ -131,6 +136,15 @@ type Pool struct {
 	views        map[string]*subnetView // by subnet ID (Cycle's goroutine only)
 	namedRefused int                    // named assignments EC2 refused (Cycle's goroutine only)
 	started      time.Time              // when New ran, on Options.Clock
+	deferred     []deferred             // growth whose place in the fleet's budget is held (Cycle's goroutine only)
+}
+
+// deferred is a growth plan whose EC2 call the fleet's shared budget holds
+// until until (provider.DeferredError): planned on as if made, and made
+// again once due.
+type deferred struct {
+	plan  warmpool.Plan
+	until time.Time
 }
 
 // New returns a pool; it does no I/O.
@@ -179,7 +193,10 @@ func (p *Pool) Cycle(ctx context.Context) time.Duration {
 			return next
 		}
 		now := p.o.Clock()
-		in := p.Input(now)
+		in, until := p.withDeferred(p.Input(now), now)
+		if !until.IsZero() {
+			next = min(next, max(until.Sub(now), 10*time.Millisecond))
+		}
 		plan := warmpool.Next(in)
 		if plan.Action == warmpool.Nothing || plan.Action == warmpool.Wait {
 			if !plan.Until.IsZero() {
@@ -187,9 +204,29 @@ func (p *Pool) Cycle(ctx context.Context) time.Duration {
 			}
 			return next
 		}
+		if !until.IsZero() && !p.plannable(plan) {
+			// Growth still waits for its turn in the fleet's budget: no
+			// release (it may be of the addresses to come) and nothing on an
+			// ENI not yet made until it is made.
+			return next
+		}
 		p.o.Logger.Info("pool action", "action", plan.Action.String(), "eni", plan.ENI, "count", plan.Count,
 			"prefixes", plan.Prefixes, "release", plan.Release, "reason", plan.Reason)
-		err := p.execute(provider.WithPriority(ctx, planPriority(in, plan)), plan)
+		ctx := provider.WithPriority(ctx, planPriority(in, plan))
+		if plan.Action == warmpool.Assign || plan.Action == warmpool.CreateENI {
+			ctx = provider.WithDeferral(ctx)
+		}
+		err := p.execute(ctx, plan)
+		var d *provider.DeferredError
+		if errors.As(err, &d) {
+			// Its place in the fleet's queue is held: plan the next growth
+			// with this one counted as made, and make it when due.
+			p.o.Logger.Info("pool action waits for its turn in the fleet's EC2 budget", "action", plan.Action.String(), "until", d.Until)
+			p.deferred = append(p.deferred, deferred{plan: plan, until: d.Until})
+			p.o.Observe(plan.Action.String(), "deferred")
+			next = min(next, max(d.Until.Sub(now), 10*time.Millisecond))
+			continue
+		}
 		p.persist()
 		if err == nil {
 			p.o.Observe(plan.Action.String(), "ok")
@@ -222,6 +259,65 @@ func (p *Pool) Cycle(ctx context.Context) time.Duration {
 		}
 	}
 	return next
+}
+
+// withDeferred is in with the growth still deferred (not yet due at now)
+// counted as made: a deferred Assign's addresses (or prefixes) on its ENI,
+// a deferred CreateENI's new ENI, as free slots with placeholder prefixes
+// (0.0.0.0/8, which no VPC holds) and ENI IDs "deferred-N". Entries due by
+// now are dropped: their plans are made again, and take the places held.
+// until is the earliest due time left (zero: none).
+func (p *Pool) withDeferred(in warmpool.Input, now time.Time) (_ warmpool.Input, until time.Time) {
+	p.deferred = slices.DeleteFunc(p.deferred, func(d deferred) bool { return !d.until.After(now) })
+	if len(p.deferred) == 0 {
+		return in, time.Time{}
+	}
+	in.ENIs = slices.Clone(in.ENIs)
+	n := 0
+	placeholders := func(count int, prefixes bool) []warmpool.Slot {
+		out := make([]warmpool.Slot, 0, count)
+		for range count {
+			n++
+			a := netip.AddrFrom4([4]byte{0, byte(n >> 12), byte(n >> 4), byte(n << 4)})
+			bits := 32
+			if prefixes {
+				bits = 28
+			}
+			out = append(out, warmpool.Slot{Prefix: netip.PrefixFrom(a, bits)})
+		}
+		return out
+	}
+	for i, d := range p.deferred {
+		if until.IsZero() || d.until.Before(until) {
+			until = d.until
+		}
+		switch d.plan.Action {
+		case warmpool.Assign:
+			for j := range in.ENIs {
+				if in.ENIs[j].ID == d.plan.ENI {
+					in.ENIs[j].Slots = append(slices.Clone(in.ENIs[j].Slots), placeholders(d.plan.Count, d.plan.Prefixes)...)
+				}
+			}
+		case warmpool.CreateENI:
+			in.ENIs = append(in.ENIs, warmpool.ENI{ID: deferredENI + strconv.Itoa(i), Attached: now, Slots: placeholders(d.plan.Count, d.plan.Prefixes)})
+		}
+	}
+	return in, until
+}
+
+// deferredENI starts the IDs of ENIs withDeferred counts before they exist.
+const deferredENI = "deferred-"
+
+// plannable reports whether plan may be made while growth is deferred:
+// growth on an ENI that exists (or a new one); no release, no deletion.
+func (p *Pool) plannable(plan warmpool.Plan) bool {
+	switch plan.Action {
+	case warmpool.Assign:
+		return !strings.HasPrefix(plan.ENI, deferredENI)
+	case warmpool.CreateENI:
+		return true
+	}
+	return false
 }
 
 // planPriority is the priority of plan's cloud calls in a fleet sharing

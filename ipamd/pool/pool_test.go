@@ -77,7 +77,11 @@ type rig struct {
 	pool  *Pool
 }
 
-func newRig(t *testing.T, o Options) *rig {
+func newRig(t *testing.T, o Options) *rig { return newBudgetRig(t, o, nil) }
+
+// newBudgetRig is newRig with the provider's calls drawn from budget (a
+// fleet's shared EC2 budget); nil: none.
+func newBudgetRig(t *testing.T, o Options, budget provider.RequestBudget) *rig {
 	t.Helper()
 	cloud := vpcsimtest.Start(t, vpcsim.Config{Seed: 1})
 	inst := cloud.Launch(t, "m5.large")
@@ -88,7 +92,7 @@ func newRig(t *testing.T, o Options) *rig {
 		RetryBase: 10 * time.Millisecond, RetryMax: 100 * time.Millisecond, MaxThrottleWait: time.Second,
 		MetadataWait: 5 * time.Second, MetadataPoll: 10 * time.Millisecond,
 		DetachWait: 5 * time.Second, DetachPoll: 10 * time.Millisecond,
-		AWSConfig: &cfg,
+		AWSConfig: &cfg, Budget: budget,
 	})
 	if err != nil {
 		t.Fatalf("provider: %v", err)

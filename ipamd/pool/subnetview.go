@@ -155,8 +155,9 @@ func (p *Pool) assign(ctx context.Context, plan warmpool.Plan) ([]netip.Prefix, 
 	if v := p.views[subnetID]; v != nil && (err == nil || errors.Is(err, provider.ErrNotVisible)) {
 		v.strikes = 0
 	}
+	var deferred *provider.DeferredError
 	if err == nil || errors.Is(err, provider.ErrNotVisible) || errors.Is(err, provider.ErrThrottled) ||
-		errors.Is(err, provider.ErrNotFound) || errors.Is(err, provider.ErrAddressLimit) || ctx.Err() != nil {
+		errors.Is(err, provider.ErrNotFound) || errors.Is(err, provider.ErrAddressLimit) || errors.As(err, &deferred) || ctx.Err() != nil {
 		return got, err
 	}
 	p.namedRefused++

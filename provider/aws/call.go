@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -67,8 +70,24 @@ func call[T any](ctx context.Context, c *Client, a action, fn func(context.Conte
 		}
 		if a.mutating && c.opts.Budget != nil {
 			var err error
+			var due time.Time
 			if r := takeReserved(ctx, a); r != nil && attempt == 1 {
 				err = r.wait(ctx)
+			} else if attempt == 1 && c.tickets.pop(a.name, ticketWithin(ctx), &due) {
+				err = provider.Sleep(ctx, time.Until(due))
+			} else if res, ok := c.opts.Budget.(provider.RequestReserver); ok && attempt == 1 && provider.Deferrable(ctx) && !isFinishing(ctx) {
+				var wait time.Duration
+				if wait, err = res.Reserve(ctx, a.name, priority(ctx, a)); err == nil && wait >= provider.DeferAfter {
+					// Hold the place, send nothing: the caller plans on and
+					// calls again when it is due (provider.WithDeferral).
+					due := time.Now().Add(wait)
+					c.tickets.push(a.name, due)
+					c.reserveAhead(ctx, a, res)
+					return zero, &provider.DeferredError{Action: a.name, Until: due}
+				}
+				if err == nil {
+					err = provider.Sleep(ctx, wait)
+				}
 			} else {
 				err = c.opts.Budget.Take(ctx, a.name, priority(ctx, a))
 			}
@@ -244,7 +263,7 @@ func (c *Client) reserveNext(ctx context.Context, a action) {
 			continue
 		}
 		next := ch.steps[i+1]
-		if _, ok := ch.res[next.name]; ok {
+		if _, ok := ch.res[next.name]; ok || c.tickets.held(next.name) {
 			return
 		}
 		r := &reservation{done: make(chan struct{})}
@@ -256,4 +275,97 @@ func (c *Client) reserveNext(ctx context.Context, a action) {
 		}()
 		return
 	}
+}
+
+// reserveAhead holds the places of the steps after a in ctx's chain, each
+// in its own queue, when a was deferred: a deferred create's attach then
+// waits its turn at the same time as the create instead of after it.
+// Steps the budget has no room for are left to take their request when
+// they run.
+func (c *Client) reserveAhead(ctx context.Context, a action, res provider.RequestReserver) {
+	ch, _ := ctx.Value(chainKey{}).(*chain)
+	if ch == nil {
+		return
+	}
+	i := slices.IndexFunc(ch.steps, func(s action) bool { return s.name == a.name })
+	if i < 0 {
+		return
+	}
+	fctx := finishing(ctx)
+	for _, next := range ch.steps[i+1:] {
+		wait, err := res.Reserve(fctx, next.name, priority(fctx, next))
+		if err != nil {
+			c.log.Debug("no place held ahead for a deferred call's next step", "action", next.name, "err", err)
+			return
+		}
+		c.tickets.push(next.name, time.Now().Add(wait))
+	}
+}
+
+// ticketTTL is how long past its due time a held place is kept for a call
+// of its action; one no call used by then (the plan that deferred it
+// changed) is dropped, its request spent.
+const ticketTTL = time.Minute
+
+// tickets are the places held in the fleet's shared budget for deferred
+// calls (provider.DeferredError) and their chains' later steps: due times
+// by EC2 action.
+type tickets struct {
+	mu sync.Mutex
+	by map[string][]time.Time
+}
+
+// push holds a place of action due at due.
+func (t *tickets) push(action string, due time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.by == nil {
+		t.by = map[string][]time.Time{}
+	}
+	t.by[action] = append(t.live(action, time.Now()), due)
+}
+
+// ticketWithin is how far ahead a call under ctx takes a place held for
+// its action: a deferrable call only one due within provider.DeferAfter
+// (one not yet due is left to the call it was held for, and this one
+// holds its own), any other call the earliest, however far (it would wait
+// at least as long for a place of its own).
+func ticketWithin(ctx context.Context) time.Duration {
+	if provider.Deferrable(ctx) && !isFinishing(ctx) {
+		return provider.DeferAfter
+	}
+	return math.MaxInt64
+}
+
+// pop takes action's earliest place held if it is due within within of
+// now, storing its due time in due; false when there is none.
+func (t *tickets) pop(action string, within time.Duration, due *time.Time) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := time.Now()
+	q := t.live(action, now)
+	if len(q) == 0 {
+		return false
+	}
+	i := slices.IndexFunc(q, func(d time.Time) bool { return d.Equal(slices.MinFunc(q, time.Time.Compare)) })
+	if q[i].Sub(now) > within {
+		t.by[action] = q
+		return false
+	}
+	*due = q[i]
+	t.by[action] = slices.Delete(q, i, i+1)
+	return true
+}
+
+// held reports whether a place of action is held.
+func (t *tickets) held(action string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.live(action, time.Now())) > 0
+}
+
+// live is action's places without those more than ticketTTL past due;
+// t.mu held.
+func (t *tickets) live(action string, now time.Time) []time.Time {
+	return slices.DeleteFunc(t.by[action], func(d time.Time) bool { return now.Sub(d) > ticketTTL })
 }

@@ -158,6 +158,7 @@ type Client struct {
 	table    map[string]provider.Limits // built-in limits (limitsTable)
 
 	createMu sync.Mutex // serializes CreateENI, which picks the next free device number
+	tickets  tickets    // places held in the fleet's shared budget for deferred calls
 
 	selfMu sync.Mutex     // guards self
 	self   *identity      // this instance, read once from IMDS

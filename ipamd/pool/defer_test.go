@@ -1,0 +1,95 @@
+package pool
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vpcip/vpcip/provider"
+	"github.com/vpcip/vpcip/warmpool"
+)
+
+// queueBudget is a fleet's shared EC2 budget seen from one node whose
+// every growth request waits wait in the fleet's queue from the moment it
+// is reserved (provider.RequestReserver); it counts places by action.
+type queueBudget struct {
+	wait  time.Duration
+	mu    sync.Mutex
+	taken map[string]int
+}
+
+func (b *queueBudget) Reserve(_ context.Context, action string, _ provider.Priority) (time.Duration, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.taken[action]++
+	return b.wait, nil
+}
+
+func (b *queueBudget) Take(ctx context.Context, action string, p provider.Priority) error {
+	wait, err := b.Reserve(ctx, action, p)
+	if err != nil {
+		return err
+	}
+	return provider.Sleep(ctx, wait)
+}
+
+func (*queueBudget) Refused(string) {}
+
+func (b *queueBudget) places() map[string]int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := map[string]int{}
+	for a, n := range b.taken {
+		out[a] = n
+	}
+	return out
+}
+
+// TestCycleQueuesEveryGrowthWhileTheFirstWaitsItsTurn: with pods waiting
+// and the fleet's queue 2 s long, one cycle holds the places of the whole
+// growth the pods need (the primary ENI's assign and both new ENIs, each
+// with its attach) without waiting in any of them and without a request
+// sent, and returns when the first is due; the cycle then makes them all
+// with the places held, taking none more. Before, the worker slept in each
+// call's turn and planned the next only after it, so a node's growth waited
+// the queue once per step.
+func TestCycleQueuesEveryGrowthWhileTheFirstWaitsItsTurn(t *testing.T) {
+	budget := &queueBudget{wait: 2 * time.Second, taken: map[string]int{}}
+	r := newBudgetRig(t, Options{Config: warmpool.Config{WarmIPTarget: 20}, Pending: count(20)}, budget)
+	r.pool.o.Clock = time.Now // the budget's due times are the wall clock's
+	ctx := context.Background()
+	start := time.Now()
+	next := r.pool.Cycle(ctx)
+	if took := time.Since(start); took > time.Second {
+		t.Fatalf("the first cycle took %s: it waited in the fleet's queue", took)
+	}
+	if next > 2*time.Second || next < time.Second {
+		t.Errorf("the first cycle asks to be run again in %s, want when the first place is due (2 s)", next)
+	}
+	for _, op := range []string{"AssignPrivateIpAddresses", "CreateNetworkInterface", "AttachNetworkInterface"} {
+		if n := r.calls(op); n != 0 {
+			t.Errorf("%d %s requests sent while their places wait", n, op)
+		}
+	}
+	held := budget.places()
+	if held["AssignPrivateIpAddresses"] != 1 || held["CreateNetworkInterface"] != 2 || held["AttachNetworkInterface"] != 2 {
+		t.Fatalf("places held after one cycle: %v, want 1 assign and 2 creates with their attaches", held)
+	}
+	time.Sleep(next)
+	for range 3 {
+		r.pool.Cycle(ctx)
+	}
+	if took := time.Since(start); took > 4*time.Second {
+		t.Errorf("the growth took %s, want about one queue (2 s) and the calls", took)
+	}
+	sum := warmpool.Summarize(r.pool.Input(time.Now()))
+	if sum.Available < 20 || len(r.store.ENIs()) != 3 {
+		t.Fatalf("after the places came due: %d ENIs, %+v; want 3 ENIs, 20 addresses free", len(r.store.ENIs()), sum)
+	}
+	for a, n := range budget.places() {
+		if n != held[a] {
+			t.Errorf("%s: %d places taken in all, %d held by the first cycle: the calls made when due took more", a, n, held[a])
+		}
+	}
+}

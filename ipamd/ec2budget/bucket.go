@@ -14,16 +14,14 @@
 // it if that one is shorter.
 //
 // Priorities need no scheduler: a call may take a token only while the
-// bucket stays above its priority's floor (Floor). A call that unblocks a
-// waiting pod may go below zero, down to MaxDebt (QueueSpan of refill, at
+// bucket stays above its priority's reserve (Reserve). A call that unblocks
+// a waiting pod may go below zero, down to MaxDebt (QueueSpan of refill, at
 // least one bucket): it then holds a reservation and waits until the refill
 // has paid it, so those calls are served in the order they were taken, at
-// the account's rate. A warm-pool refill may join that queue only while it
-// is short (RefillQueueSpan); releases and background work keep a reserve
-// of the bucket (Reserve).
-// Calls below their floor are refused at once with
-// provider.BudgetShortError, telling when the bucket should have room for
-// them, so the daemon's worker is not held while a pod may arrive.
+// the account's rate.
+// Other calls are refused at once with provider.BudgetShortError, telling
+// when the bucket should have room for them, so the daemon's worker is not
+// held while a pod may arrive.
 //
 // A refusal from EC2 (RequestLimitExceeded) while the fleet believed it had
 // room (the account's other callers, a stale share) empties the shared
@@ -69,41 +67,19 @@ func AWSLimits() map[string]Limit {
 }
 
 // Reserve is the fraction of the bucket's capacity a call of priority p
-// must leave: a pod-waiting call and a warm-pool refill may spend it all
-// (and go into debt, see Floor), a release only above half, background
+// must leave: a pod-waiting call may spend it all (and go into debt), a
+// warm-pool refill only above a quarter, a release above half, background
 // work above three quarters.
 func Reserve(p provider.Priority) float64 {
 	switch p {
-	case provider.PriorityPodWaiting, provider.PriorityRefill:
+	case provider.PriorityPodWaiting:
 		return 0
+	case provider.PriorityRefill:
+		return 0.25
 	case provider.PriorityRelease:
 		return 0.5
 	}
 	return 0.75
-}
-
-// RefillQueueSpan is how far ahead a warm-pool refill may reserve: it joins
-// the queue of pod-waiting calls only while that queue is shorter than
-// this much of the refill, so a pod-waiting call never waits more than
-// RefillQueueSpan behind refills, and refills stop while the queue is
-// longer (pod-waiting calls may queue up to QueueSpan). In a launch the
-// refill is the growth for the pods coming next: with refills held at a
-// quarter of the bucket, a node of a 200-node launch asked for its third
-// ENI only once a pod found no address, 30 s after its pool first wanted
-// it (test/fleet, scenario a).
-const RefillQueueSpan = 10 * time.Second
-
-// Floor is how low a call of priority p may take l's bucket: down to
-// MaxDebt in debt for a pod-waiting call, RefillQueueSpan of the refill in
-// debt for a refill, and Reserve(p) of the capacity for the others.
-func Floor(l Limit, p provider.Priority) float64 {
-	switch p {
-	case provider.PriorityPodWaiting:
-		return -MaxDebt(l)
-	case provider.PriorityRefill:
-		return -l.RefillPerSecond * RefillQueueSpan.Seconds()
-	}
-	return Reserve(p) * l.Capacity
 }
 
 // QueueSpan is how far ahead pod-waiting calls may reserve: the debt
@@ -147,8 +123,8 @@ func (s State) refilled(l Limit, now time.Time) State {
 
 // Take takes one request for a call of priority p from s at now, with l's
 // figures. ok: next is the state to write back, and the request may be
-// made after wait (non-zero only for a pod-waiting call or a refill that
-// went into debt: the time until the refill has paid for it). Not ok: nothing is
+// made after wait (non-zero only for a pod-waiting call that went into
+// debt: the time until the refill has paid for it). Not ok: nothing is
 // taken and wait is how long until the bucket holds enough above p's
 // reserve, if nobody else takes meanwhile.
 func (s State) Take(l Limit, now time.Time, p provider.Priority) (next State, wait time.Duration, ok bool) {
@@ -156,7 +132,10 @@ func (s State) Take(l Limit, now time.Time, p provider.Priority) (next State, wa
 		return s, 0, false
 	}
 	cur := s.refilled(l, now)
-	floor := Floor(l, p)
+	floor := Reserve(p) * l.Capacity
+	if p == provider.PriorityPodWaiting {
+		floor = -MaxDebt(l)
+	}
 	after := cur.Tokens - 1
 	if after < floor {
 		return cur, seconds((floor + 1 - cur.Tokens) / l.RefillPerSecond), false

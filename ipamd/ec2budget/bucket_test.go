@@ -78,40 +78,13 @@ func TestPodWaitingQueuesInDebt(t *testing.T) {
 	if _, wait, ok := s.Take(attach, t0, provider.PriorityPodWaiting); ok || wait != 250*time.Millisecond {
 		t.Errorf("beyond a minute of debt: ok %v wait %v, want refused for 250ms", ok, wait)
 	}
-	if _, wait, ok := s.Take(attach, t0, provider.PriorityRefill); ok || wait != time.Duration(201.0/4*float64(time.Second)) {
-		t.Errorf("refill under a minute of debt: ok %v wait %v, want refused for (240 debt - 40 refill queue + 1)/4 s", ok, wait)
+	if _, wait, ok := s.Take(attach, t0, provider.PriorityRefill); ok || wait != time.Duration(251.0/4*float64(time.Second)) {
+		t.Errorf("refill under debt: ok %v wait %v, want refused for (240 debt + 10 reserve + 1)/4 s", ok, wait)
 	}
 	// A bucket refilled slowly still queues at least its capacity.
 	slow := Limit{Capacity: 40, RefillPerSecond: 0.5}
 	if d := MaxDebt(slow); d != 40 {
 		t.Errorf("MaxDebt at 0.5/s: %v, want the capacity 40", d)
-	}
-}
-
-// TestRefillsJoinOnlyAShortQueue: a warm-pool refill may take the bucket
-// into debt while the queue stays within RefillQueueSpan of the refill
-// (10 s at 4 a second: 40 requests), and waits its turn like a pod-waiting
-// call; past it, refills are refused and pod-waiting calls still queue.
-func TestRefillsJoinOnlyAShortQueue(t *testing.T) {
-	s := State{Capacity: 40, RefillPerSecond: 4, Tokens: 0, At: t0}
-	for i := range 40 {
-		next, wait, ok := s.Take(attach, t0, provider.PriorityRefill)
-		if !ok {
-			t.Fatalf("refill %d refused at %v tokens, want it queued within 10 s", i+1, s.Tokens)
-		}
-		if want := time.Duration(float64(i+1) / 4 * float64(time.Second)); wait != want {
-			t.Fatalf("refill %d waits %v, want %v (its place in the queue)", i+1, wait, want)
-		}
-		s = next
-	}
-	if _, wait, ok := s.Take(attach, t0, provider.PriorityRefill); ok || wait != 250*time.Millisecond {
-		t.Errorf("refill past 10 s of queue: ok %v wait %v, want refused for 250ms", ok, wait)
-	}
-	if _, wait, ok := s.Take(attach, t0, provider.PriorityPodWaiting); !ok || wait != 10250*time.Millisecond {
-		t.Errorf("pod-waiting call behind the refills: ok %v wait %v, want queued for 10.25 s", ok, wait)
-	}
-	if _, _, ok := s.Take(attach, t0, provider.PriorityRelease); ok {
-		t.Errorf("release taken from a bucket in debt")
 	}
 }
 

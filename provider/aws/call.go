@@ -349,7 +349,6 @@ func (t *tickets) pop(action string, within time.Duration, due *time.Time) bool 
 	}
 	i := slices.IndexFunc(q, func(d time.Time) bool { return d.Equal(slices.MinFunc(q, time.Time.Compare)) })
 	if q[i].Sub(now) > within {
-		t.by[action] = q
 		return false
 	}
 	*due = q[i]
@@ -364,8 +363,12 @@ func (t *tickets) held(action string) bool {
 	return len(t.live(action, time.Now())) > 0
 }
 
-// live is action's places without those more than ticketTTL past due;
-// t.mu held.
+// live drops action's places more than ticketTTL past due and returns
+// the rest; t.mu held.
 func (t *tickets) live(action string, now time.Time) []time.Time {
-	return slices.DeleteFunc(t.by[action], func(d time.Time) bool { return now.Sub(d) > ticketTTL })
+	q := slices.DeleteFunc(t.by[action], func(d time.Time) bool { return now.Sub(d) > ticketTTL })
+	if t.by != nil {
+		t.by[action] = q
+	}
+	return q
 }

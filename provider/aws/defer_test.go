@@ -3,6 +3,7 @@ package awsprovider
 import (
 	"context"
 	"errors"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -169,5 +170,30 @@ func TestShortQueueIsNotDeferred(t *testing.T) {
 	got, err := c.AssignAddresses(ctx, s.inst.PrimaryENI.ID, 1, false)
 	if err != nil || len(got) != 1 {
 		t.Fatalf("AssignAddresses = %v, %v; want an address after the short wait", got, err)
+	}
+}
+
+// TestTicketsTakeTheEarliestAndDropTheStale: a call takes the earliest
+// place held for its action; a deferrable call leaves one not yet due to
+// the call it was held for, any other call takes it; a place more than
+// ticketTTL past due is dropped, not used.
+func TestTicketsTakeTheEarliestAndDropTheStale(t *testing.T) {
+	var tk tickets
+	now := time.Now()
+	tk.push("AttachNetworkInterface", now.Add(-ticketTTL-time.Second)) // stale
+	tk.push("AttachNetworkInterface", now.Add(30*time.Second))
+	tk.push("AttachNetworkInterface", now.Add(-time.Second))
+	var due time.Time
+	if !tk.pop("AttachNetworkInterface", provider.DeferAfter, &due) || !due.Equal(now.Add(-time.Second)) {
+		t.Fatalf("first pop: %v %v, want the place due a second ago", due, tk.by)
+	}
+	if tk.pop("AttachNetworkInterface", provider.DeferAfter, &due) {
+		t.Fatalf("a deferrable call took a place due in 30 s")
+	}
+	if !tk.pop("AttachNetworkInterface", math.MaxInt64, &due) || !due.Equal(now.Add(30*time.Second)) {
+		t.Fatalf("a call that waits did not take the place due in 30 s: %v", due)
+	}
+	if tk.held("AttachNetworkInterface") || tk.pop("AttachNetworkInterface", math.MaxInt64, &due) {
+		t.Errorf("the stale place is still held: %v", tk.by)
 	}
 }

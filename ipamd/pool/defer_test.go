@@ -93,3 +93,102 @@ func TestCycleQueuesEveryGrowthWhileTheFirstWaitsItsTurn(t *testing.T) {
 		}
 	}
 }
+
+// actionQueues is a fleet's shared EC2 budget seen from one node whose
+// queue holds each action's requests for that action's wait from the
+// moment they are reserved (provider.RequestReserver): the next of the
+// action's turns when some are listed, else its waits entry; actions not
+// listed go at once. Waits may change between calls.
+type actionQueues struct {
+	mu    sync.Mutex
+	waits map[string]time.Duration
+	turns map[string][]time.Duration
+}
+
+func (b *actionQueues) set(waits map[string]time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.waits = waits
+}
+
+func (b *actionQueues) Reserve(_ context.Context, action string, _ provider.Priority) (time.Duration, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if q := b.turns[action]; len(q) > 0 {
+		b.turns[action] = q[1:]
+		return q[0], nil
+	}
+	return b.waits[action], nil
+}
+
+func (b *actionQueues) Take(ctx context.Context, action string, p provider.Priority) error {
+	wait, err := b.Reserve(ctx, action, p)
+	if err != nil {
+		return err
+	}
+	return provider.Sleep(ctx, wait)
+}
+
+func (*actionQueues) Refused(string) {}
+
+// pendingVar is a Pending count the test changes.
+type pendingVar struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (p *pendingVar) Demand() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.n
+}
+
+func (p *pendingVar) set(n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.n = n
+}
+
+// TestDueAssignOnARealENIIsNotHeldBehindAPlaceholderENI: a node with a
+// secondary ENI that has room defers an assign on it (1.2 s queue) and an
+// ENI create (3 s queue, its placeholder ENI partly filled); when the
+// assign is due, the cycle makes it on its ENI. Before, the placeholder
+// ENI ("deferred-0") sorted before the real one ("eni-…") in warmpool's
+// ENI order, so the plan was an assign on the placeholder, which waits for
+// the create: the assign due at 1.2 s waited for the create's 3 s.
+func TestDueAssignOnARealENIIsNotHeldBehindAPlaceholderENI(t *testing.T) {
+	budget := &actionQueues{}
+	pending := &pendingVar{}
+	r := newBudgetRig(t, Options{Config: warmpool.Config{WarmIPTarget: 12}, Pending: pending}, budget)
+	r.pool.o.Clock = time.Now // the budget's due times are the wall clock's
+	ctx := context.Background()
+	// No queue: the primary ENI gets its 9 addresses and a second ENI 3.
+	r.pool.Cycle(ctx)
+	enis := r.store.ENIs()
+	if len(enis) != 2 || len(enis[0].Slots)+len(enis[1].Slots) != 12 {
+		t.Fatalf("warm-up: %+v, want 2 ENIs holding 12 addresses", enis)
+	}
+	budget.set(map[string]time.Duration{
+		"AssignPrivateIpAddresses": 1200 * time.Millisecond,
+		"CreateNetworkInterface":   3 * time.Second,
+		"AttachNetworkInterface":   3 * time.Second,
+	})
+	pending.set(13) // 13 pods wait: 6 more on the second ENI, 7 on a new one
+	start := time.Now()
+	r.pool.Cycle(ctx)
+	assigns, creates := r.calls("AssignPrivateIpAddresses"), r.calls("CreateNetworkInterface")
+	if len(r.pool.deferred) != 2 {
+		t.Fatalf("deferred after the first cycle: %+v, want the assign and the create", r.pool.deferred)
+	}
+	time.Sleep(time.Until(start.Add(1300 * time.Millisecond)))
+	r.pool.Cycle(ctx)
+	if took := time.Since(start); took > 2500*time.Millisecond {
+		t.Fatalf("the cycle at 1.3 s returned at %s: it waited for the create", took)
+	}
+	if got := r.calls("AssignPrivateIpAddresses") - assigns; got != 1 {
+		t.Errorf("%d assigns sent once the assign was due (before the create's turn), want 1", got)
+	}
+	if got := r.calls("CreateNetworkInterface") - creates; got != 0 {
+		t.Errorf("%d creates sent before their turn", got)
+	}
+}

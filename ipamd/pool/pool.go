@@ -264,7 +264,7 @@ func (p *Pool) Cycle(ctx context.Context) time.Duration {
 // withDeferred is in with the growth still deferred (not yet due at now)
 // counted as made: a deferred Assign's addresses (or prefixes) on its ENI,
 // a deferred CreateENI's new ENI, as free slots with placeholder prefixes
-// (0.0.0.0/8, which no VPC holds) and ENI IDs "deferred-N". Entries due by
+// (0.0.0.0/8, which no VPC holds) and ENI IDs deferredENI+N. Entries due by
 // now are dropped: their plans are made again, and take the places held.
 // until is the earliest due time left (zero: none).
 func (p *Pool) withDeferred(in warmpool.Input, now time.Time) (_ warmpool.Input, until time.Time) {
@@ -306,7 +306,10 @@ func (p *Pool) withDeferred(in warmpool.Input, now time.Time) (_ warmpool.Input,
 }
 
 // deferredENI starts the IDs of ENIs withDeferred counts before they exist.
-const deferredENI = "deferred-"
+// It sorts after every EC2 ID ("eni-…"): warmpool grows on the first ENI
+// with room in ID order, and a placeholder ahead of a real ENI with room
+// held the growth due on the real one until the create came due.
+const deferredENI = "~deferred-"
 
 // plannable reports whether plan may be made while growth is deferred:
 // growth on an ENI that exists (or a new one); no release, no deletion.

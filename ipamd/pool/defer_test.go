@@ -2,6 +2,7 @@ package pool
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -190,5 +191,44 @@ func TestDueAssignOnARealENIIsNotHeldBehindAPlaceholderENI(t *testing.T) {
 	}
 	if got := r.calls("CreateNetworkInterface") - creates; got != 0 {
 		t.Errorf("%d creates sent before their turn", got)
+	}
+}
+
+// TestDueCreateIsNotHeldBehindALaterPartialENI: a node short of 21
+// addresses defers its primary ENI's assign (due at 1.1 s), a whole ENI
+// (due at 1.3 s) and a partial one (due at 3 s); at 1.4 s the cycle makes
+// the assign and one create, leaving the last for its turn. Before, the
+// due whole ENI's placeholder was dropped and the partial one's kept: the
+// re-planned growth was an assign on the partial placeholder, which waits
+// for its create, so the create due at 1.3 s waited for the one due at 3 s.
+func TestDueCreateIsNotHeldBehindALaterPartialENI(t *testing.T) {
+	budget := &actionQueues{turns: map[string][]time.Duration{
+		"AssignPrivateIpAddresses": {1100 * time.Millisecond},
+		"CreateNetworkInterface":   {1300 * time.Millisecond, 3 * time.Second},
+	}}
+	r := newBudgetRig(t, Options{Config: warmpool.Config{WarmIPTarget: 1}, Pending: count(20)}, budget)
+	r.pool.o.Clock = time.Now // the budget's due times are the wall clock's
+	ctx := context.Background()
+	start := time.Now()
+	r.pool.Cycle(ctx)
+	var sizes []int
+	for _, d := range r.pool.deferred {
+		if d.plan.Action == warmpool.CreateENI {
+			sizes = append(sizes, d.plan.Count)
+		}
+	}
+	if slices.Sort(sizes); len(r.pool.deferred) != 3 || len(sizes) != 2 || sizes[0] >= 9 || sizes[1] != 9 {
+		t.Fatalf("deferred after the first cycle: %+v, want the assign, a whole ENI and a partial one", r.pool.deferred)
+	}
+	time.Sleep(time.Until(start.Add(1400 * time.Millisecond)))
+	r.pool.Cycle(ctx)
+	if took := time.Since(start); took > 2800*time.Millisecond {
+		t.Fatalf("the cycle at 1.4 s returned at %s: it waited for the last create", took)
+	}
+	if got := r.calls("AssignPrivateIpAddresses"); got != 1 {
+		t.Errorf("%d assigns sent once due, want 1", got)
+	}
+	if got := r.calls("CreateNetworkInterface"); got != 1 {
+		t.Errorf("%d creates sent at 1.4 s, want 1 (the one due at 1.3 s)", got)
 	}
 }

@@ -188,12 +188,18 @@ func New(o Options) (*Pool, error) {
 // is due (at most Options.Interval).
 func (p *Pool) Cycle(ctx context.Context) time.Duration {
 	next := p.o.Interval
+	var due []deferred // creates fallen due this cycle and not yet made again
 	for range maxSteps {
 		if ctx.Err() != nil || p.o.Stopping() {
 			return next
 		}
 		now := p.o.Clock()
-		in, until := p.withDeferred(p.Input(now), now)
+		in, until, dropped := p.withDeferred(p.Input(now), now)
+		for _, d := range dropped {
+			if d.plan.Action == warmpool.CreateENI {
+				due = append(due, d)
+			}
+		}
 		if !until.IsZero() {
 			next = min(next, max(until.Sub(now), 10*time.Millisecond))
 		}
@@ -208,7 +214,17 @@ func (p *Pool) Cycle(ctx context.Context) time.Duration {
 			// Growth still waits for its turn in the fleet's budget: no
 			// release (it may be of the addresses to come) and nothing on an
 			// ENI not yet made until it is made.
-			return next
+			if plan.Action != warmpool.Assign || len(due) == 0 {
+				return next
+			}
+			// An assign on a later create's placeholder ENI (one with room,
+			// the last of a growth) while a create is due: the growth waits
+			// for a new ENI, and that create's turn has come. Re-planned, it
+			// would wait for the later one's.
+			plan = due[0].plan
+		}
+		if plan.Action == warmpool.CreateENI && len(due) > 0 {
+			due = due[1:]
 		}
 		p.o.Logger.Info("pool action", "action", plan.Action.String(), "eni", plan.ENI, "count", plan.Count,
 			"prefixes", plan.Prefixes, "release", plan.Release, "reason", plan.Reason)
@@ -265,12 +281,18 @@ func (p *Pool) Cycle(ctx context.Context) time.Duration {
 // counted as made: a deferred Assign's addresses (or prefixes) on its ENI,
 // a deferred CreateENI's new ENI, as free slots with placeholder prefixes
 // (0.0.0.0/8, which no VPC holds) and ENI IDs deferredENI+N. Entries due by
-// now are dropped: their plans are made again, and take the places held.
-// until is the earliest due time left (zero: none).
-func (p *Pool) withDeferred(in warmpool.Input, now time.Time) (_ warmpool.Input, until time.Time) {
-	p.deferred = slices.DeleteFunc(p.deferred, func(d deferred) bool { return !d.until.After(now) })
+// now are dropped (returned in due): their plans are made again, and take
+// the places held. until is the earliest due time left (zero: none).
+func (p *Pool) withDeferred(in warmpool.Input, now time.Time) (_ warmpool.Input, until time.Time, due []deferred) {
+	p.deferred = slices.DeleteFunc(p.deferred, func(d deferred) bool {
+		if !d.until.After(now) {
+			due = append(due, d)
+			return true
+		}
+		return false
+	})
 	if len(p.deferred) == 0 {
-		return in, time.Time{}
+		return in, time.Time{}, due
 	}
 	in.ENIs = slices.Clone(in.ENIs)
 	n := 0
@@ -302,7 +324,7 @@ func (p *Pool) withDeferred(in warmpool.Input, now time.Time) (_ warmpool.Input,
 			in.ENIs = append(in.ENIs, warmpool.ENI{ID: deferredENI + strconv.Itoa(i), Attached: now, Slots: placeholders(d.plan.Count, d.plan.Prefixes)})
 		}
 	}
-	return in, until
+	return in, until, due
 }
 
 // deferredENI starts the IDs of ENIs withDeferred counts before they exist.

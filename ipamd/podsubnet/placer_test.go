@@ -406,3 +406,70 @@ func TestDeferredCreateSkipsTargetsThatRefused(t *testing.T) {
 		t.Errorf("%d CreateNetworkInterface requests, want 2 (podsA's refusal, then podsA2's ENI)", got)
 	}
 }
+
+// queueingBudget holds the first CreateNetworkInterface request 1.2 s in
+// the fleet's queue (a provider.RequestReserver: the create, made under
+// provider.WithDeferral, is deferred with its place held); everything else
+// goes at once.
+type queueingBudget struct {
+	mu      sync.Mutex
+	creates int
+}
+
+func (b *queueingBudget) Reserve(_ context.Context, action string, _ provider.Priority) (time.Duration, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if action == "CreateNetworkInterface" {
+		b.creates++
+		if b.creates == 1 {
+			return 1200 * time.Millisecond, nil
+		}
+	}
+	return 0, nil
+}
+
+func (b *queueingBudget) Take(ctx context.Context, action string, p provider.Priority) error {
+	wait, err := b.Reserve(ctx, action, p)
+	if err != nil {
+		return err
+	}
+	return provider.Sleep(ctx, wait)
+}
+
+func (*queueingBudget) Refused(string) {}
+
+// TestCreateDeferredInTheQueueKeepsItsPlacement: a create whose place in
+// the fleet's queue is held (provider.DeferredError, nothing sent) keeps
+// its placement as one the budget had no room for does: made when due, it
+// reads no subnets again and lands where the first decision said. Before,
+// the deferred create's decision was dropped and the call made when due
+// placed anew (a DescribeSubnets per deferred create).
+func TestCreateDeferredInTheQueueKeepsItsPlacement(t *testing.T) {
+	budget := &queueingBudget{}
+	n := startNode(t, budget)
+	pl := podsubnet.NewPlacer(n.prov, podsubnet.Settings{Discovery: true, Cluster: cluster}, nil, n.log, nil)
+	w := &podsubnet.Provider{Provider: n.prov, Placer: pl}
+	ctx := provider.WithDeferral(provider.WithPriority(t.Context(), provider.PriorityPodWaiting))
+	_, err := w.CreateENI(ctx, provider.CreateENIRequest{Addresses: 9})
+	var d *provider.DeferredError
+	if !errors.As(err, &d) {
+		t.Fatalf("first create: %v, want it deferred in the queue", err)
+	}
+	described := n.sim.Cloud.Faults().Calls("DescribeSubnets")
+	time.Sleep(time.Until(d.Until))
+	e, err := w.CreateENI(ctx, provider.CreateENIRequest{Addresses: 9})
+	if err != nil {
+		t.Fatalf("create when due: %v\nlog:\n%s", err, n.logs)
+	}
+	if got := n.sim.Cloud.Faults().Calls("DescribeSubnets") - described; got != 0 {
+		t.Errorf("%d DescribeSubnets for the deferred create made when due, want none", got)
+	}
+	if got, _ := n.sim.Cloud.NetworkInterface(e.ID); got.SubnetID != podsA {
+		t.Errorf("the ENI went to %s, want %s (the first decision)", got.SubnetID, podsA)
+	}
+	budget.mu.Lock()
+	defer budget.mu.Unlock()
+	if budget.creates != 1 {
+		t.Errorf("%d create places taken, want 1 (the one held)", budget.creates)
+	}
+}

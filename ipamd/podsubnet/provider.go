@@ -29,9 +29,10 @@ type Provider struct {
 }
 
 // DeferredDecisionAge is how long a placement whose create the fleet's
-// shared EC2 budget deferred (provider.BudgetShortError: nothing was sent)
-// is used again (from the target deferred on) instead of placing anew,
-// while the node's ENIConfig is unchanged. The pool tries again when the
+// shared EC2 budget deferred (provider.BudgetShortError, or
+// provider.DeferredError with its place in the queue held: nothing was
+// sent) is used again (from the target deferred on) instead of placing
+// anew, while the node's ENIConfig is unchanged. The pool tries again when the
 // budget expects room, often within a second; placing anew each time cost a
 // DescribeSubnets per try (in a launch of 200 nodes, more describes than
 // every other request together).
@@ -62,8 +63,11 @@ func (w *Provider) CreateENI(ctx context.Context, req provider.CreateENIRequest)
 		r.SubnetID, r.SecurityGroups = t.SubnetID, t.SecurityGroups
 		e, err := w.Provider.CreateENI(ctx, r)
 		var short *provider.BudgetShortError
-		if errors.As(err, &short) {
-			// The next try starts at this target: the ones before it refused.
+		var deferred *provider.DeferredError
+		if errors.As(err, &short) || errors.As(err, &deferred) {
+			// Nothing was sent (no room yet, or the place in the fleet's
+			// queue is held until due): the next try starts at this
+			// target; the ones before it refused.
 			kept := d
 			kept.Targets = d.Targets[i:]
 			w.mu.Lock()

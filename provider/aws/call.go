@@ -81,8 +81,8 @@ func call[T any](ctx context.Context, c *Client, a action, fn func(context.Conte
 					// Hold the place, send nothing: the caller plans on and
 					// calls again when it is due (provider.WithDeferral).
 					due := time.Now().Add(wait)
-					c.tickets.push(a.name, due)
-					c.reserveAhead(ctx, a, res)
+					c.tickets.push(a.name, due, due)
+					c.reserveAhead(ctx, a, res, due)
 					return zero, &provider.DeferredError{Action: a.name, Until: due}
 				}
 				if err == nil {
@@ -278,11 +278,12 @@ func (c *Client) reserveNext(ctx context.Context, a action) {
 }
 
 // reserveAhead holds the places of the steps after a in ctx's chain, each
-// in its own queue, when a was deferred: a deferred create's attach then
-// waits its turn at the same time as the create instead of after it.
-// Steps the budget has no room for are left to take their request when
-// they run.
-func (c *Client) reserveAhead(ctx context.Context, a action, res provider.RequestReserver) {
+// in its own queue, when a was deferred until due: a deferred create's
+// attach then waits its turn at the same time as the create instead of
+// after it. Each place is kept until ticketTTL past the later of its own
+// due time and due (its step runs only after a is made). Steps the budget
+// has no room for are left to take their request when they run.
+func (c *Client) reserveAhead(ctx context.Context, a action, res provider.RequestReserver, due time.Time) {
 	ch, _ := ctx.Value(chainKey{}).(*chain)
 	if ch == nil {
 		return
@@ -298,31 +299,48 @@ func (c *Client) reserveAhead(ctx context.Context, a action, res provider.Reques
 			c.log.Debug("no place held ahead for a deferred call's next step", "action", next.name, "err", err)
 			return
 		}
-		c.tickets.push(next.name, time.Now().Add(wait))
+		own := time.Now().Add(wait)
+		c.tickets.push(next.name, own, later(own, due))
 	}
 }
 
-// ticketTTL is how long past its due time a held place is kept for a call
-// of its action; one no call used by then (the plan that deferred it
-// changed) is dropped, its request spent.
-const ticketTTL = time.Minute
-
-// tickets are the places held in the fleet's shared budget for deferred
-// calls (provider.DeferredError) and their chains' later steps: due times
-// by EC2 action.
-type tickets struct {
-	mu sync.Mutex
-	by map[string][]time.Time
+// later is the later of a and b.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
-// push holds a place of action due at due.
-func (t *tickets) push(action string, due time.Time) {
+// ticketTTL is how long past its due time (for a chain's later step, past
+// the deferred call's, when later) a held place is kept for a call of its
+// action; one no call used by then (the plan that deferred it changed) is
+// dropped, its request spent. A variable for tests.
+var ticketTTL = time.Minute
+
+// tickets are the places held in the fleet's shared budget for deferred
+// calls (provider.DeferredError) and their chains' later steps, by EC2
+// action.
+type tickets struct {
+	mu sync.Mutex
+	by map[string][]ticket
+}
+
+// ticket is one place held: due is when its request may be made; it is
+// dropped ticketTTL after keep (due, or the deferred call's due time for a
+// later step of its chain).
+type ticket struct {
+	due, keep time.Time
+}
+
+// push holds a place of action due at due, kept until ticketTTL past keep.
+func (t *tickets) push(action string, due, keep time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.by == nil {
-		t.by = map[string][]time.Time{}
+		t.by = map[string][]ticket{}
 	}
-	t.by[action] = append(t.live(action, time.Now()), due)
+	t.by[action] = append(t.live(action, time.Now()), ticket{due: due, keep: keep})
 }
 
 // ticketWithin is how far ahead a call under ctx takes a place held for
@@ -347,11 +365,12 @@ func (t *tickets) pop(action string, within time.Duration, due *time.Time) bool 
 	if len(q) == 0 {
 		return false
 	}
-	i := slices.IndexFunc(q, func(d time.Time) bool { return d.Equal(slices.MinFunc(q, time.Time.Compare)) })
-	if q[i].Sub(now) > within {
+	earliest := slices.MinFunc(q, func(a, b ticket) int { return a.due.Compare(b.due) })
+	i := slices.IndexFunc(q, func(k ticket) bool { return k.due.Equal(earliest.due) })
+	if q[i].due.Sub(now) > within {
 		return false
 	}
-	*due = q[i]
+	*due = q[i].due
 	t.by[action] = slices.Delete(q, i, i+1)
 	return true
 }
@@ -363,10 +382,10 @@ func (t *tickets) held(action string) bool {
 	return len(t.live(action, time.Now())) > 0
 }
 
-// live drops action's places more than ticketTTL past due and returns
+// live drops action's places more than ticketTTL past keep and returns
 // the rest; t.mu held.
-func (t *tickets) live(action string, now time.Time) []time.Time {
-	q := slices.DeleteFunc(t.by[action], func(d time.Time) bool { return now.Sub(d) > ticketTTL })
+func (t *tickets) live(action string, now time.Time) []ticket {
+	q := slices.DeleteFunc(t.by[action], func(k ticket) bool { return now.Sub(k.keep) > ticketTTL })
 	if t.by != nil {
 		t.by[action] = q
 	}

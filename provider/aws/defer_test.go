@@ -180,9 +180,9 @@ func TestShortQueueIsNotDeferred(t *testing.T) {
 func TestTicketsTakeTheEarliestAndDropTheStale(t *testing.T) {
 	var tk tickets
 	now := time.Now()
-	tk.push("AttachNetworkInterface", now.Add(-ticketTTL-time.Second)) // stale
-	tk.push("AttachNetworkInterface", now.Add(30*time.Second))
-	tk.push("AttachNetworkInterface", now.Add(-time.Second))
+	tk.push("AttachNetworkInterface", now.Add(-ticketTTL-time.Second), now.Add(-ticketTTL-time.Second)) // stale
+	tk.push("AttachNetworkInterface", now.Add(30*time.Second), now.Add(30*time.Second))
+	tk.push("AttachNetworkInterface", now.Add(-time.Second), now.Add(-time.Second))
 	var due time.Time
 	if !tk.pop("AttachNetworkInterface", provider.DeferAfter, &due) || !due.Equal(now.Add(-time.Second)) {
 		t.Fatalf("first pop: %v %v, want the place due a second ago", due, tk.by)
@@ -195,5 +195,39 @@ func TestTicketsTakeTheEarliestAndDropTheStale(t *testing.T) {
 	}
 	if tk.held("AttachNetworkInterface") || tk.pop("AttachNetworkInterface", math.MaxInt64, &due) {
 		t.Errorf("the stale place is still held: %v", tk.by)
+	}
+}
+
+// TestPlacesHeldAheadLastUntilTheirCreateIsMade: the attach's and the
+// attribute change's places a deferred create holds ahead are kept for as
+// long as the create's own place, however soon they fall due: made when
+// due, the create's later steps use them and take no place more. Before,
+// each was dropped ticketTTL after its own due time, so with the attach's
+// queue empty and the create's a minute long (MaxDebt) the attach took a
+// second place, the first one spent for nothing. ticketTTL is shortened
+// here to 1 s against the create's 2.5 s queue.
+func TestPlacesHeldAheadLastUntilTheirCreateIsMade(t *testing.T) {
+	defer func(ttl time.Duration) { ticketTTL = ttl }(ticketTTL)
+	ticketTTL = time.Second
+	budget := &queueBudget{waits: map[string]time.Duration{"CreateNetworkInterface": 2500 * time.Millisecond}}
+	s, c := budgetClient(t, budget)
+	ctx := provider.WithDeferral(provider.WithPriority(t.Context(), provider.PriorityPodWaiting))
+	before := s.local.Cloud.Faults().CallCounts()
+	_, err := c.CreateENI(ctx, provider.CreateENIRequest{Addresses: 2})
+	var d *provider.DeferredError
+	if !errors.As(err, &d) || d.Action != "CreateNetworkInterface" {
+		t.Fatalf("CreateENI = %v, want the create deferred", err)
+	}
+	time.Sleep(time.Until(d.Until))
+	if _, err := c.CreateENI(ctx, provider.CreateENIRequest{Addresses: 2}); err != nil {
+		t.Fatalf("CreateENI when due: %v", err)
+	}
+	for _, a := range []string{"CreateNetworkInterface", "AttachNetworkInterface", "ModifyNetworkInterfaceAttribute"} {
+		if n := budget.count(a); n != 1 {
+			t.Errorf("%d places of %s taken in all, want 1 (the one held)", n, a)
+		}
+		if n := sent(s, before, a); n != 1 {
+			t.Errorf("%d %s requests sent, want 1", n, a)
+		}
 	}
 }

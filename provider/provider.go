@@ -333,7 +333,15 @@ func WithDeferral(ctx context.Context) context.Context {
 	return context.WithValue(ctx, deferralKey{}, true)
 }
 
-// Deferrable reports whether ctx carries WithDeferral.
+// WithoutDeferral is ctx with WithDeferral undone, for the calls a backend
+// makes on its own under a caller's ctx and cannot come back to (a
+// DeferredError there would be dropped, its place held for nothing).
+func WithoutDeferral(ctx context.Context) context.Context {
+	return context.WithValue(ctx, deferralKey{}, false)
+}
+
+// Deferrable reports whether ctx carries WithDeferral (and no later
+// WithoutDeferral).
 func Deferrable(ctx context.Context) bool { v, _ := ctx.Value(deferralKey{}).(bool); return v }
 
 // DeferAfter is the shortest queue wait in the shared budget for which a

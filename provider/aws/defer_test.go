@@ -8,6 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
+
 	"github.com/vpcip/vpcip/provider"
 	"github.com/vpcip/vpcip/test/vpcsim"
 )
@@ -229,5 +233,39 @@ func TestPlacesHeldAheadLastUntilTheirCreateIsMade(t *testing.T) {
 		if n := sent(s, before, a); n != 1 {
 			t.Errorf("%d %s requests sent, want 1", n, a)
 		}
+	}
+}
+
+// TestENIsUnderDeferralStillFixesDeleteOnTermination: ENIs called under
+// provider.WithDeferral (the pool confirming a stale view with EC2 in the
+// middle of its growth) still sets delete-on-termination on an ENI of this
+// cluster that lacks it, waiting its turn in the fleet's 1.5 s queue.
+// Before, the change was deferred (its place held) and its DeferredError
+// dropped: nothing was sent.
+func TestENIsUnderDeferralStillFixesDeleteOnTermination(t *testing.T) {
+	budget := &queueBudget{}
+	s, c := budgetClient(t, budget)
+	e, err := c.CreateENI(t.Context(), provider.CreateENIRequest{Addresses: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A daemon killed between the attach and the attribute change leaves
+	// the ENI attached without delete-on-termination.
+	ni, _ := s.local.Cloud.NetworkInterface(e.ID)
+	if _, err := s.raw(t).ModifyNetworkInterfaceAttribute(t.Context(), &ec2.ModifyNetworkInterfaceAttributeInput{
+		NetworkInterfaceId: aws.String(e.ID),
+		Attachment:         &types.NetworkInterfaceAttachmentChanges{AttachmentId: aws.String(ni.AttachmentID), DeleteOnTermination: aws.Bool(false)},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	budget.mu.Lock()
+	budget.waits = map[string]time.Duration{"ModifyNetworkInterfaceAttribute": 1500 * time.Millisecond}
+	budget.mu.Unlock()
+	ctx := provider.WithDeferral(provider.WithPriority(t.Context(), provider.PriorityPodWaiting))
+	if _, err := c.ENIs(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ni, _ := s.local.Cloud.NetworkInterface(e.ID); !ni.DeleteOnTermination {
+		t.Errorf("%s still lacks delete-on-termination after ENIs under WithDeferral", e.ID)
 	}
 }

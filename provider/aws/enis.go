@@ -38,7 +38,7 @@ func (c *Client) ENIs(ctx context.Context) ([]provider.ENI, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.fixDeleteOnTermination(ctx, nis)
+	c.fixDeleteOnTermination(provider.WithoutDeferral(ctx), nis)
 	enis, err := c.convertENIs(ctx, nis)
 	if err != nil {
 		return nil, err
@@ -55,7 +55,10 @@ func (c *Client) ENIs(ctx context.Context) ([]provider.ENI, error) {
 }
 
 // fixDeleteOnTermination sets delete-on-termination on the attached
-// secondary ENIs of this cluster that lack it (see ENIs).
+// secondary ENIs of this cluster that lack it (see ENIs). Its failures are
+// dropped, so ctx must not carry provider.WithDeferral: a deferred change
+// would be skipped with its place held (ENIs under the pool's growth, when
+// it confirms a stale view with EC2).
 func (c *Client) fixDeleteOnTermination(ctx context.Context, nis []types.NetworkInterface) {
 	for _, ni := range nis {
 		att := ni.Attachment

@@ -73,7 +73,7 @@ func call[T any](ctx context.Context, c *Client, a action, fn func(context.Conte
 			var due time.Time
 			if r := takeReserved(ctx, a); r != nil && attempt == 1 {
 				err = r.wait(ctx)
-			} else if attempt == 1 && c.tickets.pop(a.name, ticketWithin(ctx), &due) {
+			} else if attempt == 1 && c.tickets.pop(a.name, ticketWithin(ctx, a), &due) {
 				err = provider.Sleep(ctx, time.Until(due))
 			} else if res, ok := c.opts.Budget.(provider.RequestReserver); ok && attempt == 1 && provider.Deferrable(ctx) && !isFinishing(ctx) {
 				var wait time.Duration
@@ -343,14 +343,21 @@ func (t *tickets) push(action string, due, keep time.Time) {
 	t.by[action] = append(t.live(action, time.Now()), ticket{due: due, keep: keep})
 }
 
-// ticketWithin is how far ahead a call under ctx takes a place held for
-// its action: a deferrable call only one due within provider.DeferAfter
-// (one not yet due is left to the call it was held for, and this one
-// holds its own), any other call the earliest, however far (it would wait
-// at least as long for a place of its own).
-func ticketWithin(ctx context.Context) time.Duration {
-	if provider.Deferrable(ctx) && !isFinishing(ctx) {
+// ticketWithin is how far ahead a call of a under ctx takes a place held
+// for its action: a deferrable call only one due within
+// provider.DeferAfter (one not yet due is left to the call it was held
+// for, and this one holds its own); a call below PriorityPodWaiting only
+// one already due (the budget refuses it rather than queue it, so it would
+// not wait for a place of its own: ENIs' delete-on-termination fix at
+// refill priority slept on the worker until a deferred create's place came
+// due); any other call the earliest, however far (it would wait at least
+// as long for a place of its own).
+func ticketWithin(ctx context.Context, a action) time.Duration {
+	switch {
+	case provider.Deferrable(ctx) && !isFinishing(ctx):
 		return provider.DeferAfter
+	case priority(ctx, a) != provider.PriorityPodWaiting:
+		return 0
 	}
 	return math.MaxInt64
 }

@@ -269,3 +269,74 @@ func TestENIsUnderDeferralStillFixesDeleteOnTermination(t *testing.T) {
 		t.Errorf("%s still lacks delete-on-termination after ENIs under WithDeferral", e.ID)
 	}
 }
+
+// priorityQueue is queueBudget as the fleet's budget treats priorities: a
+// pod-waiting request waits its action's queue, any other is refused
+// (provider.BudgetShortError) while the queue is not empty.
+type priorityQueue struct{ queueBudget }
+
+func (b *priorityQueue) Reserve(ctx context.Context, action string, p provider.Priority) (time.Duration, error) {
+	b.mu.Lock()
+	w := b.waits[action]
+	b.mu.Unlock()
+	if w > 0 && p != provider.PriorityPodWaiting {
+		return 0, &provider.BudgetShortError{Action: action, Priority: p, Wait: w}
+	}
+	return b.queueBudget.Reserve(ctx, action, p)
+}
+
+func (b *priorityQueue) Take(ctx context.Context, action string, p provider.Priority) error {
+	wait, err := b.Reserve(ctx, action, p)
+	if err != nil {
+		return err
+	}
+	return provider.Sleep(ctx, wait)
+}
+
+// TestCallThatWouldNotQueueTakesNoPlaceNotYetDue: a call that would not
+// wait in the fleet's queue (ENIs' delete-on-termination fix at refill
+// priority, refused while the queue is long) does not take a place a
+// deferred create holds ahead for its attribute change, due in 3 s: it
+// returns at once, and the create made when due uses the place. Before,
+// any call that was not deferrable took the earliest place however far,
+// so the periodic re-read slept 3 s on the worker and the create's change
+// took a second place.
+func TestCallThatWouldNotQueueTakesNoPlaceNotYetDue(t *testing.T) {
+	budget := &priorityQueue{}
+	s, c := budgetClient(t, budget)
+	e, err := c.CreateENI(t.Context(), provider.CreateENIRequest{Addresses: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ni, _ := s.local.Cloud.NetworkInterface(e.ID)
+	if _, err := s.raw(t).ModifyNetworkInterfaceAttribute(t.Context(), &ec2.ModifyNetworkInterfaceAttributeInput{
+		NetworkInterfaceId: aws.String(e.ID),
+		Attachment:         &types.NetworkInterfaceAttachmentChanges{AttachmentId: aws.String(ni.AttachmentID), DeleteOnTermination: aws.Bool(false)},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	budget.mu.Lock()
+	budget.waits = map[string]time.Duration{"CreateNetworkInterface": 1200 * time.Millisecond, "ModifyNetworkInterfaceAttribute": 3 * time.Second}
+	budget.taken = nil
+	budget.mu.Unlock()
+	ctx := provider.WithDeferral(provider.WithPriority(t.Context(), provider.PriorityPodWaiting))
+	_, err = c.CreateENI(ctx, provider.CreateENIRequest{Addresses: 1})
+	var d *provider.DeferredError
+	if !errors.As(err, &d) {
+		t.Fatalf("CreateENI = %v, want the create deferred", err)
+	}
+	start := time.Now()
+	if _, err := c.ENIs(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("ENIs at refill priority took %s: it waited for a place held for another call", took)
+	}
+	time.Sleep(time.Until(d.Until))
+	if _, err := c.CreateENI(ctx, provider.CreateENIRequest{Addresses: 1}); err != nil {
+		t.Fatalf("CreateENI when due: %v", err)
+	}
+	if n := budget.count("ModifyNetworkInterfaceAttribute"); n != 1 {
+		t.Errorf("%d attribute-change places taken, want 1 (the one held ahead, used by its create)", n)
+	}
+}

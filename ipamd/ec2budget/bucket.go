@@ -67,18 +67,15 @@ func AWSLimits() map[string]Limit {
 }
 
 // Reserve is the fraction of the bucket's capacity a call of priority p
-// must leave: a pod-waiting call may spend it all and go into debt, a
-// warm-pool refill may spend it all but not go into debt (it never waits in
-// the queue), a release only above half, background work above three
-// quarters. Refills kept a quarter of the bucket before: in a launch of 200
-// nodes the buckets' idle refill before the pods came (about 25 s at 5 a
-// second) then went unused, and each node's second and third ENIs were
-// asked for only once its pods found no address, all of them in one queue
-// (test/fleet, scenario a).
+// must leave: a pod-waiting call may spend it all (and go into debt), a
+// warm-pool refill only above a quarter, a release above half, background
+// work above three quarters.
 func Reserve(p provider.Priority) float64 {
 	switch p {
-	case provider.PriorityPodWaiting, provider.PriorityRefill:
+	case provider.PriorityPodWaiting:
 		return 0
+	case provider.PriorityRefill:
+		return 0.25
 	case provider.PriorityRelease:
 		return 0.5
 	}

@@ -42,7 +42,7 @@ func TestReserves(t *testing.T) {
 		wait time.Duration
 	}{
 		{provider.PriorityPodWaiting, true, 0},
-		{provider.PriorityRefill, true, 0},                         // 14 ≥ 0
+		{provider.PriorityRefill, true, 0},                         // 14 ≥ 10
 		{provider.PriorityRelease, false, 1500 * time.Millisecond}, // needs 21: 6 more at 4/s
 		{provider.PriorityBackground, false, 4 * time.Second},      // needs 31: 16 more
 	} {
@@ -78,31 +78,13 @@ func TestPodWaitingQueuesInDebt(t *testing.T) {
 	if _, wait, ok := s.Take(attach, t0, provider.PriorityPodWaiting); ok || wait != 250*time.Millisecond {
 		t.Errorf("beyond a minute of debt: ok %v wait %v, want refused for 250ms", ok, wait)
 	}
-	if _, wait, ok := s.Take(attach, t0, provider.PriorityRefill); ok || wait != time.Duration(241.0/4*float64(time.Second)) {
-		t.Errorf("refill under debt: ok %v wait %v, want refused for (240 debt + 1)/4 s", ok, wait)
+	if _, wait, ok := s.Take(attach, t0, provider.PriorityRefill); ok || wait != time.Duration(251.0/4*float64(time.Second)) {
+		t.Errorf("refill under debt: ok %v wait %v, want refused for (240 debt + 10 reserve + 1)/4 s", ok, wait)
 	}
 	// A bucket refilled slowly still queues at least its capacity.
 	slow := Limit{Capacity: 40, RefillPerSecond: 0.5}
 	if d := MaxDebt(slow); d != 40 {
 		t.Errorf("MaxDebt at 0.5/s: %v, want the capacity 40", d)
-	}
-}
-
-// TestRefillsSpendTheBucketButNeverQueue: a warm-pool refill may take the
-// bucket's last request (a launch's idle refill before its pods come goes
-// to the nodes' growth) but never goes into debt, so it never waits in the
-// queue ahead of a pod-waiting call.
-func TestRefillsSpendTheBucketButNeverQueue(t *testing.T) {
-	s := State{Capacity: 40, RefillPerSecond: 4, Tokens: 1.5, At: t0}
-	next, wait, ok := s.Take(attach, t0, provider.PriorityRefill)
-	if !ok || wait != 0 || next.Tokens != 0.5 {
-		t.Fatalf("refill of the last request: %+v wait %v ok %v, want taken at once", next, wait, ok)
-	}
-	if _, wait, ok := next.Take(attach, t0, provider.PriorityRefill); ok || wait != 125*time.Millisecond {
-		t.Errorf("refill with half a request left: ok %v wait %v, want refused for 125ms", ok, wait)
-	}
-	if _, wait, ok := next.Take(attach, t0, provider.PriorityPodWaiting); !ok || wait != 125*time.Millisecond {
-		t.Errorf("pod-waiting call: ok %v wait %v, want queued for 125ms", ok, wait)
 	}
 }
 

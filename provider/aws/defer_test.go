@@ -245,19 +245,7 @@ func TestPlacesHeldAheadLastUntilTheirCreateIsMade(t *testing.T) {
 func TestENIsUnderDeferralStillFixesDeleteOnTermination(t *testing.T) {
 	budget := &queueBudget{}
 	s, c := budgetClient(t, budget)
-	e, err := c.CreateENI(t.Context(), provider.CreateENIRequest{Addresses: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// A daemon killed between the attach and the attribute change leaves
-	// the ENI attached without delete-on-termination.
-	ni, _ := s.local.Cloud.NetworkInterface(e.ID)
-	if _, err := s.raw(t).ModifyNetworkInterfaceAttribute(t.Context(), &ec2.ModifyNetworkInterfaceAttributeInput{
-		NetworkInterfaceId: aws.String(e.ID),
-		Attachment:         &types.NetworkInterfaceAttachmentChanges{AttachmentId: aws.String(ni.AttachmentID), DeleteOnTermination: aws.Bool(false)},
-	}); err != nil {
-		t.Fatal(err)
-	}
+	e := eniWithoutDeleteOnTermination(t, s, c)
 	budget.mu.Lock()
 	budget.waits = map[string]time.Duration{"ModifyNetworkInterfaceAttribute": 1500 * time.Millisecond}
 	budget.mu.Unlock()
@@ -304,23 +292,13 @@ func (b *priorityQueue) Take(ctx context.Context, action string, p provider.Prio
 func TestCallThatWouldNotQueueTakesNoPlaceNotYetDue(t *testing.T) {
 	budget := &priorityQueue{}
 	s, c := budgetClient(t, budget)
-	e, err := c.CreateENI(t.Context(), provider.CreateENIRequest{Addresses: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ni, _ := s.local.Cloud.NetworkInterface(e.ID)
-	if _, err := s.raw(t).ModifyNetworkInterfaceAttribute(t.Context(), &ec2.ModifyNetworkInterfaceAttributeInput{
-		NetworkInterfaceId: aws.String(e.ID),
-		Attachment:         &types.NetworkInterfaceAttachmentChanges{AttachmentId: aws.String(ni.AttachmentID), DeleteOnTermination: aws.Bool(false)},
-	}); err != nil {
-		t.Fatal(err)
-	}
+	eniWithoutDeleteOnTermination(t, s, c)
 	budget.mu.Lock()
 	budget.waits = map[string]time.Duration{"CreateNetworkInterface": 1200 * time.Millisecond, "ModifyNetworkInterfaceAttribute": 3 * time.Second}
 	budget.taken = nil
 	budget.mu.Unlock()
 	ctx := provider.WithDeferral(provider.WithPriority(t.Context(), provider.PriorityPodWaiting))
-	_, err = c.CreateENI(ctx, provider.CreateENIRequest{Addresses: 1})
+	_, err := c.CreateENI(ctx, provider.CreateENIRequest{Addresses: 1})
 	var d *provider.DeferredError
 	if !errors.As(err, &d) {
 		t.Fatalf("CreateENI = %v, want the create deferred", err)
@@ -339,4 +317,23 @@ func TestCallThatWouldNotQueueTakesNoPlaceNotYetDue(t *testing.T) {
 	if n := budget.count("ModifyNetworkInterfaceAttribute"); n != 1 {
 		t.Errorf("%d attribute-change places taken, want 1 (the one held ahead, used by its create)", n)
 	}
+}
+
+// eniWithoutDeleteOnTermination creates and attaches an ENI through c, then
+// clears its delete-on-termination, as a daemon killed between the attach
+// and the attribute change leaves it.
+func eniWithoutDeleteOnTermination(t *testing.T, s *sim, c *Client) provider.ENI {
+	t.Helper()
+	e, err := c.CreateENI(t.Context(), provider.CreateENIRequest{Addresses: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ni, _ := s.local.Cloud.NetworkInterface(e.ID)
+	if _, err := s.raw(t).ModifyNetworkInterfaceAttribute(t.Context(), &ec2.ModifyNetworkInterfaceAttributeInput{
+		NetworkInterfaceId: aws.String(e.ID),
+		Attachment:         &types.NetworkInterfaceAttachmentChanges{AttachmentId: aws.String(ni.AttachmentID), DeleteOnTermination: aws.Bool(false)},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return e
 }

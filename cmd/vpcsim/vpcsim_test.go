@@ -82,7 +82,7 @@ func TestUpDown(t *testing.T) {
 		t.Run(fmt.Sprintf("crash=%v", crash), func(t *testing.T) {
 			b := make([]byte, 2)
 			rand.Read(b)
-			c := commonFlags{prefix: "vc" + hex.EncodeToString(b), stateDir: t.TempDir()}
+			c := commonFlags{prefix: "vy" + hex.EncodeToString(b), stateDir: t.TempDir()}
 			t.Cleanup(func() { fabric.Cleanup(c.prefix) })
 			upDown(t, bin, c, crash)
 		})

@@ -44,7 +44,7 @@ func TestKillCampaign(t *testing.T) {
 	if testing.Short() {
 		t.Skip("kill campaign")
 	}
-	c := start(t, cluster.Options{Nodes: 2, InstanceType: "m5.large", Prefix: fmt.Sprintf("vk%d", os.Getpid()%10000),
+	c := start(t, cluster.Options{Nodes: 2, InstanceType: "m5.large", Prefix: fmt.Sprintf("ek%d", os.Getpid()%10000),
 		DaemonEnv: []string{"IP_COOLDOWN_PERIOD=0", "VPCIP_GC_GRACE=10s", "VPCIP_RECONCILE_INTERVAL=2s",
 			"VPCIP_METRICS_ADDR=off"}})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(kills)*20*time.Second+2*time.Minute)

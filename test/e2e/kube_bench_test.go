@@ -51,7 +51,7 @@ func measureKubeRSS(b *testing.B, pods int) (on, off float64) {
 	sctx, scancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer scancel()
 	c, err := cluster.Start(sctx, cluster.Options{Nodes: 2, InstanceType: "c5.18xlarge", DaemonEnv: []string{"WARM_IP_TARGET=32"},
-		Prefix: fmt.Sprintf("vr%d", os.Getpid()%1000), BinDir: bin, WorkDir: b.TempDir()})
+		Prefix: fmt.Sprintf("eb%d", os.Getpid()%1000), BinDir: bin, WorkDir: b.TempDir()})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -157,6 +157,17 @@ func upDown(t *testing.T, bin string, c commonFlags, crash bool) {
 	sleeperDone := make(chan error, 1)
 	go func() { sleeperDone <- sleeper.Wait() }()
 	t.Cleanup(func() { sleeper.Process.Kill() })
+	// Until it runs there (`ip netns exec` has entered the netns and
+	// exec'd sleep, same pid): a down racing its start finds nothing to
+	// stop, and under make test's load it did.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", sleeper.Process.Pid)); string(comm) == "sleep\n" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the process exec'd in node1 did not start within 30 s")
+		}
+	}
 
 	if crash {
 		up.Process.Signal(syscall.SIGKILL)

@@ -26,8 +26,15 @@ running() {
 }
 
 start=$SECONDS
+# The loop's sleep runs in the background and is killed with the loop: a
+# sleep left running holds the pipe to the caller's tee open, and make test
+# waited up to two minutes after the last test for it.
 (
-	while sleep "${VPCIP_TEST_BEAT:-120}"; do
+	trap 'kill "$nap" 2>/dev/null; exit 0' TERM
+	while :; do
+		sleep "${VPCIP_TEST_BEAT:-120}" &
+		nap=$!
+		wait "$nap" || exit 0
 		now=$(running "$json")
 		[ -n "$now" ] || continue
 		printf 'tests: %d min so far; still running:\n%s\n' $(((SECONDS - start) / 60)) "$now"

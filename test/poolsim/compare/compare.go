@@ -9,6 +9,7 @@ import (
 	"io"
 	"math"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -65,26 +66,36 @@ type Row struct {
 	Prefix  bool
 	Results []poolsim.Result
 	Err     error
-	// Bound is poolsim.MinIdleHours on the reference default's demand
-	// curve with its count of calls: the least idle address-hours of any
-	// pool that makes no pod wait and calls no more. It is computed only
-	// where the reference default made no pod wait; NaN: not computed (the
-	// reference made pods wait, or the work would exceed boundWork).
-	Bound float64
+	// Bound is poolsim.MinIdleHours with the reference default's count of
+	// calls on a demand curve where no pod waited: the least idle
+	// address-hours of any pool that makes no pod wait and calls no more.
+	// The curve is the reference default's run, or where the reference
+	// made pods wait our default's, if ours made none (BoundOn says
+	// which: a run without waits has the trace's own curve, each pod
+	// holding its address from its first ADD). NaN: not computed (both
+	// made pods wait, or the work would exceed boundWork).
+	Bound   float64
+	BoundOn string // "ref" or "ours": the run whose curve Bound is on; "" with no Bound
 }
 
 // IdleTarget is the most idle address-hours our default may hold on the
 // row: max(0.5× the reference default's, the bound + 10 % of the
 // reference's), so a row where the bound allows half must reach half and
 // the others must come within a tenth of the reference of what no policy
-// that makes no pod wait and calls no more can beat. Without a bound (NaN:
-// the reference made pods wait), half the reference's.
+// that makes no pod wait and calls no more can beat. Without a bound (NaN),
+// the floor (Result.FloorHours, which no pool avoids and the bound never
+// goes below) stands in for it.
 func (r Row) IdleTarget() float64 {
 	ref := r.Results[0].IdleHours
+	return max(0.5*ref, r.lowest()+0.1*ref)
+}
+
+// lowest is the bound, or the floor where there is no bound.
+func (r Row) lowest() float64 {
 	if math.IsNaN(r.Bound) {
-		return 0.5 * ref
+		return floor(r)
 	}
-	return max(0.5*ref, r.Bound+0.1*ref)
+	return r.Bound
 }
 
 // Meets reports which per-row targets our default meets against the
@@ -138,10 +149,10 @@ func Table(o Options) []Row {
 	var jobs []job
 	var traces []poolsim.Trace
 	for _, prefix := range o.Modes {
-		for ti, g := range o.Traces {
-			for yi, typ := range o.Types {
+		for _, g := range o.Traces {
+			for _, typ := range o.Types {
 				rows = append(rows, Row{Trace: g.Name, Type: typ.Name, Prefix: prefix, Results: make([]poolsim.Result, len(Setups))})
-				traces = append(traces, g.Trace(o.Seed+uint64(ti*100+yi), typ.MaxPods-2))
+				traces = append(traces, g.Trace(TraceSeed(o.Seed, g, typ), typ.MaxPods-2))
 				for si := range Setups {
 					jobs = append(jobs, job{len(rows) - 1, si})
 				}
@@ -179,8 +190,11 @@ func Table(o Options) []Row {
 	for i := range rows {
 		r := &rows[i]
 		r.Bound = math.NaN()
-		ref := r.Results[0]
-		if r.Err != nil || ref.Waited > 0 {
+		ref, curve, on := r.Results[0], r.Results[0], "ref"
+		if ref.Waited > 0 {
+			curve, on = r.Results[2], "ours"
+		}
+		if r.Err != nil || curve.Waited > 0 || len(curve.Levels) == 0 {
 			continue
 		}
 		typ := typeOf[r.Type]
@@ -188,12 +202,20 @@ func Table(o Options) []Row {
 		if r.Prefix {
 			unit = warmpool.PrefixAddresses
 		}
-		end := ref.Levels[0].At.Add(traces[i].Duration)
-		if b, ok := poolsim.MinIdleHours(ref.Levels, end, ref.Calls, unit, typ.Limits.PodAddressesPerENI(), typ.Limits.MaxENIs, boundWork); ok {
-			r.Bound = b
+		end := curve.Levels[0].At.Add(traces[i].Duration)
+		if b, ok := poolsim.MinIdleHours(curve.Levels, end, ref.Calls, unit, typ.Limits.PodAddressesPerENI(), typ.Limits.MaxENIs, boundWork); ok {
+			r.Bound, r.BoundOn = b, on
 		}
 	}
 	return rows
+}
+
+// TraceSeed is the seed of the trace of g on typ in the table of seed:
+// the same whether the whole table runs or a part of it (-traces, -mode).
+func TraceSeed(seed uint64, g poolsim.Generator, typ poolsim.InstanceType) uint64 {
+	ti := slices.IndexFunc(poolsim.Generators, func(x poolsim.Generator) bool { return x.Name == g.Name })
+	yi := slices.IndexFunc(poolsim.InstanceTypes, func(x poolsim.InstanceType) bool { return x.Name == typ.Name })
+	return seed + uint64(max(ti, 0)*100+max(yi, 0))
 }
 
 // Log, when set, receives every action vpcipd's pool executes (for Run).
@@ -238,7 +260,11 @@ func Print(w io.Writer, rows []Row) {
 		for _, res := range r.Results {
 			fmt.Fprintf(w, " | %6.1f %7d %5.1f %5.1f %8.1f", res.IdleHours, res.Waited, res.P(0.5), res.P(0.99), res.CallsPer1000())
 		}
-		fmt.Fprintf(w, " | %5s %5s", ratio(floor(r), r.Results[0].IdleHours), ratio(r.Bound, r.Results[0].IdleHours))
+		lb := ratio(r.Bound, r.Results[0].IdleHours)
+		if r.BoundOn == "ours" {
+			lb += "o" // on our default's curve: the reference made pods wait
+		}
+		fmt.Fprintf(w, " | %5s %5s", ratio(floor(r), r.Results[0].IdleHours), lb)
 		for _, pair := range [][2]int{{2, 0}, {3, 1}} {
 			o, ref := r.Results[pair[0]], r.Results[pair[1]]
 			fmt.Fprintf(w, " | %4s %5s %4s %5s", ratio(o.IdleHours, ref.IdleHours), ratio(float64(o.Waited), float64(ref.Waited)),
@@ -322,7 +348,7 @@ func Summary(w io.Writer, rows []Row) {
 			}
 		}
 	}
-	fmt.Fprintf(w, "per-row targets of the default (idle ≤ max(0.5× ref, bound + 0.1× ref), calls ≤ 1× ref): idle met %d/%d, calls met %d/%d, both %d/%d; not met: %v\n",
+	fmt.Fprintf(w, "per-row targets of the default (idle ≤ max(0.5× ref, bound + 0.1× ref), the floor where no bound; calls ≤ 1× ref): idle met %d/%d, calls met %d/%d, both %d/%d; not met: %v\n",
 		idleMet, n, callsMet, n, both, n, missed)
 	fmt.Fprintf(w, "pod starts with an EC2 call on their path, our default, traces but fill: at most %.2f %%; rows above 1 %%: %v\n", 100*worstPath, overPath)
 	fmt.Fprintf(w, "idle ≤ 0.5× out of reach for any pool (floor above half the reference's idle): %d/%d %v\n", beyond, n, beyondRows)

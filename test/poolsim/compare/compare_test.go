@@ -33,8 +33,8 @@ func TestTableSmoke(t *testing.T) {
 	}
 	for _, r := range a {
 		ref := r.Results[0]
-		if tgt := r.IdleTarget(); tgt < 0.5*ref.IdleHours || (!math.IsNaN(r.Bound) && tgt < r.Bound+0.1*ref.IdleHours) {
-			t.Errorf("%s: idle target %.1f below max(0.5× %.1f, bound %.1f + 10 %%)", rowName(r), tgt, ref.IdleHours, r.Bound)
+		if tgt := r.IdleTarget(); tgt < 0.5*ref.IdleHours || (!math.IsNaN(r.Bound) && tgt < r.Bound+0.1*ref.IdleHours) || tgt < floor(r)+0.1*ref.IdleHours {
+			t.Errorf("%s: idle target %.1f below max(0.5× %.1f, bound %.1f (floor %.1f) + 10 %%)", rowName(r), tgt, ref.IdleHours, r.Bound, floor(r))
 		}
 		if got, want := OnPath(ref), float64(ref.Waited)/float64(ref.Starts); got != want {
 			t.Errorf("%s: OnPath %v, want waited/starts %v", rowName(r), got, want)
@@ -51,5 +51,34 @@ func TestTableSmoke(t *testing.T) {
 	}
 	if got := strings.Count(out.String(), "rollout  m5.large"); got != 2 {
 		t.Errorf("table has %d rollout rows:\n%s", got, out.String())
+	}
+}
+
+// TestBoundOnOurCurveWhereTheReferenceWaited: on batch/m5.4xlarge/ip (seed
+// 1) the reference default makes pods wait and ours makes none, so the
+// bound is computed on our run's demand curve, with the reference's count
+// of calls, and lies between the floor and our own idle (our run is one of
+// the pools it bounds only if it made no more calls; the floor bounds all).
+func TestBoundOnOurCurveWhereTheReferenceWaited(t *testing.T) {
+	rows := Table(Options{Seed: 1, Traces: poolsim.Generators[2:3], Types: poolsim.InstanceTypes[2:3], Modes: []bool{false}})
+	r := rows[0]
+	if r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	ref, ours := r.Results[0], r.Results[2]
+	if ref.Waited == 0 || ours.Waited > 0 {
+		t.Fatalf("reference waited %d, ours %d: the test needs a row where only the reference made pods wait", ref.Waited, ours.Waited)
+	}
+	if r.BoundOn != "ours" || math.IsNaN(r.Bound) {
+		t.Fatalf("bound %v on %q; want one on our curve", r.Bound, r.BoundOn)
+	}
+	if r.Bound < floor(r)-1e-9 {
+		t.Errorf("bound %.2f below the floor %.2f", r.Bound, floor(r))
+	}
+	if ours.Calls <= ref.Calls && r.Bound > ours.IdleHours+1e-9 {
+		t.Errorf("bound %.2f above our idle %.2f with no more calls (%d ≤ %d)", r.Bound, ours.IdleHours, ours.Calls, ref.Calls)
+	}
+	if got, want := r.IdleTarget(), max(0.5*ref.IdleHours, r.Bound+0.1*ref.IdleHours); got != want {
+		t.Errorf("idle target %.2f; want %.2f", got, want)
 	}
 }

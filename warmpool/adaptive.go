@@ -37,7 +37,9 @@ import (
 //	         else low, plus an ENI's slots in secondary-IP mode once the
 //	         node saw a pod, while none waits or arrived within
 //	         BurstWindow (room for a first burst, whose size is unknown):
-//	         addresses available or assignable on attached ENIs
+//	         addresses available or assignable on attached ENIs; within
+//	         FillSpan of the node's first pod, once two ENIs hold
+//	         addresses, the ENI attached for it comes with all its slots
 //
 // chunk is the hysteresis between growth and release: in secondary-IP mode
 // max(⌈two-minute rate × ChunkSpan⌉, slots per ENI / ChunkShare), the
@@ -66,7 +68,9 @@ import (
 // last growth (EarlyReleaseDelay in prefix mode, or once no more addresses
 // are assigned than in the minute before it), one release per
 // Config.ReleaseInterval, while pods are not leaving
-// (cooldowns first end, DepartureQuiet), and only if it saves ReleaseWorth
+// (cooldowns first end, DepartureQuiet; and an ENI whose pods are leaving
+// goes once they are gone, in one call), not while a node within FillSpan
+// of its first pod still sees pods arrive, and only if it saves ReleaseWorth
 // per call: the surplus times how long it has been idle (since demand last
 // needed it, and since the last growth). It goes down to the lowest such
 // level, from one ENI per call. An ENI holding no address is deleted
@@ -119,6 +123,14 @@ const (
 	// ReachBurst is the least typical burst, in pods, for which attached
 	// ENIs keep room (reach): smaller ones the margin covers.
 	ReachBurst = 4
+	// FillSpan is how long after its first pod a node is taken to be
+	// filling: in secondary-IP mode, once the fill took the room of a
+	// first ENI beyond the primary, the ENI attached for room comes with
+	// all its addresses (three calls), not empty and filled later (four),
+	// and no surplus is released while pods still arrive. Counted from the
+	// first arrival History holds: a restarted daemon, which remembers no
+	// demand, counts from its first pod since.
+	FillSpan = 15 * time.Minute
 	// ReachMemory is how long the most addresses in use at once are kept
 	// within reach: ENIs with room for them stay attached.
 	ReachMemory = BurstMemory
@@ -253,6 +265,17 @@ func demandOf(in Input, room int, prefixes bool, inUse int) demandTarget {
 	return d
 }
 
+// holding is how many of the node's ENIs hold an address or prefix.
+func holding(in Input) int {
+	n := 0
+	for _, e := range in.ENIs {
+		if len(e.Slots) > 0 {
+			n++
+		}
+	}
+	return n
+}
+
 // scaled is d in the time scale of Config.ReleaseInterval: the adaptive
 // policy's windows, delays and memories are for the default 30 s interval
 // and shrink with a shorter one (tests and demos), never grow.
@@ -359,6 +382,11 @@ func (s *state) adaptiveReach(d demandTarget) (Plan, bool) {
 	if n > 0 && !prefixMode(s.in) {
 		n = lim.SlotsPerENI
 	}
+	if !prefixMode(s.in) && holding(s.in) >= 2 && s.in.Demand.History.filling(s.in.Now, FillSpan) {
+		// A filling node took the room of an ENI already: the next one
+		// comes with its addresses (one call less than room and an assign).
+		n = lim.SlotsPerENI
+	}
 	n = min(n, s.maxPodsSlots(unit))
 	if !s.prefixes && prefixMode(s.in) {
 		// The no-/28 fallback keeps the node's last open slot (growOn).
@@ -426,6 +454,9 @@ func (s *state) adaptiveShrink(d demandTarget) (Plan, bool) {
 	if s.pool.cooling >= s.releaseBand() && s.in.Demand.History.within(s.in.Now, scaled(s.in, DepartureQuiet)) == 0 {
 		return Plan{}, false // pods are leaving: release once their addresses are out of cooldown, in one call
 	}
+	if !s.prefixes && s.in.Demand.History.filling(s.in.Now, FillSpan) && s.in.Demand.History.within(s.in.Now, scaled(s.in, DepartureQuiet)) > 0 {
+		return Plan{}, false // the node fills: what is free now its next pods take
+	}
 	keep, worth := s.releaseTo(d)
 	if !worth {
 		return Plan{}, false
@@ -437,6 +468,10 @@ func (s *state) adaptiveShrink(d demandTarget) (Plan, bool) {
 	}
 	if n == 0 {
 		return Plan{}, false
+	}
+	if i := slices.IndexFunc(s.in.ENIs, func(e ENI) bool { return e.ID == from }); i >= 0 && s.enis[i].cooling+s.enis[i].assigned > 0 && s.pool.cooling > 0 &&
+		s.in.Demand.History.within(s.in.Now, scaled(s.in, DepartureQuiet)) == 0 {
+		return Plan{}, false // pods are leaving: an ENI they still hold goes once out of cooldown, in one call
 	}
 	return Plan{Action: Release, ENI: from, Release: rel, Reason: "surplus: release " + count(n, "address") + " from " + from +
 		" (" + d.describe() + ", " + s.poolText() + ")"}, true

@@ -18,6 +18,7 @@ type History struct {
 	recent []time.Time // within ChunkMemory of the last Record, oldest first
 	peaks  []peak      // per minute, oldest first, within BurstMemory
 	seen   bool        // an arrival was recorded
+	first  time.Time   // the first arrival recorded
 	fresh  bool        // an arrival was recorded since the last Observe
 	scale  float64     // timeScale of its Config; 0: 1
 }
@@ -47,6 +48,9 @@ func (h History) Record(t time.Time) History {
 		cut++
 	}
 	h.recent = append(h.recent[cut:], t)
+	if !h.seen {
+		h.first = t
+	}
 	h.seen, h.fresh = true, true
 	h = h.minute(t)
 	last := &h.peaks[len(h.peaks)-1]
@@ -130,6 +134,12 @@ func (h History) idleAhead(now time.Time, level int, since time.Duration) time.D
 		return g - idle
 	}
 	return idle
+}
+
+// filling reports whether now is within d of the first arrival recorded
+// (d in the history's time scale).
+func (h History) filling(now time.Time, d time.Duration) bool {
+	return h.seen && now.Sub(h.first) < h.span(d)
 }
 
 // within counts the arrivals in (now − d, now].

@@ -1,0 +1,120 @@
+package warmpool
+
+import (
+	"net/netip"
+	"testing"
+	"time"
+)
+
+// slotsOf returns n /32 slots from base, the first assigned of them
+// assigned and the next cooling of them cooling.
+func slotsOf(base uint32, n, assigned, cooling int) []Slot {
+	out := make([]Slot, n)
+	for i := range out {
+		out[i].Prefix = netip.PrefixFrom(addr4(base+uint32(i)), 32)
+		switch {
+		case i < assigned:
+			out[i].Assigned = 1
+		case i < assigned+cooling:
+			out[i].Cooling = 1
+			out[i].CoolingUntil = t0.Add(20 * time.Second)
+		}
+	}
+	return out
+}
+
+// arrivals records one arrival every step from from until to, each
+// observed with inUse addresses in use.
+func arrivals(h History, from, to time.Time, step time.Duration, inUse int) History {
+	for at := from; !at.After(to); at = at.Add(step) {
+		h = h.Record(at).Observe(at, inUse)
+	}
+	return h
+}
+
+// xlarge are an m5.xlarge's limits in secondary-IP mode: 4 ENIs of 14
+// secondary addresses.
+var xlarge = Limits{MaxENIs: 4, SlotsPerENI: 14}
+
+// TestFillingNodeAttachesTheNextENIWithItsAddresses: a node whose pods
+// came within FillSpan, and whose fill already took the room of a second
+// ENI, attaches the ENI it keeps for room with all its addresses (create,
+// attach, attribute: three calls), not empty with an assign to follow
+// (four). Past FillSpan the room ENI comes empty as before.
+func TestFillingNodeAttachesTheNextENIWithItsAddresses(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		first time.Duration // first arrival before t0
+		want  int
+	}{
+		{"filling", 5 * time.Minute, xlarge.SlotsPerENI},
+		{"past the fill", 40 * time.Minute, 0},
+	} {
+		h := arrivals(History{}, t0.Add(-c.first), t0.Add(-c.first), time.Second, 1)
+		h = arrivals(h, t0.Add(-4*time.Minute), t0.Add(-15*time.Second), 15*time.Second, 23)
+		in := Input{Now: t0, Limits: xlarge, Config: Config{Adaptive: true}, Demand: Demand{History: h, Bindings: true},
+			ENIs: []ENI{
+				{ID: "eni-00", Primary: true, Attached: t0.Add(-time.Hour), Slots: slotsOf(0x0a400000, 14, 13, 0)},
+				{ID: "eni-01", Attached: t0.Add(-3 * time.Minute), Slots: slotsOf(0x0a400100, 14, 10, 0)},
+			}}
+		p := Next(in)
+		if p.Action != CreateENI || p.Count != c.want {
+			t.Errorf("%s: %v %d (%s); want CreateENI with %d", c.name, p.Action, p.Count, p.Reason, c.want)
+		}
+	}
+}
+
+// TestFillingNodeReleasesNothingWhilePodsCome: a node within FillSpan of
+// its first pod with pods still arriving keeps its surplus (its next pods
+// take it; a release now is an assign later); the same pool past FillSpan
+// releases it.
+func TestFillingNodeReleasesNothingWhilePodsCome(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		first   time.Duration
+		release bool
+	}{
+		{"filling", 6 * time.Minute, false},
+		{"past the fill", 25 * time.Minute, true},
+	} {
+		h := arrivals(History{}, t0.Add(-c.first), t0.Add(-c.first), time.Second, 1)
+		h = arrivals(h, t0.Add(-5*time.Minute), t0.Add(-10*time.Second), 30*time.Second, 2)
+		in := Input{Now: t0, Limits: xlarge, Config: Config{Adaptive: true}, Demand: Demand{History: h, Bindings: true},
+			LastGrow: t0.Add(-5 * time.Minute),
+			ENIs: []ENI{
+				{ID: "eni-00", Primary: true, Attached: t0.Add(-time.Hour), Slots: slotsOf(0x0a400000, 14, 2, 0)},
+				{ID: "eni-01", Attached: t0.Add(-5 * time.Minute), Slots: slotsOf(0x0a400100, 14, 0, 0)},
+			}}
+		p := Next(in)
+		if got := p.Action == Release; got != c.release {
+			t.Errorf("%s: %v (%s); want a release: %v", c.name, p.Action, p.Reason, c.release)
+		}
+	}
+}
+
+// TestLeavingPodsENIGoesInOneCall: while pods leave (addresses cooling,
+// no arrival within DepartureQuiet), a release waits for the pods still
+// on the ENI it would take addresses from, and then takes all of that
+// ENI's addresses in one call, not its free ones now and the rest in a
+// second call.
+func TestLeavingPodsENIGoesInOneCall(t *testing.T) {
+	h := arrivals(History{}, t0.Add(-2*time.Hour), t0.Add(-100*time.Minute), 30*time.Second, 20)
+	in := Input{Now: t0, Limits: xlarge, Config: Config{Adaptive: true}, Demand: Demand{History: h, Bindings: true},
+		LastGrow: t0.Add(-2 * time.Hour),
+		ENIs: []ENI{
+			{ID: "eni-00", Primary: true, Attached: t0.Add(-3 * time.Hour), Slots: slotsOf(0x0a400000, 14, 10, 1)},
+			{ID: "eni-01", Attached: t0.Add(-2 * time.Hour), Slots: slotsOf(0x0a400100, 7, 2, 0)},
+		}}
+	if p := Next(in); p.Action == Release {
+		t.Fatalf("pods leaving eni-01: %s; want no release before they are gone", p.Reason)
+	}
+	// The two pods left and their addresses cooled down, as did the
+	// primary's: the ENI's seven go in one call.
+	in.Now = t0.Add(time.Minute)
+	in.ENIs[0].Slots = slotsOf(0x0a400000, 14, 10, 0)
+	in.ENIs[1].Slots = slotsOf(0x0a400100, 7, 0, 0)
+	p := Next(in)
+	if p.Action != Release || p.ENI != "eni-01" || len(p.Release) != 7 {
+		t.Fatalf("%v on %s of %d (%s); want the release of eni-01's 7 addresses", p.Action, p.ENI, len(p.Release), p.Reason)
+	}
+}

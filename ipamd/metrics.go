@@ -67,7 +67,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"outcome"}),
 		actions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "vpcip_pool_actions_total",
-			Help: "Warm-pool actions executed, by action (assign, create_eni, release, delete_eni) and outcome (ok, error; deferred: growth whose place in the fleet's shared EC2 budget is held, made when due).",
+			Help: "Warm-pool actions executed, by action (assign, create_eni, release, delete_eni) and outcome (ok, error; deferred: growth whose place in the fleet's shared EC2 budget is held, made when due; held: a /28 request not sent because EC2 refused one and the subnet view shows no whole /28 since).",
 		}, []string{"action", "outcome"}),
 		netnsSeen: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "vpcip_sandbox_netns_visible",

@@ -109,3 +109,73 @@ func TestFallbackTurnsBackIntoAPrefix(t *testing.T) {
 		t.Errorf("the new pod got %s, want an address of %s", a.Address, want)
 	}
 }
+
+// TestNoPrefixRequestWhileTheViewShowsNoWholeBlock: after EC2 refused a
+// /28 (InsufficientCidrBlocks), a node whose subnet view shows no whole
+// aligned /28 does not ask again at each backoff (each ask would be one
+// more refused mutating call); once another instance gives back what
+// broke a /28, the node asks within a view interval and a backoff, and
+// gets it.
+func TestNoPrefixRequestWhileTheViewShowsNoWholeBlock(t *testing.T) {
+	const subnet = "subnet-00000000000f28c1"
+	cloud := vpcsimtest.Start(t, vpcsim.Config{Seed: 5, Subnets: []vpcsim.SubnetSpec{
+		{ID: subnet, CIDR: netip.MustParsePrefix("100.64.16.64/26"), AvailabilityZone: "us-west-2a"},
+	}})
+	clock := &virtualClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	n := launchNode(t, cloud, clock, "m5.large", subnet, Options{Config: warmpool.Config{PrefixDelegation: true, Adaptive: true}})
+	other, err := cloud.Cloud.LaunchInstance("m5.large", subnet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli := ec2.NewFromConfig(sdkConfig(t, cloud, other.ID))
+	ctx := context.Background()
+	// .80/28 and .96/28, the subnet's only /28s without a reserved
+	// address, each get one address of the other instance.
+	if _, err := cli.AssignPrivateIpAddresses(ctx, &ec2.AssignPrivateIpAddressesInput{
+		NetworkInterfaceId: aws.String(other.PrimaryENI.ID), PrivateIpAddresses: []string{"100.64.16.85", "100.64.16.100"}}); err != nil {
+		t.Fatal(err)
+	}
+	// Past the start's spread, so the pool reads its view when it needs it.
+	clock.Advance(3 * DefaultSubnetView / 2)
+	for i := 0; i < 20 && len(n.pods) < 3; i++ {
+		n.waiting = 0
+		for range 3 - len(n.pods) {
+			n.start(clock.Now())
+		}
+		n.pool.Cycle(ctx)
+		clock.Advance(time.Second)
+	}
+	if singles, prefixes := n.holdings(); len(n.pods) != 3 || prefixes != 0 || singles < 3 {
+		t.Fatalf("fallback: %d pods, %d single addresses, %d /28s; want 3 pods on single addresses", len(n.pods), singles, prefixes)
+	}
+	refused := cloud.Cloud.Faults().Calls("AssignPrivateIpAddresses")
+	for range 60 { // 10 simulated minutes: beyond the refusal's longest backoff (5 min)
+		n.pool.Cycle(ctx)
+		clock.Advance(10 * time.Second)
+	}
+	if calls := cloud.Cloud.Faults().Calls("AssignPrivateIpAddresses") - refused; calls != 0 {
+		t.Errorf("%d AssignPrivateIpAddresses calls in 10 minutes with no whole /28 in the subnet; want none", calls)
+	}
+	if n.pool.prefixHeld == 0 {
+		t.Errorf("no /28 request held back; the plan should have asked for one after each backoff")
+	}
+	// .96/28 is whole again.
+	if _, err := cli.UnassignPrivateIpAddresses(ctx, &ec2.UnassignPrivateIpAddressesInput{
+		NetworkInterfaceId: aws.String(other.PrimaryENI.ID), PrivateIpAddresses: []string{"100.64.16.100"}}); err != nil {
+		t.Fatal(err)
+	}
+	want := netip.MustParsePrefix("100.64.16.96/28")
+	for range 6 * 16 { // a view interval and the longest backoff
+		n.pool.Cycle(ctx)
+		clock.Advance(10 * time.Second)
+	}
+	var got []netip.Prefix
+	for _, e := range cloud.Cloud.NetworkInterfaces() {
+		if e.InstanceID == n.id {
+			got = append(got, e.Prefixes...)
+		}
+	}
+	if !slices.Contains(got, want) {
+		t.Fatalf("the node's prefixes %v after the /28 came back; want %v", got, want)
+	}
+}

@@ -168,6 +168,8 @@ type fragResult struct {
 	assigns       int     // AssignPrivateIpAddresses calls
 	describes     int     // DescribeNetworkInterfaces calls
 	namedRefused  int     // named assignments EC2 refused (stale view), each followed by one letting EC2 choose
+	prefixNo      int     // /28 requests EC2 refused (InsufficientCidrBlocks)
+	prefixHeld    int     // /28 requests not sent: the subnet view showed no whole /28 since a refusal
 }
 
 // runFragScenario churns one /22 subnet (62 aligned /28s free of reserved
@@ -306,6 +308,8 @@ func runFragScenario(t *testing.T, d time.Duration, aware, scatter, convert bool
 	res.ebbSingles = prefixSingles(nodes)
 	for _, n := range nodes {
 		res.namedRefused += n.pool.namedRefused
+		res.prefixNo += n.pool.prefixNo
+		res.prefixHeld += n.pool.prefixHeld
 	}
 	res.assigns = cloud.Cloud.Faults().Calls("AssignPrivateIpAddresses")
 	res.describes = cloud.Cloud.Faults().Calls("DescribeNetworkInterfaces")
@@ -347,8 +351,8 @@ func TestFragmentationScenario(t *testing.T) {
 	}
 	for _, v := range variants {
 		r := res[v.name]
-		t.Logf("%-12s: whole /28s mean %.1f, min %d; churning prefix nodes refused a /28 (InsufficientCidrBlocks) in %d cycles and held %.2f single addresses on average (fallback; %.2f no pod held; %.2f on the adaptive node), %d at the end; %.2f on average during a %v ebb, %d after it (whole /28s %d); probe prefix node got %d /28s and %d single addresses; AssignPrivateIpAddresses %d (%d named ones refused), DescribeNetworkInterfaces %d",
-			v.name, r.meanWhole, r.minWhole, r.noPrefix, r.fallbackMean, r.freeSingles, r.adaptiveMean, r.fallbackEnd, r.ebbMean, ebbFor, r.ebbSingles, r.ebbWhole, r.probePrefixes, r.probeSingles, r.assigns, r.namedRefused, r.describes)
+		t.Logf("%-12s: whole /28s mean %.1f, min %d; churning prefix nodes refused a /28 (InsufficientCidrBlocks) in %d cycles and held %.2f single addresses on average (fallback; %.2f no pod held; %.2f on the adaptive node), %d at the end; %.2f on average during a %v ebb, %d after it (whole /28s %d); probe prefix node got %d /28s and %d single addresses; AssignPrivateIpAddresses %d (%d named ones refused; %d /28 requests refused, %d not sent as the view showed no whole /28), DescribeNetworkInterfaces %d",
+			v.name, r.meanWhole, r.minWhole, r.noPrefix, r.fallbackMean, r.freeSingles, r.adaptiveMean, r.fallbackEnd, r.ebbMean, ebbFor, r.ebbSingles, r.ebbWhole, r.probePrefixes, r.probeSingles, r.assigns, r.namedRefused, r.prefixNo, r.prefixHeld, r.describes)
 	}
 	with, without := res["with"], res["without"]
 	if with.meanWhole <= without.meanWhole {
@@ -383,6 +387,8 @@ func combine(runs []fragResult) fragResult {
 		out.assigns += r.assigns
 		out.describes += r.describes
 		out.namedRefused += r.namedRefused
+		out.prefixNo += r.prefixNo
+		out.prefixHeld += r.prefixHeld
 	}
 	n := float64(len(runs))
 	out.meanWhole /= n

@@ -24,6 +24,7 @@ package pool
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/netip"
 	"slices"
@@ -96,9 +97,11 @@ type Options struct {
 	Resync func(context.Context) error
 	// Persist writes the checkpoint after each action; nil: none.
 	Persist func() error
-	// Observe counts each executed action by outcome ("ok", "error", and
+	// Observe counts each executed action by outcome ("ok", "error",
 	// "deferred" for growth whose place in the fleet's EC2 budget is held,
-	// provider.DeferredError); nil: none.
+	// provider.DeferredError, and "held" for a /28 request not sent
+	// because the subnet view shows no whole /28 since EC2 refused one);
+	// nil: none.
 	Observe func(action, outcome string)
 	// Stopping reports that shutdown began: no new cloud changes; nil: never.
 	Stopping func() bool
@@ -135,8 +138,14 @@ type Pool struct {
 	history      warmpool.History       // arrivals and levels, for the adaptive policy
 	views        map[string]*subnetView // by subnet ID (Cycle's goroutine only)
 	namedRefused int                    // named assignments EC2 refused (Cycle's goroutine only)
-	started      time.Time              // when New ran, on Options.Clock
-	deferred     []deferred             // growth whose place in the fleet's budget is held (Cycle's goroutine only)
+	// noPrefixAt is when EC2 last refused a /28 (InsufficientCidrBlocks),
+	// or the subnet view last stood in for that refusal; zero once a /28
+	// was assigned since (Cycle's goroutine only).
+	noPrefixAt time.Time
+	prefixHeld int        // /28 requests not sent: the subnet view showed no whole /28 after a refusal (Cycle's goroutine only)
+	prefixNo   int        // /28 requests sent that EC2 refused, InsufficientCidrBlocks (Cycle's goroutine only)
+	started    time.Time  // when New ran, on Options.Clock
+	deferred   []deferred // growth whose place in the fleet's budget is held (Cycle's goroutine only)
 }
 
 // deferred is a growth plan whose EC2 call the fleet's shared budget holds
@@ -232,7 +241,23 @@ func (p *Pool) Cycle(ctx context.Context) time.Duration {
 		if plan.Action == warmpool.Assign || plan.Action == warmpool.CreateENI {
 			ctx = provider.WithDeferral(ctx)
 		}
+		if p.noWholePrefix(ctx, plan) {
+			// EC2 refused a /28 and the subnet's view still shows none
+			// whole: the answer would be the same refusal. Counted as one.
+			p.prefixHeld++
+			p.o.Observe(plan.Action.String(), "held")
+			p.o.Logger.Info("pool action not sent: EC2 refused a /28 and the subnet view shows no whole /28 since", "action", plan.Action.String(), "eni", plan.ENI,
+				"refusedAt", p.noPrefixAt)
+			p.refuse(fmt.Errorf("%w: the subnet view shows no whole /28", provider.ErrInsufficientCIDR), plan, now)
+			continue
+		}
 		err := p.execute(ctx, plan)
+		if err == nil && plan.Prefixes {
+			p.noPrefixAt = time.Time{}
+		}
+		if errors.Is(err, provider.ErrInsufficientCIDR) {
+			p.prefixNo++
+		}
 		var d *provider.DeferredError
 		if errors.As(err, &d) {
 			// Its place in the fleet's queue is held: plan the next growth

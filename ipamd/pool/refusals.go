@@ -54,6 +54,9 @@ func (p *Pool) refuse(err error, plan warmpool.Plan, now time.Time) (time.Durati
 			continue
 		}
 		p.strikes[k.kind]++
+		if k.kind == warmpool.RefusedNoPrefix {
+			p.noPrefixAt = now
+		}
 		wait := backoff(refusalBackoff[k.kind], p.strikes[k.kind])
 		r := warmpool.Refusal{Kind: k.kind, Until: now.Add(wait)}
 		switch k.kind {

@@ -67,6 +67,11 @@ func (p *Pool) subnetOf(eniID string) (id string, cidr netip.Prefix, held []neti
 // is no view yet (none is read in the pool's first half Options.SubnetView)
 // or naming is paused after a refusal.
 func (p *Pool) others(ctx context.Context, eniID, subnetID string, held []netip.Addr) map[netip.Addr]bool {
+	return p.othersWithin(ctx, eniID, subnetID, held, p.o.SubnetView)
+}
+
+// othersWithin is others with the view read again once older than maxAge.
+func (p *Pool) othersWithin(ctx context.Context, eniID, subnetID string, held []netip.Addr, maxAge time.Duration) map[netip.Addr]bool {
 	if p.o.SubnetView < 0 || subnetID == "" {
 		return nil
 	}
@@ -86,7 +91,7 @@ func (p *Pool) others(ctx context.Context, eniID, subnetID string, held []netip.
 	if now.Before(v.pauseUntil) {
 		return nil
 	}
-	if !v.unsupported && (v.read.IsZero() || now.Sub(v.read) >= p.o.SubnetView) {
+	if !v.unsupported && (v.read.IsZero() || now.Sub(v.read) >= maxAge) {
 		v.read = now
 		used, err := p.o.Provider.SubnetUsage(ctx, subnetID)
 		switch {
@@ -207,4 +212,60 @@ func (p *Pool) chooseRelease(ctx context.Context, plan warmpool.Plan) []netip.Pr
 		out[i] = netip.PrefixFrom(a, 32)
 	}
 	return out
+}
+
+// noWholePrefix reports that plan asks for /28 prefixes on an ENI whose
+// subnet refused one (EC2 InsufficientCidrBlocks, Pool.noPrefixAt) and
+// whose view, read since or kept current with the pool's own changes,
+// shows no aligned /28 that no one holds an address of (none of EC2's
+// reserved addresses in it): EC2 would refuse again. False without a view
+// (not read yet, unsupported, paused after a refused named assignment),
+// for a new ENI (its subnet is the provider's choice) and for single
+// addresses. The view is read again once older than a quarter of
+// Options.SubnetView (one DescribeNetworkInterfaces, a read, where each
+// /28 request EC2 refuses is a mutating call), so a /28 another node gave
+// back is asked for at most that late, plus the refusal's backoff.
+func (p *Pool) noWholePrefix(ctx context.Context, plan warmpool.Plan) bool {
+	if !plan.Prefixes || plan.Action != warmpool.Assign || p.noPrefixAt.IsZero() {
+		return false
+	}
+	subnetID, cidr, held := p.subnetOf(plan.ENI)
+	if !cidr.IsValid() || !cidr.Addr().Is4() {
+		return false
+	}
+	others := p.othersWithin(ctx, plan.ENI, subnetID, held, p.o.SubnetView/4)
+	if others == nil {
+		return false
+	}
+	used := map[netip.Prefix]bool{}
+	for a := range others {
+		used[blockOf(a)] = true
+	}
+	for _, a := range held {
+		used[blockOf(a)] = true
+	}
+	return freeBlocks(cidr, used) == 0
+}
+
+// freeBlocks counts the aligned /28s of subnet that are not in used and
+// hold none of EC2's reserved addresses (0 for a subnet smaller than a
+// /28).
+func freeBlocks(subnet netip.Prefix, used map[netip.Prefix]bool) int {
+	if subnet.Bits() > 28 {
+		return 0
+	}
+	n := 0
+	blocks := 1 << (28 - subnet.Bits())
+	b := netip.PrefixFrom(subnet.Masked().Addr(), 28)
+	for i := 0; i < blocks; i++ {
+		if !used[b] && !blockHasReserved(subnet, b) {
+			n++
+		}
+		next := lastOf(b).Next()
+		if !next.IsValid() {
+			break
+		}
+		b = netip.PrefixFrom(next, 28)
+	}
+	return n
 }

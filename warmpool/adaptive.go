@@ -45,7 +45,9 @@ import (
 // max(⌈two-minute rate × ChunkSpan⌉, slots per ENI / ChunkShare), the
 // latter at most the arrivals within ChunkMemory; in prefix mode 0, as a
 // /28 is hysteresis enough (and, while pods come, a /28 goes only if half
-// a /28 beyond keep stays).
+// a /28 beyond keep stays), except within FillSpan of the node's first
+// pod: ⌈two-minute rate × ChunkSpan⌉, so a filling node asks for a
+// minute of arrivals in one call, not one /28 per call.
 //
 // Growth: a growth is sized to reach high in one call. In secondary-IP mode
 // a new ENI, an attached ENI holding no address yet, and a node's first
@@ -237,10 +239,12 @@ func demandOf(in Input, room int, prefixes bool, inUse int) demandTarget {
 	d.margin = max(floor, ceilF(x+2*math.Sqrt(x)), share)
 	d.low = d.need + d.ahead + d.margin
 	chunk := 0
+	byRate := ceilF(float64(h.within(in.Now, rateWindow)) / rateWindow.Seconds() * scaled(in, ChunkSpan).Seconds())
 	if !prefixes {
-		byRate := ceilF(float64(h.within(in.Now, rateWindow)) / rateWindow.Seconds() * scaled(in, ChunkSpan).Seconds())
 		// The ENI share only while pods come: no churn, no calls to save.
 		chunk = max(byRate, min(in.Limits.SlotsPerENI/ChunkShare, h.within(in.Now, scaled(in, ChunkMemory))))
+	} else if h.filling(in.Now, FillSpan) {
+		chunk = byRate
 	}
 	d.high = d.low + chunk
 	d.keep = d.high

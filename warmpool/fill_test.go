@@ -118,3 +118,42 @@ func TestLeavingPodsENIGoesInOneCall(t *testing.T) {
 		t.Fatalf("%v on %s of %d (%s); want the release of eni-01's 7 addresses", p.Action, p.ENI, len(p.Release), p.Reason)
 	}
 }
+
+// prefixSlots returns n /28 slots from base (10.128.x.0 steps of 16), the
+// first full of them with all 16 addresses assigned.
+func prefixSlots(base uint32, n, full int) []Slot {
+	out := make([]Slot, n)
+	for i := range out {
+		out[i].Prefix = netip.PrefixFrom(addr4(base+uint32(i*PrefixAddresses)), 28)
+		if i < full {
+			out[i].Assigned = PrefixAddresses
+		}
+	}
+	return out
+}
+
+// TestFillingNodeGrowsPrefixesByItsRate: in prefix mode a node within
+// FillSpan of its first pod, with pods arriving at 0.5 a second, asks for
+// a minute of arrivals in one call (several /28s), not one /28 per call;
+// past FillSpan a growth asks for what is short, one /28.
+func TestFillingNodeGrowsPrefixesByItsRate(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		first   time.Duration
+		atLeast int // prefixes in the call
+		atMost  int
+	}{
+		{"filling", 3 * time.Minute, 2, 14},
+		{"past the fill", 40 * time.Minute, 1, 1},
+	} {
+		h := arrivals(History{}, t0.Add(-c.first), t0.Add(-c.first), time.Second, 1)
+		h = arrivals(h, t0.Add(-2*time.Minute), t0.Add(-time.Second), 2*time.Second, 48)
+		in := Input{Now: t0, Limits: Limits{MaxENIs: 4, SlotsPerENI: 14, PrefixSupported: true}, Config: Config{Adaptive: true, PrefixDelegation: true},
+			Pending: 1, Demand: Demand{History: h, Bindings: true, Unaddressed: 1},
+			ENIs: []ENI{{ID: "eni-00", Primary: true, Attached: t0.Add(-time.Hour), Slots: prefixSlots(0x0a800000, 3, 3)}}}
+		p := Next(in)
+		if p.Action != Assign || !p.Prefixes || p.Count < c.atLeast || p.Count > c.atMost {
+			t.Errorf("%s: %v of %d (prefixes %v; %s); want an assign of %d to %d /28s", c.name, p.Action, p.Count, p.Prefixes, p.Reason, c.atLeast, c.atMost)
+		}
+	}
+}

@@ -26,38 +26,8 @@ import (
 // address of the /28. Before the conversion the node kept its single
 // addresses and asked for no /28: they covered its demand.
 func TestFallbackTurnsBackIntoAPrefix(t *testing.T) {
-	const subnet = "subnet-00000000000f28c0"
-	cloud := vpcsimtest.Start(t, vpcsim.Config{Seed: 5, Subnets: []vpcsim.SubnetSpec{
-		{ID: subnet, CIDR: netip.MustParsePrefix("100.64.16.64/26"), AvailabilityZone: "us-west-2a"},
-	}})
-	clock := &virtualClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	n := launchNode(t, cloud, clock, "m5.large", subnet, Options{Config: warmpool.Config{PrefixDelegation: true, Adaptive: true}})
-	other, err := cloud.Cloud.LaunchInstance("m5.large", subnet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cli := ec2.NewFromConfig(sdkConfig(t, cloud, other.ID))
+	cloud, clock, n, cli, other := fragmentedNode(t, "subnet-00000000000f28c0", 0)
 	ctx := context.Background()
-	if _, err := cli.AssignPrivateIpAddresses(ctx, &ec2.AssignPrivateIpAddressesInput{
-		NetworkInterfaceId: aws.String(other.PrimaryENI.ID), PrivateIpAddresses: []string{"100.64.16.85", "100.64.16.100"}}); err != nil {
-		t.Fatal(err)
-	}
-	if s, _ := cloud.Cloud.Subnet(subnet); s.FreePrefixes != 0 {
-		t.Fatalf("setup: %d whole /28s, want 0", s.FreePrefixes)
-	}
-	// Three pods arrive; the node falls back to single addresses.
-	for i := 0; i < 20 && len(n.pods) < 3; i++ {
-		n.waiting = 0
-		for range 3 - len(n.pods) {
-			n.start(clock.Now())
-		}
-		n.pool.Cycle(ctx)
-		clock.Advance(time.Second)
-	}
-	singles, prefixes := n.holdings()
-	if len(n.pods) != 3 || prefixes != 0 || singles < 3 {
-		t.Fatalf("fallback: %d pods, %d single addresses, %d /28s; want 3 pods on single addresses", len(n.pods), singles, prefixes)
-	}
 	podAddrs := map[string]netip.Addr{}
 	for _, pod := range n.pods {
 		a, ok := n.store.Get(podKey(pod))
@@ -110,14 +80,16 @@ func TestFallbackTurnsBackIntoAPrefix(t *testing.T) {
 	}
 }
 
-// TestNoPrefixRequestWhileTheViewShowsNoWholeBlock: after EC2 refused a
-// /28 (InsufficientCidrBlocks), a node whose subnet view shows no whole
-// aligned /28 does not ask again at each backoff (each ask would be one
-// more refused mutating call); once another instance gives back what
-// broke a /28, the node asks within a view interval and a backoff, and
-// gets it.
-func TestNoPrefixRequestWhileTheViewShowsNoWholeBlock(t *testing.T) {
-	const subnet = "subnet-00000000000f28c1"
+// fragmentedNode starts vpcsim with subnet 100.64.16.64/26, whose only
+// /28s without an address EC2 reserves are .80 and .96, launches a
+// prefix-mode node there (vpcip's default adaptive policy, real EC2
+// provider through the AWS SDK) and another instance that holds one
+// address in each of those /28s, advances the clock by wait, and starts
+// three pods: EC2 refuses the node's /28 (InsufficientCidrBlocks) and the
+// node falls back to single addresses. It returns the other instance's
+// EC2 client, for giving an address back.
+func fragmentedNode(t *testing.T, subnet string, wait time.Duration) (*vpcsimtest.Local, *virtualClock, *simNode, *ec2.Client, vpcsim.InstanceInfo) {
+	t.Helper()
 	cloud := vpcsimtest.Start(t, vpcsim.Config{Seed: 5, Subnets: []vpcsim.SubnetSpec{
 		{ID: subnet, CIDR: netip.MustParsePrefix("100.64.16.64/26"), AvailabilityZone: "us-west-2a"},
 	}})
@@ -129,14 +101,14 @@ func TestNoPrefixRequestWhileTheViewShowsNoWholeBlock(t *testing.T) {
 	}
 	cli := ec2.NewFromConfig(sdkConfig(t, cloud, other.ID))
 	ctx := context.Background()
-	// .80/28 and .96/28, the subnet's only /28s without a reserved
-	// address, each get one address of the other instance.
 	if _, err := cli.AssignPrivateIpAddresses(ctx, &ec2.AssignPrivateIpAddressesInput{
 		NetworkInterfaceId: aws.String(other.PrimaryENI.ID), PrivateIpAddresses: []string{"100.64.16.85", "100.64.16.100"}}); err != nil {
 		t.Fatal(err)
 	}
-	// Past the start's spread, so the pool reads its view when it needs it.
-	clock.Advance(3 * DefaultSubnetView / 2)
+	if s, _ := cloud.Cloud.Subnet(subnet); s.FreePrefixes != 0 {
+		t.Fatalf("setup: %d whole /28s, want 0", s.FreePrefixes)
+	}
+	clock.Advance(wait)
 	for i := 0; i < 20 && len(n.pods) < 3; i++ {
 		n.waiting = 0
 		for range 3 - len(n.pods) {
@@ -148,6 +120,19 @@ func TestNoPrefixRequestWhileTheViewShowsNoWholeBlock(t *testing.T) {
 	if singles, prefixes := n.holdings(); len(n.pods) != 3 || prefixes != 0 || singles < 3 {
 		t.Fatalf("fallback: %d pods, %d single addresses, %d /28s; want 3 pods on single addresses", len(n.pods), singles, prefixes)
 	}
+	return cloud, clock, n, cli, other
+}
+
+// TestNoPrefixRequestWhileTheViewShowsNoWholeBlock: after EC2 refused a
+// /28 (InsufficientCidrBlocks), a node whose subnet view shows no whole
+// aligned /28 does not ask again at each backoff (each ask would be one
+// more refused mutating call); once another instance gives back what
+// broke a /28, the node asks within a view interval and a backoff, and
+// gets it.
+func TestNoPrefixRequestWhileTheViewShowsNoWholeBlock(t *testing.T) {
+	// Past the start's spread, so the pool reads its view when it needs it.
+	cloud, clock, n, cli, other := fragmentedNode(t, "subnet-00000000000f28c1", 3*DefaultSubnetView/2)
+	ctx := context.Background()
 	refused := cloud.Cloud.Faults().Calls("AssignPrivateIpAddresses")
 	for range 60 { // 10 simulated minutes: beyond the refusal's longest backoff (5 min)
 		n.pool.Cycle(ctx)

@@ -243,7 +243,9 @@ func demandOf(in Input, room int, prefixes bool, inUse int) demandTarget {
 	if !prefixes {
 		// The ENI share only while pods come: no churn, no calls to save.
 		chunk = max(byRate, min(in.Limits.SlotsPerENI/ChunkShare, h.within(in.Now, scaled(in, ChunkMemory))))
-	} else if h.filling(in.Now, FillSpan) {
+	} else if h.filling(in.Now, FillSpan) && activeRefusals(in.Refusals, in.Now).noPrefix.IsZero() {
+		// Not in the no-/28 fallback: there growth asks only for what is
+		// needed, as each single address more may break another /28.
 		chunk = byRate
 	}
 	d.high = d.low + chunk
@@ -392,6 +394,9 @@ func (s *state) adaptiveReach(d demandTarget) (Plan, bool) {
 		n = lim.SlotsPerENI
 	}
 	n = min(n, s.maxPodsSlots(unit))
+	if c := s.ref.subnetCap; c > 0 && n > c {
+		n = c // the subnet refused a larger request (growPlan)
+	}
 	if !s.prefixes && prefixMode(s.in) {
 		// The no-/28 fallback keeps the node's last open slot (growOn).
 		n = min(n, max(s.openSlots()-1, 0))

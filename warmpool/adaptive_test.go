@@ -68,13 +68,30 @@ func TestAdaptiveMarginBindings(t *testing.T) {
 // exceeds an ENI, slot or max-pods limit, never releases an assigned or
 // cooling address, never deletes the primary, a busy or a young ENI, never
 // releases twice within the interval, honours every refusal in force, and a
-// shrink is never followed at once by growth.
+// shrink is never followed at once by growth nor a growth by a shrink. The
+// fourth seed's nodes are filling (within FillSpan of their first pod) in
+// a random time scale.
 func TestAdaptiveKeepsLimits(t *testing.T) {
-	for seed := range uint64(3) {
+	for seed := range uint64(4) {
 		r := rand.New(rand.NewPCG(seed, 0xada))
 		counts := map[ActionKind]int{}
 		for i := range 4000 {
 			s := adaptiveSim(r)
+			if seed == 3 {
+				// Nodes filling: every history starts within FillSpan,
+				// in the time scale of a random release interval.
+				s.in.Config.ReleaseInterval = []time.Duration{0, 3 * time.Second, 10 * time.Second}[r.IntN(3)]
+				h := NewHistory(s.in.Config)
+				at := t0.Add(-time.Duration(r.Int64N(int64(scaled(s.in, FillSpan)))))
+				for range 1 + r.IntN(100) {
+					at = at.Add(time.Duration(r.ExpFloat64() * float64(time.Duration(1+r.IntN(20))*time.Second)))
+					if at.After(t0) {
+						break
+					}
+					h = h.Record(at).Observe(at, r.IntN(60))
+				}
+				s.in.Demand.History = h
+			}
 			p := Next(s.in)
 			counts[p.Action]++
 			fail := func(err error) { t.Fatalf("seed %d case %d: %v\nplan %+v\ninput %+v", seed, i, err, p, s.in) }
@@ -96,6 +113,11 @@ func TestAdaptiveKeepsLimits(t *testing.T) {
 			if p.Action == Release || p.Action == DeleteENI {
 				if q := Next(after.in); q.Action == Assign || q.Action == CreateENI {
 					fail(fmt.Errorf("shrink followed at once by growth: %s", q.Reason))
+				}
+			}
+			if p.Action == Assign || p.Action == CreateENI {
+				if q := Next(after.in); q.Action == Release || q.Action == DeleteENI {
+					fail(fmt.Errorf("growth followed at once by shrink: %s", q.Reason))
 				}
 			}
 		}

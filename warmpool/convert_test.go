@@ -105,7 +105,10 @@ func TestNoConversionWhileRefusedOrWithoutRoom(t *testing.T) {
 // prefix-mode node that falls back to single addresses asks for what its
 // pods and margin need, not for a whole ENI's worth as in secondary-IP
 // mode: each single address more may break another /28 of the subnet.
-// Before, three waiting pods got nine.
+// Before, three waiting pods got nine. A filling node (first pod 3 min
+// ago, pods at 0.5/s) asks for no more than the same node past FillSpan:
+// the prefix-mode fill chunk, a minute of arrivals, applies only while
+// /28s are not refused (found by review).
 func TestAdaptiveFallbackAsksForWhatIsNeeded(t *testing.T) {
 	in := Input{
 		ENIs:     []ENI{eni("eni-0", time.Hour)},
@@ -118,5 +121,14 @@ func TestAdaptiveFallbackAsksForWhatIsNeeded(t *testing.T) {
 	p := Next(in)
 	if p.Action != Assign || p.Prefixes || p.Count > 4 {
 		t.Errorf("Next = %v of %d (prefixes %v): %s; want at most 4 single addresses", p.Action, p.Count, p.Prefixes, p.Reason)
+	}
+	withFirst := func(first time.Duration) Input {
+		h := arrivals(History{}, t0.Add(-first), t0.Add(-first), time.Second, 1)
+		in.Demand.History = arrivals(h, t0.Add(-2*time.Minute), t0.Add(-time.Second), 2*time.Second, 3)
+		return in
+	}
+	q := Next(withFirst(40 * time.Minute))
+	if p := Next(withFirst(3 * time.Minute)); p.Action != Assign || p.Prefixes || p.Count > q.Count {
+		t.Errorf("filling: %v of %d (prefixes %v): %s; past FillSpan the same node asks for %d (%s)", p.Action, p.Count, p.Prefixes, p.Reason, q.Count, q.Reason)
 	}
 }

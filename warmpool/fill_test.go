@@ -36,6 +36,19 @@ func arrivals(h History, from, to time.Time, step time.Duration, inUse int) Hist
 // secondary addresses.
 var xlarge = Limits{MaxENIs: 4, SlotsPerENI: 14}
 
+// twoENIsFilling is an m5.xlarge in secondary-IP mode whose first pod came
+// first before t0 and 16 more in the last 4 minutes (the last 15 s ago):
+// 23 pods on two ENIs of 14 addresses, 5 free, none attached empty.
+func twoENIsFilling(first time.Duration) Input {
+	h := arrivals(History{}, t0.Add(-first), t0.Add(-first), time.Second, 1)
+	h = arrivals(h, t0.Add(-4*time.Minute), t0.Add(-15*time.Second), 15*time.Second, 23)
+	return Input{Now: t0, Limits: xlarge, Config: Config{Adaptive: true}, Demand: Demand{History: h, Bindings: true},
+		ENIs: []ENI{
+			{ID: "eni-00", Primary: true, Attached: t0.Add(-time.Hour), Slots: slotsOf(0x0a400000, 14, 13, 0)},
+			{ID: "eni-01", Attached: t0.Add(-3 * time.Minute), Slots: slotsOf(0x0a400100, 14, 10, 0)},
+		}}
+}
+
 // TestFillingNodeAttachesTheNextENIWithItsAddresses: a node whose pods
 // came within FillSpan, and whose fill already took the room of a second
 // ENI, attaches the ENI it keeps for room with all its addresses (create,
@@ -50,14 +63,7 @@ func TestFillingNodeAttachesTheNextENIWithItsAddresses(t *testing.T) {
 		{"filling", 5 * time.Minute, xlarge.SlotsPerENI},
 		{"past the fill", 40 * time.Minute, 0},
 	} {
-		h := arrivals(History{}, t0.Add(-c.first), t0.Add(-c.first), time.Second, 1)
-		h = arrivals(h, t0.Add(-4*time.Minute), t0.Add(-15*time.Second), 15*time.Second, 23)
-		in := Input{Now: t0, Limits: xlarge, Config: Config{Adaptive: true}, Demand: Demand{History: h, Bindings: true},
-			ENIs: []ENI{
-				{ID: "eni-00", Primary: true, Attached: t0.Add(-time.Hour), Slots: slotsOf(0x0a400000, 14, 13, 0)},
-				{ID: "eni-01", Attached: t0.Add(-3 * time.Minute), Slots: slotsOf(0x0a400100, 14, 10, 0)},
-			}}
-		p := Next(in)
+		p := Next(twoENIsFilling(c.first))
 		if p.Action != CreateENI || p.Count != c.want {
 			t.Errorf("%s: %v %d (%s); want CreateENI with %d", c.name, p.Action, p.Count, p.Reason, c.want)
 		}
@@ -155,5 +161,24 @@ func TestFillingNodeGrowsPrefixesByItsRate(t *testing.T) {
 		if p.Action != Assign || !p.Prefixes || p.Count < c.atLeast || p.Count > c.atMost {
 			t.Errorf("%s: %v of %d (prefixes %v; %s); want an assign of %d to %d /28s", c.name, p.Action, p.Count, p.Prefixes, p.Reason, c.atLeast, c.atMost)
 		}
+	}
+}
+
+// TestFillingRoomENIKeepsTheSubnetCap: a filling node (first pod 5 min
+// ago, 2 ENIs holding addresses) whose CreateENI of 14 addresses EC2
+// refused as InsufficientFreeAddressesInSubnet (Refusal Count 14, in
+// force) asks for its room ENI with at most half as many, as growth does
+// (found by review: the room ENI with all its slots was refused over and
+// over within one pool cycle).
+func TestFillingRoomENIKeepsTheSubnetCap(t *testing.T) {
+	in := twoENIsFilling(5 * time.Minute)
+	before := Next(in)
+	if before.Action != CreateENI || before.Count != xlarge.SlotsPerENI {
+		t.Fatalf("setup: %v %d (%s); want CreateENI with 14", before.Action, before.Count, before.Reason)
+	}
+	in.Refusals = []Refusal{{Kind: RefusedSubnetFull, Until: t0.Add(5 * time.Second), Count: before.Count}}
+	p := Next(in)
+	if (p.Action == CreateENI || p.Action == Assign) && p.Count > before.Count/2 {
+		t.Errorf("with the subnet's refusal of %d slots in force: %v of %d (%s); want at most %d", before.Count, p.Action, p.Count, p.Reason, before.Count/2)
 	}
 }

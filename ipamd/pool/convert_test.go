@@ -123,6 +123,22 @@ func fragmentedNode(t *testing.T, subnet string, wait time.Duration) (*vpcsimtes
 	return cloud, clock, n, cli, other
 }
 
+// prefixesAfter runs the node's pool cycles times, 10 simulated seconds
+// apart, and returns the /28 prefixes EC2 then shows on its ENIs.
+func prefixesAfter(cloud *vpcsimtest.Local, clock *virtualClock, n *simNode, cycles int) []netip.Prefix {
+	for range cycles {
+		n.pool.Cycle(context.Background())
+		clock.Advance(10 * time.Second)
+	}
+	var got []netip.Prefix
+	for _, e := range cloud.Cloud.NetworkInterfaces() {
+		if e.InstanceID == n.id {
+			got = append(got, e.Prefixes...)
+		}
+	}
+	return got
+}
+
 // TestNoPrefixRequestWhileTheViewShowsNoWholeBlock: after EC2 refused a
 // /28 (InsufficientCidrBlocks), a node whose subnet view shows no whole
 // aligned /28 does not ask again at each backoff (each ask would be one
@@ -150,17 +166,55 @@ func TestNoPrefixRequestWhileTheViewShowsNoWholeBlock(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := netip.MustParsePrefix("100.64.16.96/28")
-	for range 6 * 16 { // a view interval and the longest backoff
+	if got := prefixesAfter(cloud, clock, n, 6*16); !slices.Contains(got, want) { // a view interval and the longest backoff
+		t.Fatalf("the node's prefixes %v after the /28 came back; want %v", got, want)
+	}
+}
+
+// TestPrefixHoldLiftsWhenTheViewCannotBeRead: a node holding its /28
+// requests back on the subnet view sends them again once the view has not
+// been read successfully for half a view interval (DescribeNetworkInterfaces
+// refused: a lost permission, or throttled): with the last view kept, the
+// hold stood for good, though EC2 had a whole /28 again (found by review).
+func TestPrefixHoldLiftsWhenTheViewCannotBeRead(t *testing.T) {
+	cloud, clock, n, cli, other := fragmentedNode(t, "subnet-00000000000f28c2", 3*DefaultSubnetView/2)
+	ctx := context.Background()
+	for range 60 {
 		n.pool.Cycle(ctx)
 		clock.Advance(10 * time.Second)
 	}
-	var got []netip.Prefix
-	for _, e := range cloud.Cloud.NetworkInterfaces() {
-		if e.InstanceID == n.id {
-			got = append(got, e.Prefixes...)
+	if n.pool.prefixHeld == 0 {
+		t.Fatalf("setup: no /28 request held back")
+	}
+	cloud.Cloud.Faults().SetErrorRate("DescribeNetworkInterfaces", 1, "UnauthorizedOperation")
+	if _, err := cli.UnassignPrivateIpAddresses(ctx, &ec2.UnassignPrivateIpAddressesInput{
+		NetworkInterfaceId: aws.String(other.PrimaryENI.ID), PrivateIpAddresses: []string{"100.64.16.100"}}); err != nil {
+		t.Fatal(err)
+	}
+	want := netip.MustParsePrefix("100.64.16.96/28")
+	if got := prefixesAfter(cloud, clock, n, 6*15); !slices.Contains(got, want) { // half a view interval and the longest backoff
+		t.Fatalf("with the subnet view unreadable and %v whole again, the node's prefixes are %v", want, got)
+	}
+}
+
+// TestFreeBlocks counts the aligned /28s of a subnet that hold no address
+// in use and none of EC2's five reserved ones (the first four and the last
+// address of the subnet), for subnets of /16 to /29, one whose base is not
+// aligned, and at both ends of the address space.
+func TestFreeBlocks(t *testing.T) {
+	for _, c := range []struct {
+		cidr string
+		want int
+	}{
+		{"10.0.0.0/16", 4094}, {"10.0.0.0/24", 14}, {"10.0.0.64/26", 2}, {"10.0.0.64/27", 0},
+		{"10.0.0.16/28", 0}, {"10.0.0.8/29", 0}, {"10.0.0.77/26", 2}, {"255.255.255.0/24", 14}, {"0.0.0.0/24", 14},
+	} {
+		if got := freeBlocks(netip.MustParsePrefix(c.cidr), nil); got != c.want {
+			t.Errorf("%s: %d whole /28s, want %d", c.cidr, got, c.want)
 		}
 	}
-	if !slices.Contains(got, want) {
-		t.Fatalf("the node's prefixes %v after the /28 came back; want %v", got, want)
+	used := map[netip.Prefix]bool{netip.MustParsePrefix("10.0.0.80/28"): true}
+	if got := freeBlocks(netip.MustParsePrefix("10.0.0.64/26"), used); got != 1 {
+		t.Errorf("10.0.0.64/26 with .80/28 in use: %d whole /28s, want 1", got)
 	}
 }

@@ -21,6 +21,7 @@ import (
 type subnetView struct {
 	used        map[netip.Addr]bool // nil: never read successfully
 	read        time.Time           // last read attempt
+	readOK      time.Time           // last successful read
 	unsupported bool                // the provider cannot list a subnet
 	// After EC2 refused addresses named from the view (taken since it was
 	// read), nothing is named until pauseUntil, and the view is read again
@@ -100,6 +101,7 @@ func (p *Pool) othersWithin(ctx context.Context, eniID, subnetID string, held []
 		case err != nil:
 			p.o.Logger.Warn("reading the subnet's addresses for the /28-aware choice failed; keeping the last view", "subnet", subnetID, "err", err)
 		default:
+			v.readOK = now
 			v.used = map[netip.Addr]bool{}
 			for _, pf := range used {
 				for a := pf.Masked().Addr(); pf.Contains(a); a = a.Next() {
@@ -219,7 +221,8 @@ func (p *Pool) chooseRelease(ctx context.Context, plan warmpool.Plan) []netip.Pr
 // whose view, read since or kept current with the pool's own changes,
 // shows no aligned /28 that no one holds an address of (none of EC2's
 // reserved addresses in it): EC2 would refuse again. False without a view
-// (not read yet, unsupported, paused after a refused named assignment),
+// (not read yet, unsupported, paused after a refused named assignment,
+// or not read successfully within half Options.SubnetView: reads failing),
 // for a new ENI (its subnet is the provider's choice) and for single
 // addresses. The view is read again once older than a quarter of
 // Options.SubnetView (one DescribeNetworkInterfaces, a read, where each
@@ -234,8 +237,8 @@ func (p *Pool) noWholePrefix(ctx context.Context, plan warmpool.Plan) bool {
 		return false
 	}
 	others := p.othersWithin(ctx, plan.ENI, subnetID, held, p.o.SubnetView/4)
-	if others == nil {
-		return false
+	if v := p.views[subnetID]; others == nil || v == nil || p.o.Clock().Sub(v.readOK) > p.o.SubnetView/2 {
+		return false // no view, or none read lately (reads failing): ask EC2
 	}
 	used := map[netip.Prefix]bool{}
 	for a := range others {

@@ -83,7 +83,7 @@ import (
 // The memory fades with time alone: the caller plans again every
 // VPCIP_POOL_INTERVAL, whatever Plan.Until says. The windows, delays and
 // memories below (RateWindow, ChunkSpan, BurstMemory, ChunkMemory,
-// ReachMemory, ReleaseDelay, EarlyReleaseDelay, ENIDeleteDelay, DepartureQuiet, ReleaseWorth,
+// ReachMemory, ReleaseDelay, EarlyReleaseDelay, ENIDeleteDelay, DepartureQuiet, ReleaseWorth, FillSpan,
 // and History's minutes) are for the default release interval (30 s); a
 // shorter Config.ReleaseInterval shrinks them all in proportion (tests and
 // demos see the same behaviour compressed: 2 s makes a minute 4 s). The

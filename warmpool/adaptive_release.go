@@ -1,0 +1,189 @@
+package warmpool
+
+import (
+	"net/netip"
+	"slices"
+	"time"
+)
+
+// The adaptive policy's release side (see adaptive.go's comment, Release):
+// when surplus goes back, how much, and from which ENI.
+
+// adaptiveShrink deletes an unneeded ENI or releases free slots beyond
+// keep, down to high, once growth is ReleaseDelay old and the release
+// interval allows.
+func (s *state) adaptiveShrink(d demandTarget) (Plan, bool) {
+	held := s.pool.available + s.pool.cooling
+	if s.delayUntil().After(s.in.Now) {
+		return Plan{}, false
+	}
+	minAge := s.in.Config.ENIMinAge
+	if minAge <= 0 {
+		minAge = DefaultENIMinAge
+	}
+	for _, i := range s.order {
+		e, ep := &s.in.ENIs[i], s.enis[i]
+		if e.Primary || ep.assigned > 0 || ep.cooling > 0 || s.in.Now.Before(e.Attached.Add(minAge)) ||
+			len(e.Slots) > 0 || s.in.Now.Before(s.in.LastGrow.Add(scaled(s.in, ENIDeleteDelay))) {
+			continue
+		}
+		unit := 1
+		if s.prefixes {
+			unit = PrefixAddresses
+		}
+		// The targets as they would be without the ENI's room: a refill
+		// may then need a new ENI, which widens the margin.
+		room := roomSlots(s.in) - max(s.in.Limits.SlotsPerENI, 0)
+		without := demandOf(s.in, room, prefixMode(s.in), inUse(s.pool))
+		if s.pool.available >= without.low && s.pool.available+room*unit >= without.reach {
+			return Plan{Action: DeleteENI, ENI: e.ID, Reason: "ENI " + e.ID + " unneeded: no assigned or cooling address (" +
+				d.describe() + ", " + s.poolText() + ")"}, true
+		}
+	}
+	if held < d.keep+s.releaseBand() {
+		return Plan{}, false // too little to be worth a call
+	}
+	if s.pool.cooling >= s.releaseBand() && s.in.Demand.History.within(s.in.Now, scaled(s.in, DepartureQuiet)) == 0 {
+		return Plan{}, false // pods are leaving: release once their addresses are out of cooldown, in one call
+	}
+	if !s.prefixes && s.in.Demand.History.filling(s.in.Now, FillSpan) && s.in.Demand.History.within(s.in.Now, scaled(s.in, DepartureQuiet)) > 0 {
+		return Plan{}, false // the node fills: what is free now its next pods take
+	}
+	keep, worth := s.releaseTo(d)
+	if !worth {
+		return Plan{}, false
+	}
+	rel, from := s.adaptiveReleasable(d.high, keep)
+	n := 0
+	for _, r := range rel {
+		n += Slot{Prefix: r}.Size()
+	}
+	if n == 0 {
+		return Plan{}, false
+	}
+	if i := slices.IndexFunc(s.in.ENIs, func(e ENI) bool { return e.ID == from }); i >= 0 && s.enis[i].cooling+s.enis[i].assigned > 0 && s.pool.cooling > 0 &&
+		s.in.Demand.History.within(s.in.Now, scaled(s.in, DepartureQuiet)) == 0 {
+		return Plan{}, false // pods are leaving: an ENI they still hold goes once out of cooldown, in one call
+	}
+	return Plan{Action: Release, ENI: from, Release: rel, Reason: "surplus: release " + count(n, "address") + " from " + from +
+		" (" + d.describe() + ", " + s.poolText() + ")"}, true
+}
+
+// releaseTo is the level, in addresses available or cooling, a release
+// goes down to: the lowest one from keep up whose release is worth its
+// call, ReleaseWorth, over the time the addresses beyond it are expected
+// to stay idle (History.idleAhead). false: no release is worth a call.
+func (s *state) releaseTo(d demandTarget) (int, bool) {
+	held := s.pool.available + s.pool.cooling
+	inUse := inUse(s.pool)
+	h := s.in.Demand.History
+	worth := scaled(s.in, ReleaseWorth).Hours()
+	for l := d.keep; held-l >= s.releaseBand(); l++ {
+		var since time.Duration // assigned since the last growth: idle no longer than that
+		if !s.in.LastGrow.IsZero() {
+			since = s.in.Now.Sub(s.in.LastGrow)
+		}
+		idle := h.idleAhead(s.in.Now, inUse+l-d.margin, since)
+		if float64(held-l)*idle.Hours() >= worth {
+			return l, true
+		}
+	}
+	return 0, false
+}
+
+// releaseBand is the least surplus beyond keep worth a release call, in
+// addresses: MinBand, and in secondary-IP mode half an ENI's slots, so a
+// release gives back enough to pay for the call and the assign that may
+// follow it.
+func (s *state) releaseBand() int {
+	if s.prefixes {
+		return MinBand
+	}
+	return max(MinBand, ceilDiv(s.in.Limits.SlotsPerENI, 2))
+}
+
+// delayUntil is when shrinking is allowed: ReleaseDelay (or
+// EarlyReleaseDelay) after the last growth and Config.ReleaseInterval
+// after the last release.
+func (s *state) delayUntil() time.Time {
+	interval := s.in.Config.ReleaseInterval
+	if interval <= 0 {
+		interval = DefaultReleaseInterval
+	}
+	var t time.Time
+	if !s.in.LastGrow.IsZero() {
+		delay := ReleaseDelay
+		if was, ok := s.in.Demand.History.before(s.in.LastGrow); s.prefixes || ok && s.pool.assigned <= was {
+			delay = EarlyReleaseDelay
+		}
+		t = s.in.LastGrow.Add(scaled(s.in, delay))
+	}
+	if !s.in.LastRelease.IsZero() {
+		t = latest(t, s.in.LastRelease.Add(interval))
+	}
+	return t
+}
+
+// adaptiveUntil is when Next may plan a shrink without any change: the
+// delay's end, if anything is beyond keep.
+func (s *state) adaptiveUntil(d demandTarget) time.Time {
+	if s.pool.available+s.pool.cooling <= d.keep {
+		return time.Time{}
+	}
+	if u := s.delayUntil(); u.After(s.in.Now) {
+		return u
+	}
+	return time.Time{}
+}
+
+// adaptiveReleasable picks free slots of one ENI (the one holding the
+// fewest assigned and cooling addresses, secondary first) whose release
+// leaves at least high addresses available and keep available or cooling.
+func (s *state) adaptiveReleasable(high, keep int) ([]netip.Prefix, string) {
+	order := s.releaseOrder()
+	held := s.pool.available + s.pool.cooling
+	for _, i := range order {
+		e := &s.in.ENIs[i]
+		var out []netip.Prefix
+		left, avail := held, s.pool.available
+		for _, sl := range freeSlots(e) {
+			// While pods come (within ChunkMemory), a /28 goes only if
+			// half a /28 beyond keep stays: demand that hovers at a
+			// multiple of 16 does not release and assign one /28 over
+			// and over.
+			slack := 0
+			if sl.Size() > 1 && s.in.Demand.History.within(s.in.Now, scaled(s.in, ChunkMemory)) > 0 {
+				slack = sl.Size() / 2
+			}
+			if left-sl.Size() < keep+slack || avail-sl.Size() < high {
+				continue
+			}
+			left -= sl.Size()
+			avail -= sl.Size()
+			out = append(out, sl.Prefix)
+		}
+		if len(out) > 0 {
+			slices.SortFunc(out, comparePrefix)
+			return out, e.ID
+		}
+	}
+	return nil, ""
+}
+
+// freeSlots are the ENI's slots with no assigned or cooling address,
+// larger first, then by address, each once.
+func freeSlots(e *ENI) []Slot {
+	var free []Slot
+	for _, sl := range e.Slots {
+		if sl.Size() > 0 && sl.Assigned <= 0 && sl.Cooling <= 0 && !slices.ContainsFunc(free, func(x Slot) bool { return x.Prefix == sl.Prefix }) {
+			free = append(free, sl)
+		}
+	}
+	slices.SortFunc(free, func(a, b Slot) int {
+		if a.Size() != b.Size() {
+			return b.Size() - a.Size()
+		}
+		return comparePrefix(a.Prefix, b.Prefix)
+	})
+	return free
+}

@@ -82,7 +82,7 @@ func TestClusterScenario(t *testing.T) {
 	}
 	// The short chaos campaign on the same cluster (a second cluster would
 	// cost its start-up): one fault of each kind, shorter outages and
-	// pauses, about 3.5 minutes on a loaded 2-core machine (two of each
+	// pauses, about 3.5 minutes on a loaded 2-core machine, churn at least BudgetWindow (two of each
 	// took 6.5; make chaos runs any number).
 	t.Run("ChaosCampaign", func(t *testing.T) {
 		if testing.Short() {

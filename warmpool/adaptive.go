@@ -71,7 +71,8 @@ import (
 // Config.ReleaseInterval, while pods are not leaving
 // (cooldowns first end, DepartureQuiet; and an ENI whose pods are leaving
 // goes once they are gone, in one call), not while a node within FillSpan
-// of its first pod still sees pods arrive, and only if it saves ReleaseWorth
+// of its first pod still sees pods arrive, nor within FillSpan of the last
+// growth on a node that has seen no pod yet (its first pods are coming), and only if it saves ReleaseWorth
 // per call: the surplus times how long it has been idle (since demand last
 // needed it, and since the last growth). It goes down to the lowest such
 // level, from one ENI per call. An ENI holding no address is deleted

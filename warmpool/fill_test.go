@@ -182,3 +182,27 @@ func TestFillingRoomENIKeepsTheSubnetCap(t *testing.T) {
 		t.Errorf("with the subnet's refusal of %d slots in force: %v of %d (%s); want at most %d", before.Count, p.Action, p.Count, p.Reason, before.Count/2)
 	}
 }
+
+// TestNewNodeKeepsItsFirstENIForItsFirstPods: a node whose first ENI got
+// all its addresses (one call) and that has seen no pod yet releases none
+// of them within FillSpan of that growth: its first pods are on their way,
+// and a release now is an assign for each of their first waves later. Once
+// FillSpan passes without a pod, the surplus goes.
+func TestNewNodeKeepsItsFirstENIForItsFirstPods(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		grewAgo time.Duration
+		release bool
+	}{
+		{"4 minutes after the first growth", 4 * time.Minute, false},
+		{"past FillSpan", FillSpan + time.Minute, true},
+	} {
+		in := Input{Now: t0, Limits: xlarge, Config: Config{Adaptive: true}, LastGrow: t0.Add(-c.grewAgo),
+			Demand: Demand{History: History{}, Bindings: true},
+			ENIs:   []ENI{{ID: "eni-00", Primary: true, Attached: t0.Add(-time.Hour), Slots: slotsOf(0x0a400000, 14, 0, 0)}}}
+		p := Next(in)
+		if got := p.Action == Release; got != c.release {
+			t.Errorf("%s: %v %v (%s); want release %v", c.name, p.Action, p.Release, p.Reason, c.release)
+		}
+	}
+}

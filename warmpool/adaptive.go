@@ -49,9 +49,13 @@ import (
 // minute of arrivals in one call, not one /28 per call.
 //
 // Growth: a growth is sized to reach high in one call. In secondary-IP mode
-// a new ENI, an attached ENI holding no address yet, and a node's first
-// addresses, get all its slots at once (one call per ENI, as the
-// reference), later assigns are sized to high. No ENI
+// a new ENI, a node's first addresses, and, within FillSpan of the node's
+// first pod, an attached ENI holding no address, get all its slots at once
+// (one call per ENI, as the reference); later assigns are sized to high,
+// or up to what the pool wanted held at its peaks within BurstMemory
+// (Plan.Wanted, History.Want) if more: demand that comes back, a job or a
+// rollout's waves, takes one call, and an ENI a release emptied is not
+// filled beyond it. No ENI
 // is created for a shortfall that addresses cooling down cover within
 // ENILatency: the plan waits for them. When available addresses and room on
 // attached ENIs fall short of reach, an ENI is attached without addresses
@@ -74,7 +78,12 @@ import (
 // of its first pod still sees pods arrive, nor within FillSpan of the last
 // growth on a node that has seen no pod yet (its first pods are coming), and only if it saves ReleaseWorth
 // per call: the surplus times how long it has been idle (since demand last
-// needed it, and since the last growth). It goes down to the lowest such
+// needed it, and since the last growth), or, where demand came back at
+// intervals, how long until the next time is due; for single addresses
+// demand counts both the addresses in use and what the pool wanted held
+// (Plan.Wanted: in use plus low), so a release that would leave the pool
+// short at a job that comes every few minutes waits, as it would be
+// assigned back then. It goes down to the lowest such
 // level, from one ENI per call. An ENI holding no address is deleted
 // ENIDeleteDelay after the last growth if low and reach hold without it
 // (counted with the margin of a refill that would need a new ENI); its room

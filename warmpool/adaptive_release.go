@@ -86,7 +86,15 @@ func (s *state) releaseTo(d demandTarget) (int, bool) {
 		if !s.in.LastGrow.IsZero() {
 			since = s.in.Now.Sub(s.in.LastGrow)
 		}
+		// Idle until demand needs more than the level again, and, for
+		// single addresses, until the pool would be short of what it
+		// wanted at its recent peaks (a job every few minutes whose margin
+		// the level leaves out: the release would be assigned back at the
+		// next one). A /28 has its own hysteresis (adaptiveReleasable).
 		idle := h.idleAhead(s.in.Now, inUse+l-d.margin, since)
+		if !s.prefixes {
+			idle = min(idle, h.idleAheadWant(s.in.Now, s.pool.assigned+l, since))
+		}
 		if float64(held-l)*idle.Hours() >= worth {
 			return l, true
 		}

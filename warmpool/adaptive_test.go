@@ -374,3 +374,94 @@ func TestHistoryBefore(t *testing.T) {
 		t.Errorf("before(5m): a minute with no arrival counted")
 	}
 }
+
+// cronNode is an m5.large-like node (3 ENIs of 9 addresses, all attached
+// and full) with 12 addresses assigned, its pods started by a job every
+// minute (3 pods, the pool wanting minuteWant addresses held) and a larger
+// one every 5 minutes (5 more pods: 19 in use, the pool wanting jobWant),
+// the last of those 4 minutes ago; the pool last grew 30 minutes ago.
+func cronNode(minuteWant, jobWant int) Input {
+	var h History
+	for m := 40; m >= 0; m-- {
+		at := t0.Add(-time.Duration(m)*time.Minute - 30*time.Second)
+		if m%5 == 3 { // the 5-minute job: t0 − 4 min, − 9 min, ...
+			at = at.Add(-30 * time.Second)
+			h = arrivals(h, at, at.Add(4*time.Second), 500*time.Millisecond, 19)
+			h = h.Want(at.Add(4*time.Second), jobWant)
+			continue
+		}
+		h = arrivals(h, at, at.Add(2*time.Second), time.Second, 15)
+		h = h.Want(at.Add(2*time.Second), minuteWant)
+	}
+	return Input{Now: t0, Limits: Limits{MaxENIs: 3, SlotsPerENI: 9}, Config: Config{Adaptive: true},
+		LastGrow: t0.Add(-30 * time.Minute), Demand: Demand{History: h, Bindings: true},
+		ENIs: []ENI{
+			{ID: "eni-00", Primary: true, Attached: t0.Add(-time.Hour), Slots: slotsOf(0x0a400000, 9, 9, 0)},
+			{ID: "eni-01", Attached: t0.Add(-time.Hour), Slots: slotsOf(0x0a400100, 9, 3, 0)},
+			{ID: "eni-02", Attached: t0.Add(-time.Hour), Slots: slotsOf(0x0a400200, 9, 0, 0)},
+		}}
+}
+
+// TestNoReleaseTheNextJobAssignsBack: addresses the pool wanted held at
+// every 5-minute job (its pods and their margin) stay between the jobs: a
+// release now would be assigned back at the next one, a minute away, two
+// calls for four address-minutes. Where the jobs wanted no more than their
+// pods, the same pool gives the surplus back.
+func TestNoReleaseTheNextJobAssignsBack(t *testing.T) {
+	if p := Next(cronNode(17, 23)); p.Action == Release {
+		t.Errorf("released %d addresses the next job wants (%s)", len(p.Release), p.Reason)
+	}
+	p := Next(cronNode(15, 19))
+	if p.Action != Release {
+		t.Errorf("%v (%s); want a release down to what the jobs wanted", p.Action, p.Reason)
+	}
+	if p := Next(cronNode(17, 23)); p.Wanted <= 12 {
+		t.Errorf("Plan.Wanted %d; want the 12 assigned plus low", p.Wanted)
+	}
+}
+
+// TestHistoryWant: what the pool wanted is kept per minute, the most of
+// the minute, only in a minute a pod arrived in (a quiet node's margin is
+// not demand), and idleAheadWant finds the next minute above a level after
+// the usual gap.
+func TestHistoryWant(t *testing.T) {
+	var h History
+	h = h.Want(t0.Add(-20*time.Minute), 30) // no arrival yet: not kept
+	for _, m := range []int{14, 9, 4} {
+		at := t0.Add(-time.Duration(m) * time.Minute)
+		h = h.Record(at).Observe(at, 3).Want(at, 8).Want(at.Add(time.Second), 6)
+	}
+	h = h.Want(t0.Add(-time.Minute), 30) // a minute without arrivals
+	for _, p := range h.peaks {
+		if p.want != 0 && p.want != 8 {
+			t.Errorf("minute %s: want %d; want 8 (the most of a minute with arrivals)", p.minute, p.want)
+		}
+	}
+	// Above 7 every 5 minutes, the last 4 minutes ago (its minute ended
+	// 3 ago, 4 minutes between such minutes): next due in 1 minute.
+	// Nothing above 8.
+	if got := h.idleAheadWant(t0, 7, 0); got != time.Minute {
+		t.Errorf("idleAheadWant(7) = %s; want 1m0s", got)
+	}
+	if got := h.idleAheadWant(t0, 8, 0); got < 14*time.Minute {
+		t.Errorf("idleAheadWant(8) = %s; want at least the 14 minutes remembered", got)
+	}
+}
+
+// TestGrowthUpToTheRecentWant: where the pool wanted 26 addresses held at
+// every 5-minute job, a growth at the next job asks for what brings it
+// there in one call, more than high alone (7 here): the job's later pods
+// would take another call. An ENI a release emptied, past FillSpan, is
+// filled to that, not whole (9).
+func TestGrowthUpToTheRecentWant(t *testing.T) {
+	in := cronNode(17, 26)
+	// 16 assigned, 2 free, eni-02 emptied by a release: short at a job.
+	in.ENIs[1].Slots = slotsOf(0x0a400100, 9, 7, 0)
+	in.ENIs[2].Slots = nil
+	in.Pending = 2
+	in.Demand.History = in.Demand.History.Record(t0).Record(t0).Observe(t0, 16)
+	p := Next(in)
+	if p.Action != Assign || p.ENI != "eni-02" || p.Count != 8 {
+		t.Errorf("%v %s %d (%s); want Assign of 8 on eni-02 (18 held, 26 wanted)", p.Action, p.ENI, p.Count, p.Reason)
+	}
+}

@@ -7,13 +7,15 @@ import (
 
 // History is what the adaptive policy remembers of a node's recent
 // demand: the arrivals (address requests) of the last ChunkMemory, and per
-// minute the largest burst and the most addresses in use, for BurstMemory
+// minute the largest burst, the most addresses in use and the most the
+// pool wanted held (Plan.Wanted), for BurstMemory
 // (both, and the minute, in the time scale of the Config it was made for).
 // The zero value is empty, for the default time scale; NewHistory makes
 // one for a Config. It holds ChunkMemory's arrivals plus about 80 minutes;
-// Record and Observe are amortized O(1). The caller keeps it: Record at
-// each address request, Observe with each snapshot it plans with, and
-// passes it in Input.Demand with the same Config.
+// Record, Observe and Want are amortized O(1). The caller keeps it: Record
+// at each address request, Observe with each snapshot it plans with, Want
+// with each plan's Wanted, and passes it in Input.Demand with the same
+// Config.
 type History struct {
 	recent []time.Time // within ChunkMemory of the last Record, oldest first
 	peaks  []peak      // per minute, oldest first, within BurstMemory
@@ -38,6 +40,7 @@ type peak struct {
 	minute time.Time
 	burst  int // most arrivals within BurstWindow
 	inUse  int // most addresses assigned or cooling
+	want   int // most addresses the pool wanted held (Plan.Wanted)
 }
 
 // Record adds an arrival at t (not before the previous one) and returns
@@ -69,6 +72,19 @@ func (h History) Observe(t time.Time, inUse int) History {
 	h = h.minute(t)
 	last := &h.peaks[len(h.peaks)-1]
 	last.inUse = max(last.inUse, inUse)
+	return h
+}
+
+// Want records that the pool wanted n addresses held at t (Plan.Wanted),
+// in a minute a pod arrived in (the level demand called for, not the
+// margin of a quiet node), and returns the updated history.
+func (h History) Want(t time.Time, n int) History {
+	if len(h.recent) == 0 || !h.recent[len(h.recent)-1].Truncate(h.span(time.Minute)).Equal(t.Truncate(h.span(time.Minute))) {
+		return h
+	}
+	h = h.minute(t)
+	last := &h.peaks[len(h.peaks)-1]
+	last.want = max(last.want, n)
 	return h
 }
 
@@ -105,6 +121,17 @@ func (h History) minute(t time.Time) History {
 // rest of it while idle is shorter; else as long again as idle (a pattern
 // broken, or none).
 func (h History) idleAhead(now time.Time, level int, since time.Duration) time.Duration {
+	return h.idleAheadOf(now, level, since, func(p peak) int { return p.inUse })
+}
+
+// idleAheadWant is idleAhead with the minutes' wanted addresses (Want)
+// in place of those in use: how long a pool of level addresses is
+// expected to stay at least what the policy wants.
+func (h History) idleAheadWant(now time.Time, level int, since time.Duration) time.Duration {
+	return h.idleAheadOf(now, level, since, func(p peak) int { return p.want })
+}
+
+func (h History) idleAheadOf(now time.Time, level int, since time.Duration, of func(peak) int) time.Duration {
 	idle := h.span(BurstMemory)
 	if len(h.peaks) > 0 {
 		idle = max(now.Sub(h.peaks[0].minute), 0)
@@ -112,7 +139,7 @@ func (h History) idleAhead(now time.Time, level int, since time.Duration) time.D
 	var gaps []time.Duration
 	var last time.Time // end of the latest minute above level
 	for _, p := range h.peaks {
-		if p.inUse <= level {
+		if of(p) <= level {
 			continue
 		}
 		if !last.IsZero() && p.minute.After(last) {
@@ -163,6 +190,18 @@ func (h History) peak(now time.Time, memory time.Duration) int {
 	for _, p := range h.peaks {
 		if now.Sub(p.minute) <= memory {
 			n = max(n, p.inUse)
+		}
+	}
+	return n
+}
+
+// wantPeak is the most addresses the pool wanted held (Want) within
+// memory of now.
+func (h History) wantPeak(now time.Time, memory time.Duration) int {
+	n := 0
+	for _, p := range h.peaks {
+		if now.Sub(p.minute) <= memory {
+			n = max(n, p.want)
 		}
 	}
 	return n

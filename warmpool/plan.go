@@ -40,7 +40,9 @@ func Next(in Input) Plan {
 		return p
 	}
 	if s.tgt.policy == byDemand {
-		return s.adaptive()
+		p := s.adaptive()
+		p.Wanted = inUse(s.pool) + s.tgt.demand.low
+		return p
 	}
 	grow, blocked := s.grow()
 	if grow.Action == Assign || grow.Action == CreateENI {
@@ -78,9 +80,11 @@ type state struct {
 	// stalled: the pool is short and no ENI, old or new, could grow now
 	// (max pods reached, subnet full, throttled, no slots per ENI).
 	stalled bool
-	// fillWhole: a new ENI, an attached ENI holding no address, or the
-	// first ENI of a node that holds no address, gets all its slots at once (the adaptive policy in
-	// secondary-IP mode: one call per ENI's worth of addresses).
+	// fillWhole: the adaptive policy in secondary-IP mode. A new ENI, the
+	// first ENI of a node that holds no address, or, while the node fills,
+	// an attached ENI holding no address, gets all its slots at once (one
+	// call per ENI's worth of addresses); other assigns go up to what the
+	// pool wanted held at its recent peaks (History.wantPeak).
 	fillWhole bool
 }
 
@@ -249,8 +253,13 @@ func (s *state) growOn(want, capSlots int, why string) (p Plan, blocked bool) {
 			continue
 		}
 		n := min(want, room)
-		if whole || (s.fillWhole && (s.pool.total == 0 || len(e.Slots) == 0) && n > 0) {
+		if whole || (s.fillWhole && (s.pool.total == 0 || len(e.Slots) == 0 && s.in.Demand.History.filling(s.in.Now, FillSpan)) && n > 0) {
 			n = room
+		} else if s.fillWhole && n > 0 {
+			// Up to what the pool wanted held at its recent peaks: demand
+			// that comes back (a job, a rollout's waves) takes one call,
+			// not one per wave, and an emptied ENI no more than that.
+			n = min(room, max(n, s.in.Demand.History.wantPeak(s.in.Now, scaled(s.in, BurstMemory))-s.pool.total))
 		}
 		return s.growPlan(Assign, e.ID, n, capSlots, why), false
 	}

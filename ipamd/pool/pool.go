@@ -213,6 +213,11 @@ func (p *Pool) Cycle(ctx context.Context) time.Duration {
 			next = min(next, max(until.Sub(now), 10*time.Millisecond))
 		}
 		plan := warmpool.Next(in)
+		if plan.Wanted > 0 {
+			p.mu.Lock()
+			p.history = p.history.Want(now, plan.Wanted)
+			p.mu.Unlock()
+		}
 		if plan.Action == warmpool.Nothing || plan.Action == warmpool.Wait {
 			if !plan.Until.IsZero() {
 				next = min(next, max(plan.Until.Sub(now), 10*time.Millisecond))

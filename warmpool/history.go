@@ -186,22 +186,21 @@ func (h History) within(now time.Time, d time.Duration) int {
 
 // peak is the most addresses in use observed within memory of now.
 func (h History) peak(now time.Time, memory time.Duration) int {
-	n := 0
-	for _, p := range h.peaks {
-		if now.Sub(p.minute) <= memory {
-			n = max(n, p.inUse)
-		}
-	}
-	return n
+	return h.most(now, memory, func(p peak) int { return p.inUse })
 }
 
 // wantPeak is the most addresses the pool wanted held (Want) within
 // memory of now.
 func (h History) wantPeak(now time.Time, memory time.Duration) int {
+	return h.most(now, memory, func(p peak) int { return p.want })
+}
+
+// most is the largest of a minute's figure within memory of now.
+func (h History) most(now time.Time, memory time.Duration, of func(peak) int) int {
 	n := 0
 	for _, p := range h.peaks {
 		if now.Sub(p.minute) <= memory {
-			n = max(n, p.want)
+			n = max(n, of(p))
 		}
 	}
 	return n

@@ -49,13 +49,15 @@ import (
 // minute of arrivals in one call, not one /28 per call.
 //
 // Growth: a growth is sized to reach high in one call. In secondary-IP mode
-// a new ENI, a node's first addresses, and, within FillSpan of the node's
-// first pod, an attached ENI holding no address, get all its slots at once
+// a new ENI, a node's first addresses, and an attached ENI holding no
+// address (within FillSpan of the node's first pod, or with no recurring
+// peak to size it by), get all its slots at once
 // (one call per ENI, as the reference); later assigns are sized to high,
-// or up to what the pool wanted held at its peaks within BurstMemory
-// (Plan.Wanted, History.Want) if more: demand that comes back, a job or a
-// rollout's waves, takes one call, and an ENI a release emptied is not
-// filled beyond it. No ENI
+// or up to what the pool wanted held at peaks that came back (two
+// episodes at least) within BurstMemory (Plan.Wanted, History.Want) if
+// more: demand that recurs, a job or a rollout's waves, takes one call, a
+// one-off peak sizes nothing, and an ENI a release emptied is not filled
+// beyond it. No ENI
 // is created for a shortfall that addresses cooling down cover within
 // ENILatency: the plan waits for them. When available addresses and room on
 // attached ENIs fall short of reach, an ENI is attached without addresses

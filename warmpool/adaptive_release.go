@@ -43,8 +43,11 @@ func (s *state) adaptiveShrink(d demandTarget) (Plan, bool) {
 	if held < d.keep+s.releaseBand() {
 		return Plan{}, false // too little to be worth a call
 	}
-	if !s.in.Demand.History.seen && s.in.Now.Before(s.in.LastGrow.Add(scaled(s.in, FillSpan))) {
-		return Plan{}, false // a new node's first pods are on their way: its first ENI's addresses are theirs
+	if !s.in.Demand.History.seen && s.pool.assigned == 0 && s.in.Now.Before(s.in.LastGrow.Add(scaled(s.in, FillSpan))) {
+		// A new node's first pods are on their way: its first ENI's
+		// addresses are theirs. Not a restarted daemon's node, which has
+		// pods but remembers no arrival.
+		return Plan{}, false
 	}
 	if s.pool.cooling >= s.releaseBand() && s.in.Demand.History.within(s.in.Now, scaled(s.in, DepartureQuiet)) == 0 {
 		return Plan{}, false // pods are leaving: release once their addresses are out of cooldown, in one call

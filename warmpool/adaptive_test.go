@@ -465,3 +465,37 @@ func TestGrowthUpToTheRecentWant(t *testing.T) {
 		t.Errorf("%v %s %d (%s); want Assign of 8 on eni-02 (18 held, 26 wanted)", p.Action, p.ENI, p.Count, p.Reason)
 	}
 }
+
+// TestOneOffPeakSizesNoGrowth: a peak the pool wanted once (40 addresses,
+// 50 minutes ago) does not size a growth now (high's few): only demand
+// that came back does (the same peak twice: the ENI's 12 of room).
+func TestOneOffPeakSizesNoGrowth(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		peaks []time.Duration // before t0, each a minute of arrivals wanting 40
+		more  bool            // growth beyond high
+	}{
+		{"once", []time.Duration{50 * time.Minute}, false},
+		{"twice", []time.Duration{50 * time.Minute, 20 * time.Minute}, true},
+	} {
+		var h History
+		for _, ago := range c.peaks {
+			at := t0.Add(-ago)
+			h = arrivals(h, at, at.Add(30*time.Second), 5*time.Second, 30).Want(at.Add(30*time.Second), 40)
+		}
+		h = h.Record(t0).Observe(t0, 15)
+		in := Input{Now: t0, Limits: xlarge, Config: Config{Adaptive: true}, LastGrow: t0.Add(-20 * time.Minute),
+			LastRelease: t0.Add(-10 * time.Minute), Pending: 1, Demand: Demand{History: h, Bindings: true},
+			ENIs: []ENI{
+				{ID: "eni-00", Primary: true, Attached: t0.Add(-2 * time.Hour), Slots: slotsOf(0x0a400000, 14, 14, 0)},
+				{ID: "eni-01", Attached: t0.Add(-2 * time.Hour), Slots: slotsOf(0x0a400100, 2, 1, 0)},
+			}}
+		p := Next(in)
+		if p.Action != Assign {
+			t.Fatalf("%s: %v (%s); want an assign", c.name, p.Action, p.Reason)
+		}
+		if more := p.Count > 6; more != c.more {
+			t.Errorf("%s: assign %d (%s); want beyond high %v", c.name, p.Count, p.Reason, c.more)
+		}
+	}
+}

@@ -206,3 +206,20 @@ func TestNewNodeKeepsItsFirstENIForItsFirstPods(t *testing.T) {
 		}
 	}
 }
+
+// TestRestartedDaemonReleasesItsSurplus: a daemon restarted 5 minutes ago
+// (History empty, LastGrow its start) on a node with 20 pods and 22 free
+// addresses releases as before: only a node without pods keeps its first
+// ENI's addresses for the pods to come.
+func TestRestartedDaemonReleasesItsSurplus(t *testing.T) {
+	in := Input{Now: t0, Limits: xlarge, Config: Config{Adaptive: true}, LastGrow: t0.Add(-5 * time.Minute),
+		Demand: Demand{History: History{}, Bindings: true},
+		ENIs: []ENI{
+			{ID: "eni-00", Primary: true, Attached: t0.Add(-3 * time.Hour), Slots: slotsOf(0x0a400000, 14, 14, 0)},
+			{ID: "eni-01", Attached: t0.Add(-3 * time.Hour), Slots: slotsOf(0x0a400100, 14, 6, 0)},
+			{ID: "eni-02", Attached: t0.Add(-3 * time.Hour), Slots: slotsOf(0x0a400200, 14, 0, 0)},
+		}}
+	if p := Next(in); p.Action != Release {
+		t.Errorf("restarted 5 min ago, 20 pods, 22 free: %v (%s); want a release", p.Action, p.Reason)
+	}
+}

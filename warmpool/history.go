@@ -186,24 +186,38 @@ func (h History) within(now time.Time, d time.Duration) int {
 
 // peak is the most addresses in use observed within memory of now.
 func (h History) peak(now time.Time, memory time.Duration) int {
-	return h.most(now, memory, func(p peak) int { return p.inUse })
-}
-
-// wantPeak is the most addresses the pool wanted held (Want) within
-// memory of now.
-func (h History) wantPeak(now time.Time, memory time.Duration) int {
-	return h.most(now, memory, func(p peak) int { return p.want })
-}
-
-// most is the largest of a minute's figure within memory of now.
-func (h History) most(now time.Time, memory time.Duration, of func(peak) int) int {
 	n := 0
 	for _, p := range h.peaks {
 		if now.Sub(p.minute) <= memory {
-			n = max(n, of(p))
+			n = max(n, p.inUse)
 		}
 	}
 	return n
+}
+
+// wantAgain is the most addresses the pool wanted held (Want) in at least
+// two separate episodes within memory of now, where an episode is a run of
+// consecutive minutes wanting more than above: demand that came back, not
+// a one-off peak. 0 when fewer than two episodes wanted more than above.
+func (h History) wantAgain(now time.Time, memory time.Duration, above int) int {
+	var tops []int // each episode's most wanted
+	var prev time.Time
+	for _, p := range h.peaks {
+		if now.Sub(p.minute) > memory || p.want <= above {
+			continue
+		}
+		if len(tops) > 0 && p.minute.Sub(prev) <= h.span(time.Minute) {
+			tops[len(tops)-1] = max(tops[len(tops)-1], p.want)
+		} else {
+			tops = append(tops, p.want)
+		}
+		prev = p.minute
+	}
+	if len(tops) < 2 {
+		return 0
+	}
+	slices.Sort(tops)
+	return tops[len(tops)-2]
 }
 
 // before is the most in use in the minute that held t − 90 s (before a

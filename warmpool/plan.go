@@ -81,10 +81,11 @@ type state struct {
 	// (max pods reached, subnet full, throttled, no slots per ENI).
 	stalled bool
 	// fillWhole: the adaptive policy in secondary-IP mode. A new ENI, the
-	// first ENI of a node that holds no address, or, while the node fills,
-	// an attached ENI holding no address, gets all its slots at once (one
-	// call per ENI's worth of addresses); other assigns go up to what the
-	// pool wanted held at its recent peaks (History.wantPeak).
+	// first ENI of a node that holds no address, or an attached ENI holding
+	// no address (while the node fills, or with no recurring peak to size
+	// it by), gets all its slots at once (one call per ENI's worth of
+	// addresses); other assigns go up to what the pool wanted held at
+	// recent peaks that came back (History.wantAgain).
 	fillWhole bool
 }
 
@@ -253,13 +254,17 @@ func (s *state) growOn(want, capSlots int, why string) (p Plan, blocked bool) {
 			continue
 		}
 		n := min(want, room)
-		if whole || (s.fillWhole && (s.pool.total == 0 || len(e.Slots) == 0 && s.in.Demand.History.filling(s.in.Now, FillSpan)) && n > 0) {
+		// Up to what the pool wanted held at recent peaks that came back:
+		// demand that recurs (a job, a rollout's waves) takes one call,
+		// not one per wave, and an emptied ENI no more than that.
+		again := 0
+		if s.fillWhole && n > 0 {
+			again = s.in.Demand.History.wantAgain(s.in.Now, scaled(s.in, BurstMemory), s.pool.total+n)
+		}
+		if whole || (s.fillWhole && (s.pool.total == 0 || len(e.Slots) == 0 && (again == 0 || s.in.Demand.History.filling(s.in.Now, FillSpan))) && n > 0) {
 			n = room
-		} else if s.fillWhole && n > 0 {
-			// Up to what the pool wanted held at its recent peaks: demand
-			// that comes back (a job, a rollout's waves) takes one call,
-			// not one per wave, and an emptied ENI no more than that.
-			n = min(room, max(n, s.in.Demand.History.wantPeak(s.in.Now, scaled(s.in, BurstMemory))-s.pool.total))
+		} else if again > 0 {
+			n = min(room, max(n, again-s.pool.total))
 		}
 		return s.growPlan(Assign, e.ID, n, capSlots, why), false
 	}

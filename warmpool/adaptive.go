@@ -78,7 +78,9 @@ import (
 // (cooldowns first end, DepartureQuiet; and an ENI whose pods are leaving
 // goes once they are gone, in one call), not while a node within FillSpan
 // of its first pod still sees pods arrive, nor within FillSpan of the last
-// growth on a node that has seen no pod yet (its first pods are coming), and only if it saves ReleaseWorth
+// growth on a node that has seen no pod yet and holds none (its first pods
+// are coming; a restarted daemon's node with pods releases as before), and
+// only if it saves ReleaseWorth
 // per call: the surplus times how long it has been idle (since demand last
 // needed it, and since the last growth), or, where demand came back at
 // intervals, how long until the next time is due; for single addresses

@@ -131,6 +131,7 @@ func (h History) idleAheadWant(now time.Time, level int, since time.Duration) ti
 	return h.idleAheadOf(now, level, since, func(p peak) int { return p.want })
 }
 
+// idleAheadOf is idleAhead's reckoning over the minutes' figure of.
 func (h History) idleAheadOf(now time.Time, level int, since time.Duration, of func(peak) int) time.Duration {
 	idle := h.span(BurstMemory)
 	if len(h.peaks) > 0 {

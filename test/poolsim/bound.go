@@ -31,7 +31,14 @@ import (
 //     ModifyNetworkInterfaceAttribute; its addresses come with it, and any
 //     other change too), 2 per ENI deleted (DetachNetworkInterface,
 //     DeleteNetworkInterface; any other change too), else 1 (one assign or
-//     release, whatever its size or how many ENIs it touches).
+//     release, whatever its size or how many ENIs it touches);
+//   - the first piece starts from the bare primary ENI, so what it holds
+//     beyond the slots of the ENIs it creates is on the primary ENI and
+//     takes one more call (AssignPrivateIpAddresses or, in prefix mode,
+//     AssignIpv4Prefixes: EC2 puts no slot on an attached ENI otherwise).
+//     Later pieces are not charged for that: which ENIs the previous
+//     piece's slots were on is not tracked, so "any other change" stays
+//     free there, and the bound stays a bound.
 //
 // The fewest idle address-hours over all such sequences of at most calls
 // calls is found exactly by dynamic programming over the curve's segments,
@@ -145,6 +152,20 @@ func MinIdleHours(levels []Level, end time.Time, calls, unit, slotsPerENI, maxEN
 			need := enisOf(hi) - 1
 			for e := need; e < nE; e++ {
 				held := float64(slotsOf(hi)*unit+e) * span
+				if i == 0 {
+					// The first piece, from the bare primary ENI: the e
+					// ENIs it creates carry at most e × slotsPerENI
+					// slots; any more are on the primary ENI, which
+					// takes an assign call of its own.
+					k := 3 * e
+					if slotsOf(hi) > e*slotsPerENI {
+						k++
+					}
+					if k <= calls && held < g[idx(k, j, e)] {
+						g[idx(k, j, e)] = held
+					}
+					continue
+				}
 				for k := 0; k <= calls; k++ {
 					b := best[bidx(i, k, e)]
 					if b == inf {

@@ -136,12 +136,22 @@ func TestMinIdleHours(t *testing.T) {
 		{"no call: nothing can be held", 0, 1, 100, math.Inf(1)},
 		{"prefix mode: 16 each hour", 1, 16, 100, 32 - 15},
 		{"ENIs of 6: the second ENI costs 3 calls and its primary address", 4, 1, 6, 1},
-		{"ENIs of 6, 3 calls: one piece on two ENIs", 3, 1, 6, 5 + 2},
+		{"ENIs of 6, 3 calls: the new ENI's 6 slots hold the first hour, not the second", 3, 1, 6, math.Inf(1)},
+		{"ENIs of 6, 2 calls: 10 on the primary ENI alone cannot be held", 2, 1, 6, math.Inf(1)},
 	} {
 		got, ok := MinIdleHours(levels, end, tc.calls, tc.unit, tc.slotsENI, 4, 1e6)
 		if !ok || math.Abs(got-tc.want) > 1e-9 && !(math.IsInf(got, 1) && math.IsInf(tc.want, 1)) {
 			t.Errorf("%s: %v, %v; want %v", tc.name, got, ok, tc.want)
 		}
+	}
+	// 10 addresses from the start on ENIs of 6: the new ENI brings 6, the
+	// other 4 need an assign on the primary ENI, so 3 calls hold nothing.
+	flat := []Level{{At: Epoch, InUse: 10, Assigned: 10}}
+	if got, _ := MinIdleHours(flat, end, 3, 1, 6, 4, 1e6); !math.IsInf(got, 1) {
+		t.Errorf("flat 10 on ENIs of 6 with 3 calls: %v; want +Inf (the primary ENI's assign is a fourth call)", got)
+	}
+	if got, _ := MinIdleHours(flat, end, 4, 1, 6, 4, 1e6); math.Abs(got-2) > 1e-9 {
+		t.Errorf("flat 10 on ENIs of 6 with 4 calls: %v; want 2 (the second ENI's primary address for two hours)", got)
 	}
 	if _, ok := MinIdleHours(levels, end, 2, 1, 100, 4, 10); ok {
 		t.Error("computed beyond maxWork")

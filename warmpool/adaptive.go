@@ -54,7 +54,7 @@ import (
 // peak to size it by), get all its slots at once
 // (one call per ENI, as the reference); later assigns are sized to high,
 // or up to what the pool wanted held at peaks that came back (two
-// episodes at least) within BurstMemory (Plan.Wanted, History.Want) if
+// episodes at least) within WantMemory (Plan.Wanted, History.Want) if
 // more: demand that recurs, a job or a rollout's waves, takes one call, a
 // one-off peak sizes nothing, and an ENI a release emptied is not filled
 // beyond it. No ENI
@@ -123,6 +123,10 @@ const (
 	// BurstMemory is how long the largest recent burst shapes the margin:
 	// longer than an hour, so hourly rollouts and jobs are remembered.
 	BurstMemory = 75 * time.Minute
+	// WantMemory is how long the pool's wanted peaks (History.Want) are
+	// kept to size growth by demand that came back: two earlier episodes
+	// of an hourly rollout or job.
+	WantMemory = 150 * time.Minute
 	// BurstShare is the part of the largest recent burst kept warm.
 	BurstShare = 0.1
 	// ChunkSpan is how many seconds of arrivals one growth call adds

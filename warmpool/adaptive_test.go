@@ -468,7 +468,8 @@ func TestGrowthUpToTheRecentWant(t *testing.T) {
 
 // TestOneOffPeakSizesNoGrowth: a peak the pool wanted once (40 addresses,
 // 50 minutes ago) does not size a growth now (high's few): only demand
-// that came back does (the same peak twice: the ENI's 12 of room).
+// that came back does (the same peak twice: the ENI's 12 of room), also
+// an hourly one (two rollouts within WantMemory), not one older.
 func TestOneOffPeakSizesNoGrowth(t *testing.T) {
 	for _, c := range []struct {
 		name  string
@@ -477,6 +478,8 @@ func TestOneOffPeakSizesNoGrowth(t *testing.T) {
 	}{
 		{"once", []time.Duration{50 * time.Minute}, false},
 		{"twice", []time.Duration{50 * time.Minute, 20 * time.Minute}, true},
+		{"an hourly rollout's last two", []time.Duration{125 * time.Minute, 65 * time.Minute}, true},
+		{"twice, beyond WantMemory", []time.Duration{WantMemory + 20*time.Minute, WantMemory + 5*time.Minute}, false},
 	} {
 		var h History
 		for _, ago := range c.peaks {

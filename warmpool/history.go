@@ -8,17 +8,18 @@ import (
 // History is what the adaptive policy remembers of a node's recent
 // demand: the arrivals (address requests) of the last ChunkMemory, and per
 // minute the largest burst, the most addresses in use and the most the
-// pool wanted held (Plan.Wanted), for BurstMemory
+// pool wanted held (Plan.Wanted), for max(BurstMemory, WantMemory)
 // (both, and the minute, in the time scale of the Config it was made for).
 // The zero value is empty, for the default time scale; NewHistory makes
-// one for a Config. It holds ChunkMemory's arrivals plus about 80 minutes;
+// one for a Config. It holds ChunkMemory's arrivals plus about 155 minutes;
 // Record, Observe and Want are amortized O(1). The caller keeps it: Record
 // at each address request, Observe with each snapshot it plans with, Want
 // with each plan's Wanted, and passes it in Input.Demand with the same
 // Config.
 type History struct {
 	recent []time.Time // within ChunkMemory of the last Record, oldest first
-	peaks  []peak      // per minute, oldest first, within BurstMemory
+	peaks  []peak      // per minute, oldest first, within max(BurstMemory, WantMemory)
+	at     time.Time   // the last time a minute was recorded (minute's t)
 	seen   bool        // an arrival was recorded
 	first  time.Time   // the first arrival recorded
 	fresh  bool        // an arrival was recorded since the last Observe
@@ -105,11 +106,22 @@ func (h History) minute(t time.Time) History {
 		h.peaks = append(h.peaks, peak{minute: m})
 	}
 	cut := 0
-	for cut < len(h.peaks)-1 && t.Sub(h.peaks[cut].minute) > h.span(BurstMemory) {
+	for cut < len(h.peaks)-1 && t.Sub(h.peaks[cut].minute) > h.span(max(BurstMemory, WantMemory)) {
 		cut++
 	}
 	h.peaks = h.peaks[cut:]
+	h.at = t
 	return h
+}
+
+// burstPeaks are the minutes within BurstMemory of the last one recorded
+// (at least the last): what the release reckoning looks back over.
+func (h History) burstPeaks() []peak {
+	p := h.peaks
+	for len(p) > 1 && h.at.Sub(p[0].minute) > h.span(BurstMemory) {
+		p = p[1:]
+	}
+	return p
 }
 
 // idleAhead is how long, from now, more than level addresses are expected
@@ -134,12 +146,13 @@ func (h History) idleAheadWant(now time.Time, level int, since time.Duration) ti
 // idleAheadOf is idleAhead's reckoning over the minutes' figure of.
 func (h History) idleAheadOf(now time.Time, level int, since time.Duration, of func(peak) int) time.Duration {
 	idle := h.span(BurstMemory)
-	if len(h.peaks) > 0 {
-		idle = max(now.Sub(h.peaks[0].minute), 0)
+	peaks := h.burstPeaks()
+	if len(peaks) > 0 {
+		idle = max(now.Sub(peaks[0].minute), 0)
 	}
 	var gaps []time.Duration
 	var last time.Time // end of the latest minute above level
-	for _, p := range h.peaks {
+	for _, p := range peaks {
 		if of(p) <= level {
 			continue
 		}

@@ -259,7 +259,7 @@ func (s *state) growOn(want, capSlots int, why string) (p Plan, blocked bool) {
 		// not one per wave, and an emptied ENI no more than that.
 		again := 0
 		if s.fillWhole && n > 0 {
-			again = s.in.Demand.History.wantAgain(s.in.Now, scaled(s.in, BurstMemory), s.pool.total+n)
+			again = s.in.Demand.History.wantAgain(s.in.Now, scaled(s.in, WantMemory), s.pool.total+n)
 		}
 		if whole || (s.fillWhole && (s.pool.total == 0 || len(e.Slots) == 0 && (again == 0 || s.in.Demand.History.filling(s.in.Now, FillSpan))) && n > 0) {
 			n = room

@@ -502,3 +502,22 @@ func TestOneOffPeakSizesNoGrowth(t *testing.T) {
 		}
 	}
 }
+
+// TestHistoryTimeGoingBack: a plan's now may come a little before an ADD
+// recorded in the next minute (Cycle reads the clock, Arrived runs, Input
+// observes at the earlier now). A minute BurstMemory before the latest
+// time recorded is out of every reckoning but wantAgain's, as when it was
+// dropped, whatever time comes after.
+func TestHistoryTimeGoingBack(t *testing.T) {
+	var h History
+	old := t0.Add(-BurstMemory).Add(time.Second)
+	h = h.Record(old).Observe(old, 30)
+	now, rec := t0.Add(-10*time.Millisecond), t0.Add(10*time.Millisecond)
+	h = h.Record(rec).Observe(now, 5)
+	if got := h.idleAhead(now, 10, 0); got != 0 {
+		t.Errorf("idleAhead(10) = %s; want 0 (the minute that held 30 is older than BurstMemory)", got)
+	}
+	if got := h.peak(now, BurstMemory); got != 5 {
+		t.Errorf("peak = %d; want 5", got)
+	}
+}

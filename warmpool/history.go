@@ -19,7 +19,7 @@ import (
 type History struct {
 	recent []time.Time // within ChunkMemory of the last Record, oldest first
 	peaks  []peak      // per minute, oldest first, within max(BurstMemory, WantMemory)
-	at     time.Time   // the last time a minute was recorded (minute's t)
+	at     time.Time   // the latest time a minute was recorded at (minute's t)
 	seen   bool        // an arrival was recorded
 	first  time.Time   // the first arrival recorded
 	fresh  bool        // an arrival was recorded since the last Observe
@@ -110,12 +110,15 @@ func (h History) minute(t time.Time) History {
 		cut++
 	}
 	h.peaks = h.peaks[cut:]
-	h.at = t
+	if t.After(h.at) {
+		h.at = t // callers may pass a time a little before the latest (a plan's now after an ADD's)
+	}
 	return h
 }
 
-// burstPeaks are the minutes within BurstMemory of the last one recorded
-// (at least the last): what the release reckoning looks back over.
+// burstPeaks are the minutes within BurstMemory of the latest time
+// recorded (at least the last minute): what every reckoning but
+// wantAgain's looks back over, as when no more was kept.
 func (h History) burstPeaks() []peak {
 	p := h.peaks
 	for len(p) > 1 && h.at.Sub(p[0].minute) > h.span(BurstMemory) {
@@ -201,7 +204,7 @@ func (h History) within(now time.Time, d time.Duration) int {
 // peak is the most addresses in use observed within memory of now.
 func (h History) peak(now time.Time, memory time.Duration) int {
 	n := 0
-	for _, p := range h.peaks {
+	for _, p := range h.burstPeaks() {
 		if now.Sub(p.minute) <= memory {
 			n = max(n, p.inUse)
 		}
@@ -238,9 +241,10 @@ func (h History) wantAgain(now time.Time, memory time.Duration, above int) int {
 // burst that t's growth served began); false if no pod arrived in it.
 func (h History) before(t time.Time) (int, bool) {
 	m := t.Add(-h.span(90 * time.Second)).Truncate(h.span(time.Minute))
-	for i := len(h.peaks) - 1; i >= 0; i-- {
-		if h.peaks[i].minute.Equal(m) {
-			return h.peaks[i].inUse, h.peaks[i].inUse > 0
+	peaks := h.burstPeaks()
+	for i := len(peaks) - 1; i >= 0; i-- {
+		if peaks[i].minute.Equal(m) {
+			return peaks[i].inUse, peaks[i].inUse > 0
 		}
 	}
 	return 0, false
@@ -251,13 +255,14 @@ func (h History) before(t time.Time) (int, bool) {
 // at least a quarter of the largest (pairs of pods starting together do
 // not hide the bursts of a job).
 func (h History) bursts(now time.Time, memory time.Duration) (largest, typical int) {
-	for _, p := range h.peaks {
+	peaks := h.burstPeaks()
+	for _, p := range peaks {
 		if now.Sub(p.minute) <= memory {
 			largest = max(largest, p.burst)
 		}
 	}
 	var sizes []int
-	for _, p := range h.peaks {
+	for _, p := range peaks {
 		if now.Sub(p.minute) <= memory && p.burst >= max(BurstStart, ceilDiv(largest, 4)) {
 			sizes = append(sizes, p.burst)
 		}

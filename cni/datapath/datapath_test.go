@@ -270,3 +270,27 @@ func TestPairHasOneQueueEachWay(t *testing.T) {
 		}
 	})
 }
+
+// TestHostRouteLinkGoneLink: a route listed just before its link went away
+// (the pod's veth deleted by its runtime while a DEL or GC looks) reads as
+// no route, not as an error that keeps the address for the next GC; the
+// link of a live route reads by name.
+func TestHostRouteLinkGoneLink(t *testing.T) {
+	_, node := newNetns(t)
+	err := node.Do(func(ns.NetNS) error {
+		if name, err := linkNameOf(1 << 30); name != "" || err != nil {
+			t.Errorf("link index with no link: %q, %v; want \"\", nil", name, err)
+		}
+		lo, err := netlink.LinkByName("lo")
+		if err != nil {
+			return err
+		}
+		if name, err := linkNameOf(lo.Attrs().Index); name != "lo" || err != nil {
+			t.Errorf("loopback's index: %q, %v; want lo", name, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

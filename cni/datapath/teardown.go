@@ -140,15 +140,31 @@ func deleteVeth(h netlinksafe.Handle, name string) (bool, error) {
 
 // HostRouteLink returns the name of the link the main-table route to
 // addr/32 (addr/128 for IPv6) goes through, or "" when there is no such
-// route.
+// route, also when its link went away after the route was listed (the
+// kernel removes a link's routes with it: a pod's veth deleted by its
+// runtime while a DEL or GC looks).
 func HostRouteLink(addr netip.Addr) (string, error) {
 	routes, err := hostRoutes(addr)
 	if err != nil || len(routes) == 0 {
 		return "", err
 	}
-	link, err := netlink.LinkByIndex(routes[0].LinkIndex)
+	name, err := linkNameOf(routes[0].LinkIndex)
 	if err != nil {
 		return "", fmt.Errorf("link %d of route %v: %w", routes[0].LinkIndex, hostNet(addr), err)
+	}
+	return name, nil
+}
+
+// linkNameOf is the name of the link with index i in the current netns,
+// "" when there is none.
+func linkNameOf(i int) (string, error) {
+	link, err := netlink.LinkByIndex(i)
+	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if errors.As(err, &nf) || errors.Is(err, unix.ENODEV) {
+			return "", nil
+		}
+		return "", err
 	}
 	return link.Attrs().Name, nil
 }

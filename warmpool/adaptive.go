@@ -172,17 +172,12 @@ const (
 	// band of addresses cooling down, pods are leaving: a release waits
 	// for their cooldown, so one call gives back what would take several.
 	DepartureQuiet = time.Minute
-	// ReleaseWorth is how much idleness a release must save, in
-	// address-time: two EC2 calls' worth at 30 address-minutes each, the
-	// release and the assign that may follow it when demand comes back.
-	// Surplus addresses go when their count times how long they have been
-	// idle reaches it (50 addresses after 72 s, 5 after 12 minutes), so
-	// bursts are given back soon after and small dips not at all. Measured
-	// with make bench-pool (seeds 1–5, 240 row runs): the releases that
-	// 30 address-minutes allowed and 60 does not saved 24 address-minutes
-	// per call they cost, less than their price; those between 60 and 90
-	// saved 36.
-	ReleaseWorth = 60 * time.Minute
+	// ReleaseWorth is how much idleness a release call must save, in
+	// address-time: surplus addresses go when their count times how long
+	// they have been idle reaches it (50 addresses after 36 s, 5 after
+	// 6 minutes), so bursts are given back soon after and small dips not
+	// at all.
+	ReleaseWorth = 30 * time.Minute
 	// MinBand is the least surplus worth a release call, in addresses.
 	MinBand = 2
 	// MinWarm is the least margin: addresses kept free for the next pod.

@@ -55,23 +55,18 @@ func main() {
 // demoEnv runs the default (adaptive) warm pool with short timers, so the
 // pool is seen settling within the demo: production has IP_COOLDOWN_PERIOD=30,
 // a 30 s release interval (the adaptive policy's delays and memories shrink
-// with it, here 30-fold) and a 1 minute ENI minimum age.
+// with it, here 15-fold) and a 1 minute ENI minimum age.
 var demoEnv = []string{"IP_COOLDOWN_PERIOD=5",
 	"VPCIP_RELEASE_INTERVAL=" + releaseInterval.String(), "VPCIP_ENI_MIN_AGE=5s", "VPCIP_POOL_INTERVAL=1s"}
 
 // releaseInterval is the demo's VPCIP_RELEASE_INTERVAL.
-const releaseInterval = time.Second
-
-// demoSurplus is the idle addresses a demo node is left with once half its
-// pods are deleted: about an m5.large ENI's 9 secondary addresses.
-const demoSurplus = 9
+const releaseInterval = 2 * time.Second
 
 // settleQuiet is how long EC2's view of the nodes must stay unchanged, with
-// nothing cooling, for the pool to count as settled, at the demo's time
-// scale: the adaptive policy's ReleaseDelay and DepartureQuiet (the least
-// it waits after pods came or left before a release) and the time
-// demoSurplus addresses take to be worth a release (ReleaseWorth): 21 s.
-var settleQuiet = (warmpool.ReleaseDelay + warmpool.DepartureQuiet + warmpool.ReleaseWorth/demoSurplus) / (warmpool.DefaultReleaseInterval / releaseInterval)
+// nothing cooling, for the pool to count as settled: the adaptive policy's
+// ReleaseDelay and DepartureQuiet at the demo's time scale (16 s), the
+// least it waits after pods came or left before a release.
+var settleQuiet = (warmpool.ReleaseDelay + warmpool.DepartureQuiet) / (warmpool.DefaultReleaseInterval / releaseInterval)
 
 func step(format string, args ...any) {
 	fmt.Printf("==> "+format+"\n", args...)
@@ -160,7 +155,7 @@ func run(ctx context.Context, bin string, nodes, npods int, itype, prefix string
 		}
 		fmt.Println("    " + err.Error())
 	} else {
-		fmt.Printf("    settled %.0f s after the deletion (nothing changed for the next %s)\n", settled.Sub(deletedAt).Seconds(), settleQuiet.Round(100*time.Millisecond))
+		fmt.Printf("    settled %.0f s after the deletion (nothing changed for the next %s)\n", settled.Sub(deletedAt).Seconds(), settleQuiet)
 	}
 	after := cloudView(c)
 	for _, n := range c.Nodes {

@@ -281,7 +281,7 @@ func TestHostRouteLinkGoneLink(t *testing.T) {
 		if name, err := linkNameOf(1 << 30); name != "" || err != nil {
 			t.Errorf("link index with no link: %q, %v; want \"\", nil", name, err)
 		}
-		lo, err := netlink.LinkByName("lo")
+		lo, err := netlinksafe.LinkByName("lo")
 		if err != nil {
 			return err
 		}

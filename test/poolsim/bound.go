@@ -2,6 +2,7 @@ package poolsim
 
 import (
 	"math"
+	"slices"
 	"time"
 )
 
@@ -189,4 +190,109 @@ func MinIdleHours(levels []Level, end time.Time, calls, unit, slotsPerENI, maxEN
 		return inf, true
 	}
 	return max(low-assigned, 0), true
+}
+
+// GrowthCalls is the fewest EC2 mutating calls with which a node whose
+// primary ENI holds no address yet comes to hold addresses on enis ENIs
+// (1 or more), in secondary-IP mode: one AssignPrivateIpAddresses on the
+// primary ENI and, for each other ENI, CreateNetworkInterface (its
+// addresses come with it), AttachNetworkInterface and
+// ModifyNetworkInterfaceAttribute.
+func GrowthCalls(enis int) int { return 1 + 3*max(enis-1, 0) }
+
+// TwinFill is the twin of a trace whose pods all stay to its end (a node
+// filling): the same pods, then one more every 10 s after the last until
+// capacity pods run, each staying to the end too. false: a pod of t leaves
+// before the end, or t already runs capacity pods.
+func TwinFill(t Trace, capacity int) (Trace, bool) {
+	if len(t.Pods) == 0 || len(t.Pods) >= capacity {
+		return Trace{}, false
+	}
+	for _, p := range t.Pods {
+		if p.Arrive+p.Life < t.Duration {
+			return Trace{}, false
+		}
+	}
+	twin := t
+	twin.Name = t.Name + "-twin"
+	twin.Pods = slices.Clone(t.Pods)
+	last := t.Pods[len(t.Pods)-1].Arrive
+	for i := 1; len(twin.Pods) < capacity; i++ {
+		at := last + time.Duration(i)*10*time.Second
+		if at >= t.Duration {
+			return Trace{}, false
+		}
+		twin.Pods = append(twin.Pods, Pod{Arrive: at, Life: t.Duration - at})
+	}
+	return twin, true
+}
+
+// TwinFillBound is a lower bound on the idle address-hours, on a filling
+// node's demand curve levels (until end; pods only arrive), of any pool
+// that cannot see pods before they are bound, makes no pod wait, and makes
+// no more EC2 calls than callsA there and callsTwin on the twin
+// (TwinFill), whose pods need twinAddrs addresses, in secondary-IP mode.
+//
+// It holds when both call counts are the fewest growth takes
+// (GrowthCalls of the ENIs the pods need, the same for both): such a pool
+// makes no call beyond growth, so every ENI's addresses are set by the
+// call that creates it (the primary ENI's by its one assign), and the twin
+// needs twinAddrs of them by the time its first pod on the last ENI comes
+// (t_E, the first level above (E−1) × slotsPerENI). Until after the last
+// pod of levels the two traces are the same pods, so the pool has made
+// the same calls on both by t_E: on levels it too holds twinAddrs
+// addresses, plus the primary address of each ENI beyond the first, from
+// t_E to end, with no call left to give them back. The bound is that
+// holding less what is assigned, over [t_E, end]; nothing before t_E is
+// counted.
+//
+// ok is false where the argument does not hold: a level where an address
+// is cooling or in use falls (a pod left), callsA or callsTwin above the
+// fewest, twinAddrs not above the curve's peak, the twin needing more ENIs
+// than the curve or than maxENIs.
+func TwinFillBound(levels []Level, end time.Time, twinAddrs, callsA, callsTwin, slotsPerENI, maxENIs int) (hours float64, ok bool) {
+	if slotsPerENI <= 0 || len(levels) == 0 {
+		return 0, false
+	}
+	top, prev := 0, 0
+	for _, l := range levels {
+		if l.InUse < prev || l.InUse != l.Assigned {
+			return 0, false
+		}
+		prev = l.InUse
+		top = max(top, l.InUse)
+	}
+	enis := func(n int) int { return (n + slotsPerENI - 1) / slotsPerENI }
+	e := enis(top)
+	if top == 0 || twinAddrs <= top || enis(twinAddrs) != e || e > maxENIs ||
+		callsA != GrowthCalls(e) || callsTwin != GrowthCalls(e) {
+		return 0, false
+	}
+	held := float64(twinAddrs + e - 1)
+	from := -1
+	for i, l := range levels {
+		if l.InUse > (e-1)*slotsPerENI {
+			from = i
+			break
+		}
+	}
+	for i := from; i < len(levels); i++ {
+		at, next := levels[i].At, end
+		if i+1 < len(levels) {
+			next = levels[i+1].At
+		}
+		if !at.Before(end) {
+			break
+		}
+		next = earliestTime(next, end)
+		hours += (held - float64(levels[i].Assigned)) * next.Sub(at).Hours()
+	}
+	return hours, true
+}
+
+func earliestTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }

@@ -262,3 +262,71 @@ func TestMinIdleHoursNotBelowTheFloor(t *testing.T) {
 		}
 	}
 }
+
+// TestTwinFill: the twin continues a fill to capacity, one pod every 10 s
+// after the last, each staying to the end; traces with a pod that leaves,
+// or already at capacity, have none.
+func TestTwinFill(t *testing.T) {
+	a := Trace{Duration: time.Hour, Pods: []Pod{{Arrive: time.Second, Life: time.Hour - time.Second}, {Arrive: 5 * time.Second, Life: time.Hour - 5*time.Second}}}
+	twin, ok := TwinFill(a, 4)
+	if !ok || len(twin.Pods) != 4 {
+		t.Fatalf("twin %v, %v; want 4 pods", twin.Pods, ok)
+	}
+	for i, want := range []time.Duration{time.Second, 5 * time.Second, 15 * time.Second, 25 * time.Second} {
+		if p := twin.Pods[i]; p.Arrive != want || p.Arrive+p.Life != time.Hour {
+			t.Errorf("pod %d: %v for %v; want from %v to the end", i, p.Arrive, p.Life, want)
+		}
+	}
+	if len(a.Pods) != 2 {
+		t.Errorf("the trace changed: %d pods", len(a.Pods))
+	}
+	if _, ok := TwinFill(a, 2); ok {
+		t.Error("a twin of a trace already at capacity")
+	}
+	leaves := Trace{Duration: time.Hour, Pods: []Pod{{Arrive: time.Second, Life: time.Minute}}}
+	if _, ok := TwinFill(leaves, 4); ok {
+		t.Error("a twin of a trace whose pod leaves")
+	}
+}
+
+// TestTwinFillBound: on a hand-made fill of 7 addresses, one a minute,
+// with ENIs of 3 (the third ENI is first needed at minute 6) and a twin of
+// 8: from minute 6 to the end (54 minutes) 8 addresses and two ENI
+// primaries are held, 7 assigned.
+func TestTwinFillBound(t *testing.T) {
+	at := func(m int) time.Time { return Epoch.Add(time.Duration(m) * time.Minute) }
+	var levels []Level
+	for i := range 7 {
+		levels = append(levels, Level{At: at(i), InUse: i + 1, Assigned: i + 1})
+	}
+	end := at(60)
+	got, ok := TwinFillBound(levels, end, 8, 7, 7, 3, 4)
+	if want := 3 * 0.9; !ok || math.Abs(got-want) > 1e-9 {
+		t.Errorf("bound %v, %v; want %v", got, ok, want)
+	}
+	if GrowthCalls(3) != 7 || GrowthCalls(1) != 1 {
+		t.Errorf("GrowthCalls(3) %d, (1) %d; want 7, 1", GrowthCalls(3), GrowthCalls(1))
+	}
+	left := slices.Clone(levels)
+	left[4].InUse, left[4].Assigned = 2, 2 // pods left
+	cooling := slices.Clone(levels)
+	cooling[5].Assigned--
+	for _, tc := range []struct {
+		name                  string
+		levels                []Level
+		twin, calls, twinCall int
+		maxENIs               int
+	}{
+		{"a call to spare on the trace", levels, 8, 8, 7, 4},
+		{"a call to spare on the twin", levels, 8, 7, 8, 4},
+		{"the twin needs a fourth ENI", levels, 10, 7, 7, 4},
+		{"the twin no larger", levels, 7, 7, 7, 4},
+		{"beyond the ENI limit", levels, 8, 7, 7, 2},
+		{"pods left", left, 8, 7, 7, 4},
+		{"an address cooling", cooling, 8, 7, 7, 4},
+	} {
+		if got, ok := TwinFillBound(tc.levels, end, tc.twin, tc.calls, tc.twinCall, 3, tc.maxENIs); ok {
+			t.Errorf("%s: bound %v; want none", tc.name, got)
+		}
+	}
+}

@@ -76,6 +76,22 @@ type Row struct {
 	// made pods wait, or the work would exceed boundWork).
 	Bound   float64
 	BoundOn string // "ref" or "ours": the run whose curve Bound is on; "" with no Bound
+	// Online is poolsim.TwinFillBound on the reference default's curve, in
+	// secondary-IP mode on a trace whose pods stay (a node filling): the
+	// least idle address-hours of any pool that cannot see pods before
+	// they are bound, makes no pod wait, and makes no more EC2 calls than
+	// the reference default here and on the twin trace (poolsim.TwinFill,
+	// the same fill continued to the node's capacity), where both made the
+	// fewest calls growth takes. NaN: not computed (another trace, prefix
+	// mode, a run that made pods wait, or a reference that made more).
+	Online float64
+}
+
+// OutOfReachOnline reports whether the row's idle target is below
+// Online: no pool that cannot see the trace ahead meets the row's targets
+// and the twin's (calls, no waits) both.
+func (r Row) OutOfReachOnline() bool {
+	return !math.IsNaN(r.Online) && r.Online > r.IdleTarget()
 }
 
 // IdleTarget is the most idle address-hours our default may hold on the
@@ -189,7 +205,7 @@ func Table(o Options) []Row {
 	wg.Wait()
 	for i := range rows {
 		r := &rows[i]
-		r.Bound = math.NaN()
+		r.Bound, r.Online = math.NaN(), math.NaN()
 		ref, curve, on := r.Results[0], r.Results[0], "ref"
 		if ref.Waited > 0 {
 			curve, on = r.Results[2], "ours"
@@ -206,8 +222,29 @@ func Table(o Options) []Row {
 		if b, ok := poolsim.MinIdleHours(curve.Levels, end, ref.Calls, unit, typ.Limits.PodAddressesPerENI(), typ.Limits.MaxENIs, boundWork); ok {
 			r.Bound, r.BoundOn = b, on
 		}
+		r.Online = onlineBound(traces[i], typ, r.Prefix, ref, o)
 	}
 	return rows
+}
+
+// onlineBound is Row.Online: the reference default run on the trace's
+// twin, where there is one, and poolsim.TwinFillBound; NaN where the
+// argument does not apply.
+func onlineBound(tr poolsim.Trace, typ poolsim.InstanceType, prefix bool, ref poolsim.Result, o Options) float64 {
+	twin, ok := poolsim.TwinFill(tr, typ.MaxPods-2)
+	if prefix || !ok || ref.Waited > 0 || len(ref.Levels) == 0 {
+		return math.NaN()
+	}
+	tres, err := Run(twin, typ, false, Setups[0], o.Lat, o.Seed)
+	if err != nil || tres.Waited > 0 {
+		return math.NaN()
+	}
+	end := ref.Levels[0].At.Add(tr.Duration)
+	b, ok := poolsim.TwinFillBound(ref.Levels, end, len(twin.Pods), ref.Calls, tres.Calls, typ.Limits.PodAddressesPerENI(), typ.Limits.MaxENIs)
+	if !ok {
+		return math.NaN()
+	}
+	return b
 }
 
 // TraceSeed is the seed of the trace of g on typ in the table of seed:
@@ -333,13 +370,16 @@ func Summary(w io.Writer, rows []Row) {
 		wWaited, n, wCalls, n, ourWW, refWW)
 	SummaryNoKube(w, rows)
 	var idleMet, callsMet, both int
-	var missed, overPath []string
+	var missed, overPath, online []string
 	worstPath := 0.0
 	for _, r := range rows {
 		i, c, _ := r.Meets()
 		idleMet, callsMet, both = idleMet+b2i(i), callsMet+b2i(c), both+b2i(i && c)
 		if !i || !c {
 			missed = append(missed, rowName(r))
+		}
+		if r.OutOfReachOnline() {
+			online = append(online, fmt.Sprintf("%s (at least %.1f, target %.1f)", rowName(r), r.Online, r.IdleTarget()))
 		}
 		if p := OnPath(r.Results[2]); r.Trace != "fill" {
 			worstPath = max(worstPath, p)
@@ -353,6 +393,7 @@ func Summary(w io.Writer, rows []Row) {
 	fmt.Fprintf(w, "pod starts with an EC2 call on their path, our default, traces but fill: at most %.2f %%; rows above 1 %%: %v\n", 100*worstPath, overPath)
 	fmt.Fprintf(w, "idle ≤ 0.5× out of reach for any pool (floor above half the reference's idle): %d/%d %v\n", beyond, n, beyondRows)
 	fmt.Fprintf(w, "idle ≤ 0.5× with no more waits and calls out of reach for any pool (bound above half the reference's idle): %d/%d %v\n", jointly, n, jointRows)
+	fmt.Fprintf(w, "per-row idle target out of reach for any pool that cannot see pods ahead and, on the same fill continued to capacity, makes no pod wait and no more calls than the reference (poolsim.TwinFillBound, idle address-hours): %d/%d %v\n", len(online), n, online)
 }
 
 // SummaryNoKube writes how our default fares without its Kubernetes part

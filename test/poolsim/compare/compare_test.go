@@ -3,6 +3,7 @@ package compare
 import (
 	"bytes"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -80,5 +81,53 @@ func TestBoundOnOurCurveWhereTheReferenceWaited(t *testing.T) {
 	}
 	if got, want := r.IdleTarget(), max(0.5*ref.IdleHours, r.Bound+0.1*ref.IdleHours); got != want {
 		t.Errorf("idle target %.2f; want %.2f", got, want)
+	}
+}
+
+// TestOnlineBoundBelowRealPools: on the fill rows in secondary-IP mode,
+// every pool of the table that makes no pod wait and the fewest calls
+// growth takes on the trace and on its twin holds at least Row.Online on
+// the trace (the argument's premise, so a bound above one of them would be
+// wrong); on m5.large the bound is above the idle target.
+func TestOnlineBoundBelowRealPools(t *testing.T) {
+	fill := slices.IndexFunc(poolsim.Generators, func(g poolsim.Generator) bool { return g.Name == "fill" })
+	o := Options{Seed: 1, Traces: poolsim.Generators[fill : fill+1], Types: poolsim.InstanceTypes[:3], Modes: []bool{false}}
+	rows := Table(o)
+	checked := 0
+	for i, r := range rows {
+		if r.Err != nil {
+			t.Fatalf("%s: %v", rowName(r), r.Err)
+		}
+		if math.IsNaN(r.Online) {
+			t.Errorf("%s: no online bound", rowName(r))
+			continue
+		}
+		typ := o.Types[i]
+		tr := o.Traces[0].Trace(TraceSeed(o.Seed, o.Traces[0], typ), typ.MaxPods-2)
+		twin, ok := poolsim.TwinFill(tr, typ.MaxPods-2)
+		if !ok {
+			t.Fatalf("%s: no twin", rowName(r))
+		}
+		e := (len(twin.Pods) + typ.Limits.PodAddressesPerENI() - 1) / typ.Limits.PodAddressesPerENI()
+		for si, s := range Setups {
+			res := r.Results[si]
+			tres, err := Run(twin, typ, false, s, o.Lat, o.Seed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Waited > 0 || tres.Waited > 0 || res.Calls != poolsim.GrowthCalls(e) || tres.Calls != poolsim.GrowthCalls(e) {
+				continue
+			}
+			checked++
+			if res.IdleHours < r.Online-1e-9 {
+				t.Errorf("%s, %s: idle %.2f below the online bound %.2f", rowName(r), s.Name, res.IdleHours, r.Online)
+			}
+		}
+		if typ.Name == "m5.large" && !r.OutOfReachOnline() {
+			t.Errorf("%s: online bound %.1f not above the idle target %.1f", rowName(r), r.Online, r.IdleTarget())
+		}
+	}
+	if checked < 2*len(rows) {
+		t.Errorf("%d pool runs met the premise; want at least the reference's and ours on each row (%d)", checked, 2*len(rows))
 	}
 }

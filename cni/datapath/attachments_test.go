@@ -95,7 +95,7 @@ func TestSecondAttachmentKeepsTheDefaultRoute(t *testing.T) {
 		if got := outLink(t, pod, outside, netip.Addr{}); got != "eth0" {
 			t.Errorf("after net1's second ADD the default leaves by %s, want eth0", got)
 		}
-		if err := Teardown(pod.Path(), net1); err != nil {
+		if err := Teardown(pod.Path(), "", net1); err != nil {
 			t.Fatalf("Teardown net1: %v", err)
 		}
 		if rules := podSourceRules(t, pod); len(rules) != 0 {

@@ -58,7 +58,7 @@ func benchSetupTeardown(b *testing.B, a Attachment, prefix string) {
 				return err
 			}
 			t2 := nowMs()
-			if err := Teardown(pod.Path(), a); err != nil {
+			if err := Teardown(pod.Path(), "", a); err != nil {
 				return err
 			}
 			pair, conf, del = pair+t1-t0, conf+t2-t1, del+nowMs()-t2

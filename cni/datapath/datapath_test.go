@@ -87,7 +87,7 @@ func TestSetupCheckTeardown(t *testing.T) {
 				if _, err := Check(pod, a); err != nil {
 					t.Errorf("Check after second Setup: %v", err)
 				}
-				if err := Teardown(pod.Path(), a); err != nil {
+				if err := Teardown(pod.Path(), "", a); err != nil {
 					t.Fatalf("Teardown: %v", err)
 				}
 				if rs, _ := routing.FindPodRules(a.PodIP); len(rs) != 0 {
@@ -99,7 +99,7 @@ func TestSetupCheckTeardown(t *testing.T) {
 				if _, err := netlinksafe.LinkByName(a.HostVeth); err == nil {
 					t.Errorf("host veth left")
 				}
-				if err := Teardown(pod.Path(), a); err != nil {
+				if err := Teardown(pod.Path(), "", a); err != nil {
 					t.Errorf("second Teardown: %v", err)
 				}
 			})
@@ -194,13 +194,13 @@ func TestDeletePodInterfaceNetnsGone(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
 	}
-	_, err := DeletePodInterface("/var/run/netns/vct-dp-does-not-exist", "eth0")
+	_, err := DeletePodInterface("/var/run/netns/vct-dp-does-not-exist", "eth0", "")
 	if !errors.Is(err, ErrNetnsGone) {
 		t.Errorf("missing netns: %v, want ErrNetnsGone", err)
 	}
 	f := filepath.Join(t.TempDir(), "file")
 	_ = os.WriteFile(f, nil, 0o644)
-	if _, err := DeletePodInterface(f, "eth0"); !errors.Is(err, ErrNetnsGone) {
+	if _, err := DeletePodInterface(f, "eth0", ""); !errors.Is(err, ErrNetnsGone) {
 		t.Errorf("regular file: %v, want ErrNetnsGone", err)
 	}
 }
@@ -265,7 +265,7 @@ func TestPairHasOneQueueEachWay(t *testing.T) {
 				t.Errorf("%s has %d TX and %d RX queues, want 1 and 1", at.Name, at.NumTxQueues, at.NumRxQueues)
 			}
 		}
-		if err := Teardown(pod.Path(), a); err != nil {
+		if err := Teardown(pod.Path(), "", a); err != nil {
 			t.Fatal(err)
 		}
 	})

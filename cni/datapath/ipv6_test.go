@@ -130,7 +130,7 @@ func TestIPv6SetupPingCheckTeardown(t *testing.T) {
 				t.Errorf("host route to %v via %q, want %s", p.a.PodIP, l, p.a.HostVeth)
 			}
 		}
-		if err := Teardown(podA.Path(), a); err != nil {
+		if err := Teardown(podA.Path(), "", a); err != nil {
 			t.Fatalf("Teardown: %v", err)
 		}
 		if l, _ := HostRouteLink(a.PodIP); l != "" {
@@ -139,7 +139,7 @@ func TestIPv6SetupPingCheckTeardown(t *testing.T) {
 		if _, err := netlinksafe.LinkByName(a.HostVeth); err == nil {
 			t.Errorf("host veth %s left", a.HostVeth)
 		}
-		if err := Teardown(podA.Path(), a); err != nil {
+		if err := Teardown(podA.Path(), "", a); err != nil {
 			t.Errorf("second Teardown: %v", err)
 		}
 		if _, err := Check(podB, b); err != nil {
@@ -209,7 +209,7 @@ func TestIPv6CheckNamesFaults(t *testing.T) {
 		if _, err := Check(pod, a); err != nil {
 			t.Errorf("Check after a second Setup: %v", err)
 		}
-		return Teardown(pod.Path(), a)
+		return Teardown(pod.Path(), "", a)
 	})
 }
 
@@ -235,7 +235,7 @@ func TestIPv6ReplacedVethReportsRoutedAddress(t *testing.T) {
 		if l, _ := HostRouteLink(a.PodIP); l != "" {
 			t.Errorf("route to %v left via %s", a.PodIP, l)
 		}
-		return Teardown(newPod.Path(), a)
+		return Teardown(newPod.Path(), "", a)
 	})
 }
 
@@ -249,11 +249,11 @@ func TestIPv6DeletePodInterfaceReturnsAddress(t *testing.T) {
 		if _, err := setup(node, pod, a); err != nil {
 			t.Fatal(err)
 		}
-		got, err := DeletePodInterface(pod.Path(), a.IfName)
+		got, err := DeletePodInterface(pod.Path(), a.IfName, "")
 		if err != nil || !slices.Equal(got, []netip.Addr{a.PodIP}) {
 			t.Errorf("DeletePodInterface = %v, %v; want [%v]", got, err, a.PodIP)
 		}
-		return Teardown("", a)
+		return Teardown("", "", a)
 	})
 }
 

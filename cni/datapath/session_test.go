@@ -73,7 +73,7 @@ func TestSessionRetriedADD(t *testing.T) {
 		if rs, _ := routing.FindPodRules(a.PodIP); len(rs) != 2 {
 			t.Errorf("%d rules, want 2: %v", len(rs), rs)
 		}
-		if err := Teardown(pod.Path(), a); err != nil {
+		if err := Teardown(pod.Path(), "sandbox-1", a); err != nil {
 			t.Fatal(err)
 		}
 		assertHostClean(t, a)
@@ -140,7 +140,7 @@ func TestSessionNewSandboxReplacesOld(t *testing.T) {
 			t.Errorf("Check of another pod: %v", err)
 		}
 		for _, a := range []Attachment{nu, other} {
-			if err := Teardown("", a); err != nil {
+			if err := Teardown("", "", a); err != nil {
 				t.Fatal(err)
 			}
 			assertHostClean(t, a)
@@ -162,7 +162,7 @@ func TestSessionPodNetnsDeletedBeforeConfigure(t *testing.T) {
 		}
 		_, cerr := s.Configure(a)
 		t.Logf("Configure after the netns was deleted: %v", cerr)
-		if err := Teardown(pod.Path(), a); err != nil {
+		if err := Teardown(pod.Path(), "", a); err != nil {
 			t.Errorf("Teardown with the netns path gone: %v", err)
 		}
 		assertHostClean(t, a)
@@ -176,13 +176,13 @@ func TestSessionPodInterfaceGoneBeforeConfigure(t *testing.T) {
 	world(t, func(node, pod ns.NetNS, podName string) {
 		a := attachment(3)
 		s := openPaired(t, node, pod, a)
-		if _, err := DeletePodInterface(pod.Path(), a.IfName); err != nil {
+		if _, err := DeletePodInterface(pod.Path(), a.IfName, ""); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := s.Configure(a); err == nil {
 			t.Fatal("Configure succeeded without a pod interface")
 		}
-		if err := Teardown(pod.Path(), a); err != nil {
+		if err := Teardown(pod.Path(), "", a); err != nil {
 			t.Errorf("Teardown: %v", err)
 		}
 		assertHostClean(t, a)
@@ -343,5 +343,86 @@ func openPaired(t *testing.T, node, pod ns.NetNS, a Attachment) *Session {
 	if _, err := s.CreatePair(node, a.HostVeth, a.IfName, a.MTU, ""); err != nil {
 		t.Fatal(err)
 	}
+	return s
+}
+
+// TestPodInterfaceOfAnotherOwner: an interface of the requested name in
+// the pod netns that is not the sandbox's — another attachment's veth, or
+// a veth pair made inside the pod netns by someone else — is neither
+// replaced by ADD's CreatePair nor deleted by DEL's DeletePodInterface:
+// ADD fails wrapping ErrNotOwned and DEL leaves it, returning none of its
+// addresses. The owner's own DEL deletes it.
+func TestPodInterfaceOfAnotherOwner(t *testing.T) {
+	world(t, func(node, pod ns.NetNS, podName string) {
+		a := attachment(3)
+		if _, _, err := addThrough(t, openSession(t, pod), node, a, "vpcip/net/c1/eth0"); err != nil {
+			t.Fatal(err)
+		}
+		// A second sandbox's ADD into the same netns under the same name.
+		b := a
+		b.HostVeth = HostVethName("eni", "default", "other", "")
+		b.PodIP = netip.MustParseAddr("100.64.7.10")
+		if _, err := openSession(t, pod).CreatePair(node, b.HostVeth, b.IfName, b.MTU, "vpcip/net/c2/eth0"); !errors.Is(err, ErrNotOwned) {
+			t.Fatalf("CreatePair over c1's eth0: %v; want ErrNotOwned", err)
+		}
+		if _, err := Check(pod, a); err != nil {
+			t.Errorf("c1 after c2's ADD: %v", err)
+		}
+		// A DEL of c2 (never wired) with c1's netns.
+		addrs, err := DeletePodInterface(pod.Path(), "eth0", "vpcip/net/c2/eth0")
+		if !errors.Is(err, ErrNotOwned) || len(addrs) != 0 {
+			t.Fatalf("DeletePodInterface as c2: %v, %v; want ErrNotOwned and no addresses", addrs, err)
+		}
+		if _, err := Check(pod, a); err != nil {
+			t.Errorf("c1 after c2's DEL: %v", err)
+		}
+		if err := Teardown(pod.Path(), "vpcip/net/c2/eth0", b); err != nil {
+			t.Errorf("Teardown as c2: %v", err)
+		}
+		if _, err := Check(pod, a); err != nil {
+			t.Errorf("c1 after c2's Teardown: %v", err)
+		}
+		// The owner's DEL.
+		addrs, err = DeletePodInterface(pod.Path(), "eth0", "vpcip/net/c1/eth0")
+		if err != nil || len(addrs) != 1 || addrs[0] != a.PodIP {
+			t.Fatalf("DeletePodInterface as c1: %v, %v; want [%v]", addrs, err, a.PodIP)
+		}
+		if err := Teardown(pod.Path(), "vpcip/net/c1/eth0", a); err != nil {
+			t.Fatal(err)
+		}
+		assertHostClean(t, a)
+
+		// A veth pair made inside the pod netns (no node end).
+		h, err := handleAt(pod)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Close()
+		foreign := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth9"}, PeerName: "peer9"}
+		if err := h.LinkAdd(foreign); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := openSession(t, pod).CreatePair(node, a.HostVeth, "eth9", a.MTU, "vpcip/net/c3/eth9"); !errors.Is(err, ErrNotOwned) {
+			t.Fatalf("CreatePair over a foreign eth9: %v; want ErrNotOwned", err)
+		}
+		if _, err := DeletePodInterface(pod.Path(), "eth9", "vpcip/net/c3/eth9"); !errors.Is(err, ErrNotOwned) {
+			t.Fatalf("DeletePodInterface of a foreign eth9: %v; want ErrNotOwned", err)
+		}
+		for _, name := range []string{"eth9", "peer9"} {
+			if _, err := h.LinkByName(name); err != nil {
+				t.Errorf("foreign %s: %v", name, err)
+			}
+		}
+	})
+}
+
+// openSession opens a Session into pod, closed at the test's end.
+func openSession(t *testing.T, pod ns.NetNS) *Session {
+	t.Helper()
+	s, err := Open(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
 	return s
 }

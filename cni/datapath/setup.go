@@ -108,8 +108,8 @@ func (s *Session) CreatePair(hostNS ns.NetNS, hostVeth, ifName string, mtu int, 
 	if err != nil {
 		return rep, fmt.Errorf("remove stale host veth %s: %w", hostVeth, err)
 	}
-	if _, err := deleteVeth(s.pod, ifName); err != nil {
-		return rep, fmt.Errorf("remove stale pod interface: %w", err)
+	if err := s.removeOwnPodInterface(ifName, alias); err != nil {
+		return rep, err
 	}
 	if err := createVeth(s.pod, probe, hostNS); err != nil {
 		return rep, err
@@ -127,6 +127,29 @@ func (s *Session) CreatePair(hostNS ns.NetNS, hostVeth, ifName string, mtu int, 
 		return rep, fmt.Errorf("set host veth %s up: %w", hostVeth, err)
 	}
 	return rep, nil
+}
+
+// removeOwnPodInterface deletes ifName in the pod netns when it is a veth
+// whose node end carries alias (a sandbox's own, left by an earlier try);
+// any other interface of that name is an error wrapping ErrNotOwned and
+// stays (CNI spec 1.1 §ADD: an interface of the requested name that
+// already exists is an error). A missing one is success.
+func (s *Session) removeOwnPodInterface(ifName, alias string) error {
+	link, err := s.pod.LinkByName(ifName)
+	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if errors.As(err, &nf) {
+			return nil
+		}
+		return fmt.Errorf("find %s in the pod netns: %w", ifName, err)
+	}
+	if own, ok := nodeEndAlias(s.pod, s.host, link); !ok || own != alias {
+		return fmt.Errorf("interface %s already exists in the pod netns: %w (%s)", ifName, ErrNotOwned, describeOwner(link, own, ok))
+	}
+	if err := s.pod.LinkDel(link); err != nil && !errors.Is(err, unix.ENODEV) {
+		return fmt.Errorf("delete stale pod interface %s: %w", ifName, err)
+	}
+	return nil
 }
 
 // replaceHostVeth deletes the host veth named name, if any, after the pod

@@ -16,13 +16,24 @@ import (
 // exist or is not a network namespace: nothing inside is left to clean up.
 var ErrNetnsGone = errors.New("pod netns is gone")
 
-// Teardown undoes Setup for a: the pod interface (when podNSPath is given),
-// the host veth, the host route and the rules of a.PodIP. Anything already
-// gone is success. It must be called in the node netns.
-func Teardown(podNSPath string, a Attachment) error {
+// ErrNotOwned is wrapped when the pod netns holds an interface of the
+// requested name that is not the given sandbox's: not a veth, or a veth
+// whose node end does not carry the sandbox's alias (routing.SandboxAlias;
+// another attachment's, another plugin's, or the runtime's own). Neither
+// ADD nor DEL removes it (CNI spec 1.1 §ADD: an interface of the requested
+// name that already exists is an error; docs/field-failures.md: per-pod
+// objects that exist are an error unless they belong to the same owner).
+var ErrNotOwned = errors.New("interface is not this sandbox's")
+
+// Teardown undoes Setup for a: the pod interface (when podNSPath is given,
+// and only when it is the sandbox owner's: DeletePodInterface), the host
+// veth, the host route and the rules of a.PodIP. Anything already gone is
+// success, and so is a pod interface of that name that is not owner's
+// (left alone). It must be called in the node netns.
+func Teardown(podNSPath, owner string, a Attachment) error {
 	var errs []error
 	if podNSPath != "" {
-		if _, err := DeletePodInterface(podNSPath, a.IfName); err != nil && !errors.Is(err, ErrNetnsGone) {
+		if _, err := DeletePodInterface(podNSPath, a.IfName, owner); err != nil && !errors.Is(err, ErrNetnsGone) && !errors.Is(err, ErrNotOwned) {
 			errs = append(errs, err)
 		}
 	}
@@ -44,10 +55,15 @@ func Teardown(podNSPath string, a Attachment) error {
 
 // DeletePodInterface deletes ifName inside the netns at path (which removes
 // the host end of its veth too) and returns the pod addresses it held: its
-// IPv4 addresses, then its IPv6 addresses other than link-local ones. A
-// missing interface is success. A path that is gone or not a netns wraps
-// ErrNetnsGone; any other failure to open it (EPERM) is an error.
-func DeletePodInterface(path, ifName string) ([]netip.Addr, error) {
+// IPv4 addresses, then its IPv6 addresses other than link-local ones. It
+// deletes only the sandbox owner's interface: a veth whose node end (in the
+// calling thread's netns) carries the alias owner (routing.SandboxAlias;
+// "" for a veth made with none). A missing interface is success; one that
+// is not owner's is left untouched and wraps ErrNotOwned, with no
+// addresses (they are another sandbox's). A path that is gone or not a
+// netns wraps ErrNetnsGone; any other failure to open it (EPERM) is an
+// error.
+func DeletePodInterface(path, ifName, owner string) ([]netip.Addr, error) {
 	podNS, err := ns.GetNS(path)
 	if err != nil {
 		var notExist ns.NSPathNotExistErr
@@ -70,6 +86,9 @@ func DeletePodInterface(path, ifName string) ([]netip.Addr, error) {
 			return nil, nil
 		}
 		return nil, fmt.Errorf("find %s in %s: %w", ifName, path, err)
+	}
+	if alias, ok := nodeEndAlias(pod, current, link); !ok || alias != owner {
+		return nil, fmt.Errorf("%s in %s: %w (%s)", ifName, path, ErrNotOwned, describeOwner(link, alias, ok))
 	}
 	// Both families in one dump: an IPv6 pod's address is as much the
 	// pod's as an IPv4 one (its link-local address is the veth's own).
@@ -101,6 +120,37 @@ func DeletePodInterface(path, ifName string) ([]netip.Addr, error) {
 		return addrs, fmt.Errorf("delete %s in %s: %w", ifName, path, err)
 	}
 	return addrs, nil
+}
+
+// nodeEndAlias returns the alias of the node end of link, a pod-side veth
+// read through pod: the link its IFLA_LINK names in the node netns (read
+// through node), which must be a veth naming link back. ok is false when
+// link is not a veth, its peer is in the pod netns itself, or no such node
+// end exists.
+func nodeEndAlias(pod, node netlinksafe.Handle, link netlink.Link) (alias string, ok bool) {
+	a := link.Attrs()
+	if _, veth := link.(*netlink.Veth); !veth || a.ParentIndex <= 0 || a.NetNsID < 0 {
+		return "", false
+	}
+	peer, err := node.LinkByIndex(a.ParentIndex)
+	if err != nil {
+		return "", false
+	}
+	if _, veth := peer.(*netlink.Veth); !veth || peer.Attrs().ParentIndex != a.Index {
+		return "", false
+	}
+	return peer.Attrs().Alias, true
+}
+
+// describeOwner says whose link is, for ErrNotOwned's message.
+func describeOwner(link netlink.Link, alias string, ok bool) string {
+	switch {
+	case !ok:
+		return "a " + link.Type() + " without a node-side veth end"
+	case alias == "":
+		return "its node-side veth names no sandbox"
+	}
+	return "its node-side veth is " + alias + "'s"
 }
 
 // DeleteHostVeth deletes the named veth in the node netns; it reports

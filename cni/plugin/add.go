@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"path/filepath"
@@ -61,7 +62,14 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	if err != nil {
 		in.undo(args.Netns, att)
 		in.log.Error("wiring failed; undone and address released", "error", err)
-		return types.NewError(types.ErrInternal, fmt.Sprintf("wire %v for %s: %v", asg.Address, in.key, err), "")
+		code := uint(types.ErrInternal)
+		if errors.Is(err, datapath.ErrNotOwned) {
+			// CNI spec 1.1 §ADD: an interface of the requested name that
+			// already exists is an error; the variable naming it is at fault.
+			code = types.ErrInvalidEnvironmentVariables
+			err = fmt.Errorf("CNI_IFNAME %s: %w", args.IfName, err)
+		}
+		return types.NewError(code, fmt.Sprintf("wire %v for %s: %v", asg.Address, in.key, err), "")
 	}
 	if pair.replaced.Veth {
 		in.log.Warn("replaced an existing host veth of the same pod", "sandbox", pair.previous.String(),
@@ -143,7 +151,7 @@ func (in *invocation) assignWhilePairing(args *skel.CmdArgs, nl *datapath.Sessio
 		cerr := daemonError("assign", in.key, err)
 		in.log.Error("assign failed", "error", cerr.Msg, "code", cerr.Code)
 		unpair := datapath.Attachment{HostVeth: hostVeth, IfName: args.IfName}
-		if err := datapath.Teardown(args.Netns, unpair); err != nil {
+		if err := datapath.Teardown(args.Netns, Identity(in.key), unpair); err != nil {
 			in.log.Error("remove the veth pair made while waiting", "error", err)
 		}
 		return asg, pair, cerr
@@ -184,7 +192,7 @@ func openNetns(path string) (hostNS, podNS ns.NetNS, err error) {
 // undo removes everything a failed ADD made and gives the address back, with
 // fresh deadlines (the ADD's may be spent).
 func (in *invocation) undo(netnsPath string, att datapath.Attachment) {
-	if err := datapath.Teardown(netnsPath, att); err != nil {
+	if err := datapath.Teardown(netnsPath, Identity(in.key), att); err != nil {
 		in.log.Error("undo wiring", "error", err)
 	}
 	ctx, cancel := in.ctx(in.conf.Timeouts.Release)

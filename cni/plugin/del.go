@@ -53,10 +53,14 @@ func (p *Plugin) Del(args *skel.CmdArgs) (rerr error) {
 	var errs []error
 	var podAddrs []netip.Addr
 	if args.Netns != "" {
-		podAddrs, err = datapath.DeletePodInterface(args.Netns, args.IfName)
+		podAddrs, err = datapath.DeletePodInterface(args.Netns, args.IfName, Identity(in.key))
 		switch {
 		case errors.Is(err, datapath.ErrNetnsGone):
 			in.log.Warn("pod netns gone; releasing anyway", "error", err)
+		case errors.Is(err, datapath.ErrNotOwned):
+			// Another sandbox's interface (a DEL with a wrong container ID
+			// or netns): neither it nor its addresses are this key's.
+			in.log.Warn("pod interface is not this sandbox's; left alone", "error", err)
 		case err != nil:
 			errs = append(errs, err)
 		}
@@ -67,7 +71,7 @@ func (p *Plugin) Del(args *skel.CmdArgs) (rerr error) {
 	case h.err == nil:
 		return in.delHeld(args, h.asg, podAddrs, errs)
 	case !errors.As(h.err, &ae) || (ae.Code != api.CodeNotFound && ae.Code != api.CodeNotReady):
-		return in.delWithoutDaemon(args, podAddrs, h.err, errs)
+		return in.delWithoutDaemon(args, podAddrs, "lookup", h.err, errs)
 	}
 	// Not held, as far as the daemon knows yet (unknown key, released
 	// earlier, or a daemon still restoring): the release settles it.
@@ -97,7 +101,7 @@ func (p *Plugin) Del(args *skel.CmdArgs) (rerr error) {
 			errs = append(errs, delUnknownHostSide(in, a, in.key, in.owners(nil)...))
 		}
 	default:
-		return in.delWithoutDaemon(args, podAddrs, r.err, errs)
+		return in.delWithoutDaemon(args, podAddrs, "release", r.err, errs)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return types.NewError(types.ErrInternal, fmt.Sprintf("DEL %s: %v", in.key, err), "")
@@ -169,18 +173,20 @@ func (in *invocation) release() releaseAnswer {
 	return releaseAnswer{resp, err}
 }
 
-// delWithoutDaemon handles a release the daemon did not answer (or refused):
+// delWithoutDaemon handles a lookup (op "lookup": the daemon's record of
+// the key, asked first) or a release (op "release") the daemon did not
+// answer (or refused):
 // it removes the host side from local knowledge and returns the daemon's
 // error, code 11 when unreachable or not ready, so the runtime retries the
 // DEL (B13): never a rule left pointing at an address the daemon may hand
 // out again.
-func (in *invocation) delWithoutDaemon(args *skel.CmdArgs, podAddrs []netip.Addr, relErr error, errs []error) error {
+func (in *invocation) delWithoutDaemon(args *skel.CmdArgs, podAddrs []netip.Addr, op string, relErr error, errs []error) error {
 	local := localAddrs(in, args.IfName, podAddrs)
 	for _, a := range local {
 		errs = append(errs, delHostSide(in, a, in.key, in.owners(nil)...))
 	}
-	cerr := daemonError("release", in.key, relErr)
-	in.log.Error("release failed; host side removed from local knowledge", "addresses", fmt.Sprint(local), "error", cerr.Msg)
+	cerr := daemonError(op, in.key, relErr)
+	in.log.Error(op+" failed; host side removed from local knowledge", "addresses", fmt.Sprint(local), "error", cerr.Msg)
 	if err := errors.Join(errs...); err != nil {
 		cerr.Details = err.Error()
 	}

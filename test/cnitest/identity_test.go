@@ -2,10 +2,14 @@ package cnitest
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
+
+	"github.com/containernetworking/cni/pkg/types"
 )
 
 // sameSandboxPod is a new sandbox of p's pod: same namespace and name (so
@@ -161,5 +165,47 @@ func TestStaleDELLeavesRulesOfAnAddressWithoutRoute(t *testing.T) {
 	}
 	ipCmd(t, "-n", e.Node.Name, "route", "replace", c2.Address.String()+"/32", "dev", e.HostVeth(c2), "scope", "link")
 	mustDel(t, e, c2)
+	AssertNodeClean(t, e)
+}
+
+// TestAnotherSandboxsInterfaceIsLeftAlone: the pod interface in a netns is
+// its sandbox's. A DEL of a container never added (c9) that names c1's
+// netns exits 0 and leaves c1's interface, veth, route, rules and record;
+// an ADD of another container (c8) into c1's netns under the same ifname
+// fails with code 4 naming CNI_IFNAME (CNI spec 1.1 §ADD: an interface of
+// that name already exists) and leaves c1 as it was, c8 holding nothing.
+// Both used to delete c1's eth0, and the DEL c1's route and rules too.
+func TestAnotherSandboxsInterfaceIsLeftAlone(t *testing.T) {
+	RequireRoot(t)
+	e, d := fakeEnv(t, FakePool(3))
+	c1 := e.NewPod(t, "own")
+	e.MustAdd(t, c1)
+	c9 := e.NewPod(t, "never")
+	c9.NetnsName, c9.NetnsPath = c1.NetnsName, c1.NetnsPath
+	if err := e.Del(t, c9); err != nil {
+		t.Fatalf("DEL of c9 naming c1's netns: %v", err)
+	}
+	AssertPodWired(t, e, c1, 0, 9001)
+	if err := e.Check(t, c1); err != nil {
+		t.Errorf("CHECK c1 after c9's DEL: %v", err)
+	}
+	c8 := e.NewPod(t, "intruder")
+	c8.NetnsName, c8.NetnsPath = c1.NetnsName, c1.NetnsPath
+	err := e.Add(t, c8)
+	var te *types.Error
+	if !errors.As(err, &te) || te.Code != types.ErrInvalidEnvironmentVariables || !strings.Contains(te.Msg, "CNI_IFNAME eth0") {
+		t.Fatalf("ADD of c8 into c1's netns: %v; want code 4 naming CNI_IFNAME", err)
+	}
+	AssertPodWired(t, e, c1, 0, 9001)
+	if err := e.Check(t, c1); err != nil {
+		t.Errorf("CHECK c1 after c8's ADD: %v", err)
+	}
+	if a, ok := d.Held()[e.key(c8)]; ok {
+		t.Errorf("c8 holds %v after its failed ADD", a.Address)
+	}
+	if a, ok := d.Held()[e.key(c1)]; !ok || a.Address != c1.Address {
+		t.Errorf("daemon record of c1: %+v (held %v), want %v", a, ok, c1.Address)
+	}
+	mustDel(t, e, c1)
 	AssertNodeClean(t, e)
 }

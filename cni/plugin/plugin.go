@@ -70,14 +70,31 @@ func start(cmd string, args *skel.CmdArgs, lenient bool) (*invocation, error) {
 	if argsErr != nil {
 		log.Warn("ignoring malformed CNI_ARGS", "error", argsErr)
 	}
-	return &invocation{
+	in := &invocation{
 		conf:   conf,
 		key:    api.Key{Network: conf.Name, ContainerID: args.ContainerID, IfName: args.IfName},
 		pod:    pod,
 		log:    log,
 		client: api.NewClient(conf.IPAMDSocket, conf.Timeouts.longest()),
 		close:  closeLog,
-	}, nil
+	}
+	if cmd == "ADD" || cmd == "DEL" || cmd == "CHECK" {
+		// One attachment's invocations take turns (lockAttachment),
+		// waiting as long as the holder's daemon call may take, plus a
+		// second for its wiring.
+		t := conf.Timeouts
+		unlock, skipped, err := lockAttachment(lockDir(conf.IPAMDSocket), in.key, time.Duration(max(t.Assign, t.Release, t.Check))+time.Second)
+		if err != nil {
+			in.log.Error("attachment lock", "error", err)
+			closeLog()
+			return nil, types.NewError(types.ErrTryAgainLater, fmt.Sprintf("%s %s: %v", cmd, in.key, err), "")
+		}
+		if skipped != nil {
+			in.log.Warn("running without the attachment lock", "error", skipped)
+		}
+		in.close = func() { unlock(); closeLog() }
+	}
+	return in, nil
 }
 
 func (in *invocation) ctx(d Duration) (context.Context, context.CancelFunc) {

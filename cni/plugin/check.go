@@ -34,7 +34,8 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 	if err != nil {
 		var ae *api.Error
 		if errors.As(err, &ae) && ae.Code == api.CodeNotFound {
-			return types.NewError(types.ErrInternal, fmt.Sprintf("vpcipd holds no address for %s: %s", in.key, ae.Error()), "")
+			// The daemon's own words go in details: they name the key too.
+			return types.NewError(types.ErrInternal, fmt.Sprintf("vpcipd holds no address for %s", in.key), ae.Error())
 		}
 		return daemonError("check", in.key, err)
 	}

@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"math"
 	"path/filepath"
 	"strings"
 	"time"
@@ -119,6 +120,9 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &f); err != nil {
 		return fmt.Errorf("want a duration like \"10s\" or a number of seconds")
 	}
+	if f > float64(math.MaxInt64)/float64(time.Second) {
+		return fmt.Errorf("%v seconds is too long (at most %v)", f, time.Duration(math.MaxInt64))
+	}
 	*d = Duration(f * float64(time.Second))
 	return nil
 }
@@ -205,6 +209,17 @@ func decodeField(c *Config, key string, val json.RawMessage) error {
 		var list []types.GCAttachment
 		if err := json.Unmarshal(val, &list); err != nil && !bytes.Equal(bytes.TrimSpace(val), []byte("null")) {
 			return fmt.Errorf("wrong type: %s", jsonTypeError(err))
+		}
+		// CNI spec 1.1 §GC: each entry names a containerID and an ifname.
+		// An entry without one would match no attachment, and GC would
+		// release a live one the runtime meant to keep.
+		for i, a := range list {
+			switch {
+			case a.ContainerID == "":
+				return fmt.Errorf("entry %d has no containerID", i)
+			case a.IfName == "":
+				return fmt.Errorf("entry %d (containerID %q) has no ifname", i, a.ContainerID)
+			}
 		}
 		c.ValidAttachments = append(c.ValidAttachments, list...)
 		return nil

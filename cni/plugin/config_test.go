@@ -79,6 +79,8 @@ func TestParseConfigErrors(t *testing.T) {
 		{"negative timeout", `{"cniVersion":"1.0.0","name":"n","type":"t","timeouts":{"gc":"-1s"}}`, types.ErrInvalidNetworkConfig, `gc: must not be negative`},
 		{"timeouts not object", `{"cniVersion":"1.0.0","name":"n","type":"t","timeouts":3}`, types.ErrInvalidNetworkConfig, `"timeouts"`},
 		{"attachments wrong", `{"cniVersion":"1.1.0","name":"n","type":"t","cni.dev/valid-attachments":{}}`, types.ErrInvalidNetworkConfig, `valid-attachments`},
+		{"attachment without ifname", `{"cniVersion":"1.1.0","name":"n","type":"t","cni.dev/valid-attachments":[{"containerID":"c1","ifname":"eth0"},{"containerID":"z2"}]}`, types.ErrInvalidNetworkConfig, `entry 1 (containerID "z2") has no ifname`},
+		{"attachment without containerID", `{"cniVersion":"1.1.0","name":"n","type":"t","cni.dev/attachments":[{"ifname":"eth0"}]}`, types.ErrInvalidNetworkConfig, `entry 0 has no containerID`},
 		{"prevResult string", `{"cniVersion":"1.0.0","name":"n","type":"t","prevResult":"x"}`, types.ErrInvalidNetworkConfig, `"prevResult"`},
 		{"10 MB document", `{"cniVersion":"1.0.0","name":"n","type":"t","pad":"` + strings.Repeat("x", 10<<20) + `"}`, types.ErrDecodingFailure, "bytes"},
 	}

@@ -58,7 +58,7 @@ func (r *reconciler) start(ctx context.Context, restored restoreOutcome) bool {
 		}
 		wait := pool.RetryBackoff(n)
 		r.life.setReady(false, "waiting for the cloud: "+err.Error())
-		r.log.Error("start-up reconciliation failed", "err", err, "retryIn", wait)
+		r.log.Error("start-up reconciliation failed", "err", err, "retryIn", wait.String())
 		select {
 		case <-ctx.Done():
 			return false

@@ -300,7 +300,7 @@ func (p *Pool) Cycle(ctx context.Context) time.Duration {
 			}
 		}
 		if wait, ok := p.refuse(err, plan, now); !ok {
-			p.o.Logger.Warn("pool action failed", "action", plan.Action.String(), "eni", plan.ENI, "err", err, "retryIn", wait)
+			p.o.Logger.Warn("pool action failed", "action", plan.Action.String(), "eni", plan.ENI, "err", err, "retryIn", wait.String())
 			return wait
 		}
 	}

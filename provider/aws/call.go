@@ -110,12 +110,19 @@ func call[T any](ctx context.Context, c *Client, a action, fn func(context.Conte
 			}
 		}
 		t0 := time.Now()
-		out, err := fn(ctx)
+		actx, cancel := context.WithTimeout(ctx, c.opts.AttemptTimeout)
+		out, err := fn(actx)
+		timedOut := err != nil && ctx.Err() == nil && errors.Is(actx.Err(), context.DeadlineExceeded)
+		cancel()
 		if err == nil {
 			c.opts.Observe(a.name, "ok", time.Since(start))
 			return out, nil
 		}
 		lastErr = classify(a.name, err)
+		if timedOut {
+			lastErr = fmt.Errorf("EC2 %s: no answer within %v (attempt %d): %w", a.name, c.opts.AttemptTimeout, attempt, err)
+			c.log.Warn("EC2 call unanswered; attempt cancelled", "action", a.name, "attempt", attempt, "timeout", c.opts.AttemptTimeout.String(), "repeatable", a.repeatable)
+		}
 		wait := c.backoff(attempt)
 		throttled := errors.Is(lastErr, provider.ErrThrottled)
 		if throttled && a.mutating && c.opts.Budget != nil {
@@ -126,7 +133,7 @@ func call[T any](ctx context.Context, c *Client, a action, fn func(context.Conte
 		case ctx.Err() != nil:
 		case throttled:
 			retry = time.Now().Add(wait).Before(throttleUntil)
-		case a.repeatable && transient.IsErrorRetryable(err) == aws.TrueTernary:
+		case a.repeatable && (timedOut || transient.IsErrorRetryable(err) == aws.TrueTernary):
 			failures++
 			retry = failures < c.opts.MaxAttempts
 		}

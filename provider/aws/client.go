@@ -55,6 +55,17 @@ type Options struct {
 	// (HTTP 5xx, broken connection) a repeatable call may meet before it
 	// gives up; throttled attempts do not count. Default 3.
 	MaxAttempts int
+	// AttemptTimeout bounds one attempt of an EC2 call: its request and
+	// the whole response. An attempt without an answer by then is
+	// cancelled, logged as a warning, and counts as a transient failure:
+	// retried (up to MaxAttempts) for an action safe to repeat, returned for
+	// the others (an assign or attach whose effect is unknown; the caller's
+	// reconcile reads what EC2 holds). Without it a request EC2, a proxy or
+	// the network leaves unanswered would hold the pool, or a restarting
+	// daemon's restore, for as long as the connection lives. Default 30s
+	// (EC2 answers in well under a second; a 1,000-ENI describe page in a
+	// few).
+	AttemptTimeout time.Duration
 	// MaxThrottleWait bounds how long one call keeps retrying while EC2
 	// refuses it for rate; after that it fails with provider.ErrThrottled.
 	// The context's deadline also ends it. Default 2 minutes.
@@ -119,6 +130,7 @@ func (o *Options) setDefaults() error {
 	setIfZero(&o.RetryMax, 10*time.Second)
 	setIfZero(&o.MaxAttempts, 3)
 	setIfZero(&o.MaxThrottleWait, 2*time.Minute)
+	setIfZero(&o.AttemptTimeout, 30*time.Second)
 	setIfZero(&o.MetadataWait, 30*time.Second)
 	setIfZero(&o.MetadataPoll, 100*time.Millisecond)
 	setIfZero(&o.DetachWait, 60*time.Second)

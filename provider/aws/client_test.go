@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -192,5 +193,45 @@ func TestMetadataUnreadableAfterTheChange(t *testing.T) {
 	added, err := c.AssignAddresses(t.Context(), eni.ID, 2, false)
 	if !errors.Is(err, provider.ErrNotVisible) || len(added) != 2 {
 		t.Fatalf("AssignAddresses with IMDS down = %v, %v; want 2 addresses and ErrNotVisible", added, err)
+	}
+}
+
+// TestAttemptTimeout: an EC2 request left unanswered is cancelled after
+// AttemptTimeout: a describe (safe to repeat) is tried MaxAttempts times
+// and then fails naming the timeout, an assign is tried once; once EC2
+// answers again, both go through. Without the timeout each attempt would
+// wait out the injected 10 s.
+func TestAttemptTimeout(t *testing.T) {
+	s := startSim(t)
+	opts := testOptions()
+	opts.AttemptTimeout = 150 * time.Millisecond
+	c := s.client(t, opts, "")
+	if _, err := c.Self(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	f := s.local.Cloud.Faults()
+	f.SetLatency("DescribeNetworkInterfaces", 10*time.Second, 0)
+	f.SetLatency("AssignPrivateIpAddresses", 10*time.Second, 0)
+	began := time.Now()
+	before := f.Calls("DescribeNetworkInterfaces")
+	if _, err := c.ENIs(t.Context()); err == nil || !strings.Contains(err.Error(), "no answer within 150ms") {
+		t.Errorf("ENIs() with EC2 silent: %v; want the attempt timeout", err)
+	}
+	if n := f.Calls("DescribeNetworkInterfaces") - before; n != 3 {
+		t.Errorf("%d DescribeNetworkInterfaces attempts, want MaxAttempts (3)", n)
+	}
+	before = f.Calls("AssignPrivateIpAddresses")
+	if _, err := c.AssignAddresses(t.Context(), s.inst.PrimaryENI.ID, 1, false); err == nil {
+		t.Errorf("AssignAddresses succeeded with EC2 silent")
+	}
+	if n := f.Calls("AssignPrivateIpAddresses") - before; n != 1 {
+		t.Errorf("%d AssignPrivateIpAddresses attempts, want 1 (its effect is unknown)", n)
+	}
+	if took := time.Since(began); took > 5*time.Second {
+		t.Errorf("took %v: attempts were not cancelled", took)
+	}
+	f.Reset()
+	if enis, err := c.ENIs(t.Context()); err != nil || len(enis) != 1 {
+		t.Errorf("ENIs() once EC2 answers: %v, %v", enis, err)
 	}
 }

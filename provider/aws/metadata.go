@@ -30,9 +30,12 @@ type identity struct {
 
 // metadata reads one IMDSv2 value under /latest/meta-data/ (IMDS GetMetadata)
 // and returns it trimmed. A path IMDS does not serve (HTTP 404) returns
-// ok false and no error.
+// ok false and no error. Like an EC2 attempt, the read (token, request and
+// body) is bounded by Options.AttemptTimeout.
 func (c *Client) metadata(ctx context.Context, path string) (value string, ok bool, err error) {
 	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, c.opts.AttemptTimeout)
+	defer cancel()
 	out, err := c.imds.GetMetadata(ctx, &imds.GetMetadataInput{Path: path})
 	if err != nil {
 		var re *smithyhttp.ResponseError

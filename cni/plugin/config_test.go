@@ -76,6 +76,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{"prefix slash", `{"cniVersion":"1.0.0","name":"n","type":"t","vethPrefix":"a/b"}`, types.ErrInvalidNetworkConfig, `"vethPrefix"`},
 		{"bad log level", `{"cniVersion":"1.0.0","name":"n","type":"t","pluginLogLevel":"loud"}`, types.ErrInvalidNetworkConfig, `"pluginLogLevel"`},
 		{"bad timeout", `{"cniVersion":"1.0.0","name":"n","type":"t","timeouts":{"assign":"soon"}}`, types.ErrInvalidNetworkConfig, `"timeouts": assign`},
+		{"timeout too long", `{"cniVersion":"1.0.0","name":"n","type":"t","timeouts":{"assign":1e300}}`, types.ErrInvalidNetworkConfig, `assign: 1e+300 seconds is too long`},
 		{"negative timeout", `{"cniVersion":"1.0.0","name":"n","type":"t","timeouts":{"gc":"-1s"}}`, types.ErrInvalidNetworkConfig, `gc: must not be negative`},
 		{"timeouts not object", `{"cniVersion":"1.0.0","name":"n","type":"t","timeouts":3}`, types.ErrInvalidNetworkConfig, `"timeouts"`},
 		{"attachments wrong", `{"cniVersion":"1.1.0","name":"n","type":"t","cni.dev/valid-attachments":{}}`, types.ErrInvalidNetworkConfig, `valid-attachments`},

@@ -143,7 +143,7 @@ func (s *Session) removeOwnPodInterface(ifName, alias string) error {
 		}
 		return fmt.Errorf("find %s in the pod netns: %w", ifName, err)
 	}
-	if own, ok := nodeEndAlias(s.pod, s.host, link); !ok || own != alias {
+	if own, ok := nodeEndAlias(s.host, link); !ok || own != alias {
 		return fmt.Errorf("interface %s already exists in the pod netns: %w (%s)", ifName, ErrNotOwned, describeOwner(link, own, ok))
 	}
 	if err := s.pod.LinkDel(link); err != nil && !errors.Is(err, unix.ENODEV) {

@@ -87,7 +87,7 @@ func DeletePodInterface(path, ifName, owner string) ([]netip.Addr, error) {
 		}
 		return nil, fmt.Errorf("find %s in %s: %w", ifName, path, err)
 	}
-	if alias, ok := nodeEndAlias(pod, current, link); !ok || alias != owner {
+	if alias, ok := nodeEndAlias(current, link); !ok || alias != owner {
 		return nil, fmt.Errorf("%s in %s: %w (%s)", ifName, path, ErrNotOwned, describeOwner(link, alias, ok))
 	}
 	// Both families in one dump: an IPv6 pod's address is as much the
@@ -122,12 +122,12 @@ func DeletePodInterface(path, ifName, owner string) ([]netip.Addr, error) {
 	return addrs, nil
 }
 
-// nodeEndAlias returns the alias of the node end of link, a pod-side veth
-// read through pod: the link its IFLA_LINK names in the node netns (read
-// through node), which must be a veth naming link back. ok is false when
+// nodeEndAlias returns the alias of the node end of link, a pod-side veth:
+// the link its IFLA_LINK names in the node netns (read through node), which
+// must be a veth naming link back. ok is false when
 // link is not a veth, its peer is in the pod netns itself, or no such node
 // end exists.
-func nodeEndAlias(pod, node netlinksafe.Handle, link netlink.Link) (alias string, ok bool) {
+func nodeEndAlias(node netlinksafe.Handle, link netlink.Link) (alias string, ok bool) {
 	a := link.Attrs()
 	if _, veth := link.(*netlink.Veth); !veth || a.ParentIndex <= 0 || a.NetNsID < 0 {
 		return "", false

@@ -15,9 +15,10 @@ import (
 	"github.com/vpcip/vpcip/ipamd/api"
 )
 
-// lockBuckets is how many lock files the plugin's attachment locks share
-// (by a hash of the key): bounded files in a tmpfs however many pods a node
-// runs over its life; two attachments of one bucket only take turns.
+// lockBuckets is how many lock files the plugin's locks share (by a hash
+// of each lock's name, bucketOf): bounded files in a tmpfs however many
+// pods a node runs over its life; two attachments of one bucket only take
+// turns.
 const lockBuckets = 4096
 
 // lockPoll is how often a blocked invocation tries the lock again.

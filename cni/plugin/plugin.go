@@ -80,9 +80,8 @@ func start(cmd string, args *skel.CmdArgs, lenient bool) (*invocation, error) {
 	}
 	if cmd == "ADD" || cmd == "DEL" || cmd == "CHECK" {
 		// One attachment's invocations, and those of the sandboxes of
-		// one pod, take turns (lockAttachment),
-		// waiting as long as the holder's daemon call may take, plus a
-		// second for its wiring.
+		// one pod, take turns (lockAttachment), waiting as long as the
+		// holder's daemon call may take, plus a second for its wiring.
 		t := conf.Timeouts
 		veth, _ := in.vethNames()
 		unlock, skipped, err := lockAttachment(lockDir(conf.IPAMDSocket), lockNames(in.key, veth), time.Duration(max(t.Assign, t.Release, t.Check))+time.Second)

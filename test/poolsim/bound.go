@@ -46,40 +46,18 @@ import (
 // in O(calls × ENIs × segments²). ok is false, and nothing computed, when
 // calls × ENIs × segments² exceeds maxWork.
 func MinIdleHours(levels []Level, end time.Time, calls, unit, slotsPerENI, maxENIs int, maxWork float64) (hours float64, ok bool) {
-	// Segments from the first demand on: before it, holding nothing is
-	// free and takes no call.
-	var at []time.Time
-	var u, a []int // in use (held at least), assigned (not idle)
-	for _, l := range levels {
-		if len(u) == 0 && l.InUse == 0 {
-			continue
-		}
-		if !l.At.Before(end) {
-			break
-		}
-		if len(u) > 0 && u[len(u)-1] == l.InUse && a[len(a)-1] == l.Assigned {
-			continue
-		}
-		if len(at) > 0 && at[len(at)-1].Equal(l.At) {
-			u[len(u)-1], a[len(a)-1] = l.InUse, l.Assigned
-			continue
-		}
-		at = append(at, l.At)
-		u, a = append(u, l.InUse), append(a, l.Assigned)
-	}
-	m := len(u)
-	if m == 0 {
-		return 0, true
-	}
 	if calls < 0 || unit <= 0 || slotsPerENI <= 0 {
 		return 0, false
 	}
-	at = append(at, end)
+	c := segmentsOf(levels, end, unit)
+	at, u, m, assigned := c.at, c.inUse, len(c.inUse), c.assigned
+	if m == 0 {
+		return 0, true
+	}
 	dur := make([]float64, m)
-	assigned, top := 0.0, 0 // ∫ assigned in address-hours; the most in use
+	top := 0 // the most in use
 	for i := range m {
 		dur[i] = at[i+1].Sub(at[i]).Hours()
-		assigned += float64(a[i]) * dur[i]
 		top = max(top, u[i])
 	}
 	slotsOf := func(h int) int { return (h + unit - 1) / unit }
@@ -295,4 +273,156 @@ func earliestTime(a, b time.Time) time.Time {
 		return a
 	}
 	return b
+}
+
+// curve is a demand curve cut into the segments a bound needs: from the
+// first demand on (before it, holding nothing is free and takes no call),
+// a new segment wherever the slots in use change.
+type curve struct {
+	at       []time.Time // segment i is [at[i], at[i+1]); the last at is end
+	inUse    []int       // the most addresses in use in each segment, rounded up to whole slots
+	assigned float64     // address-hours assigned to pods over the whole curve (Level.Assigned)
+}
+
+// segmentsOf cuts levels (Result.Levels) until end into a curve. A bound
+// depends on the addresses in use only through the slots (of unit
+// addresses) that hold them, so levels that keep the slots in use are one
+// segment; what is assigned is only ever summed.
+func segmentsOf(levels []Level, end time.Time, unit int) curve {
+	var c curve
+	slots := func(n int) int { return (n + unit - 1) / unit * unit }
+	for i, l := range levels {
+		if !l.At.Before(end) {
+			break
+		}
+		next := end
+		if i+1 < len(levels) && levels[i+1].At.Before(end) {
+			next = levels[i+1].At
+		}
+		c.assigned += float64(l.Assigned) * next.Sub(l.At).Hours()
+		if len(c.inUse) == 0 && l.InUse == 0 {
+			continue
+		}
+		s := slots(l.InUse)
+		if n := len(c.at); n > 0 && c.at[n-1].Equal(l.At) {
+			c.inUse[n-1] = s
+		} else {
+			c.at = append(c.at, l.At)
+			c.inUse = append(c.inUse, s)
+		}
+		if n := len(c.inUse); n > 1 && c.inUse[n-2] == c.inUse[n-1] {
+			c.at, c.inUse = c.at[:n-1], c.inUse[:n-1]
+		}
+	}
+	if len(c.inUse) > 0 {
+		c.at = append(c.at, end)
+	}
+	return c
+}
+
+// CoarseMinIdleHours is a lower bound like MinIdleHours, weaker but
+// computable on any curve: for the curves whose exact bound would exceed
+// maxWork (hundreds of calls over tens of thousands of segments). It is
+// never above MinIdleHours on the same arguments.
+//
+// It relaxes MinIdleHours further:
+//   - ENIs are not tracked: every change costs one call (the first piece's
+//     assign too), and a piece holds at least the primary address of each
+//     ENI its peak needs beyond the first;
+//   - the curve is cut into blocks of consecutive segments, as many as
+//     maxWork allows (blocks² × (calls+1) ≤ maxWork). Each block is either
+//     inside one piece (held at least the piece's peak for the whole
+//     block) or holds a change somewhere inside. Such a block is charged
+//     only the floor of each of its instants (Result.FloorHours) and one
+//     call, whatever happens in it. A change exactly at a block's edge costs its
+//     call and no block.
+//
+// Every real sequence of pieces maps to one of these: its changes inside a
+// block mark the block, and each of its pieces holds at least the peak of
+// the unmarked blocks it covers, so no pool does better. ok is false only
+// on bad arguments; +Inf with ok: no pool serves the curve with calls.
+func CoarseMinIdleHours(levels []Level, end time.Time, calls, unit, slotsPerENI, maxENIs int, maxWork float64) (hours float64, ok bool) {
+	if calls < 0 || unit <= 0 || slotsPerENI <= 0 || maxWork < 1 {
+		return 0, false
+	}
+	c := segmentsOf(levels, end, unit)
+	m := len(c.inUse)
+	if m == 0 {
+		return 0, true
+	}
+	inf := math.Inf(1)
+	if calls == 0 {
+		return inf, true
+	}
+	// rate: the least address-hours per hour held while h addresses are in
+	// use (h in whole slots): the slots and the primary address of each
+	// ENI they need beyond the first; +Inf beyond maxENIs.
+	rate := func(h int) float64 {
+		enis := max((h/unit+slotsPerENI-1)/slotsPerENI, 1)
+		if enis > max(maxENIs, 1) {
+			return inf
+		}
+		return float64(h + enis - 1)
+	}
+	nb := min(m, int(math.Sqrt(maxWork/float64(calls+1))))
+	if nb < 1 {
+		return 0, false
+	}
+	k := min(calls, 2*nb+1) // more calls than blocks and edges never help
+	peak := make([]int, nb)
+	span := make([]float64, nb)
+	low := make([]float64, nb) // the floor's address-hours
+	for b := range nb {
+		for s := b * m / nb; s < (b+1)*m/nb; s++ {
+			d := c.at[s+1].Sub(c.at[s]).Hours()
+			peak[b] = max(peak[b], c.inUse[s])
+			span[b] += d
+			low[b] += rate(c.inUse[s]) * d
+		}
+	}
+	// piece[j][n], marked[j][n]: least held address-hours covering blocks
+	// [0, j) with n calls, the last block ending a piece, or marked (the
+	// start counts as marked: the first piece's call is already spent).
+	w := k + 1
+	piece := make([]float64, (nb+1)*w)
+	marked := make([]float64, (nb+1)*w)
+	for i := range piece {
+		piece[i], marked[i] = inf, inf
+	}
+	marked[1] = 0
+	for j := 1; j <= nb; j++ {
+		for n := 0; n < k; n++ {
+			if v := min(piece[(j-1)*w+n], marked[(j-1)*w+n]) + low[j-1]; v < marked[j*w+n+1] {
+				marked[j*w+n+1] = v
+			}
+		}
+		hi, length := 0, 0.0
+		for i := j - 1; i >= 0; i-- {
+			hi = max(hi, peak[i])
+			length += span[i]
+			r := rate(hi)
+			if r == inf {
+				break
+			}
+			held := r * length
+			for n := 0; n <= k; n++ {
+				if v := marked[i*w+n] + held; v < piece[j*w+n] {
+					piece[j*w+n] = v
+				}
+				if n < k {
+					if v := piece[i*w+n] + held; v < piece[j*w+n+1] {
+						piece[j*w+n+1] = v
+					}
+				}
+			}
+		}
+	}
+	best := inf
+	for n := 0; n <= k; n++ {
+		best = min(best, piece[nb*w+n], marked[nb*w+n])
+	}
+	if best == inf {
+		return inf, true
+	}
+	return max(best-c.assigned, 0), true
 }

@@ -263,6 +263,63 @@ func TestMinIdleHoursNotBelowTheFloor(t *testing.T) {
 	}
 }
 
+// TestCoarseMinIdleHours: the coarse bound is never above the exact one
+// nor below the floor on random curves, whatever the number of blocks, and
+// on a hand-made curve it is what the pieces hold.
+func TestCoarseMinIdleHours(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for trial := range 60 {
+		unit := []int{1, 16}[trial%2]
+		slotsENI := []int{14, 1000}[trial/2%2]
+		var levels []Level
+		at := Epoch
+		assigned := 0
+		for range 25 {
+			assigned = max(0, min(assigned+r.IntN(11)-5, 50))
+			levels = append(levels, Level{At: at, InUse: assigned + r.IntN(6), Assigned: assigned})
+			at = at.Add(time.Duration(1+r.IntN(20)) * time.Minute)
+		}
+		end := at
+		floor := 0.0
+		for i, l := range levels {
+			until := end
+			if i+1 < len(levels) {
+				until = levels[i+1].At
+			}
+			slots := (l.InUse + unit - 1) / unit
+			enis := max((slots+slotsENI-1)/slotsENI, 1)
+			floor += float64(slots*unit+enis-1-l.Assigned) * until.Sub(l.At).Hours()
+		}
+		calls := 1 + r.IntN(12)
+		exact, ok := MinIdleHours(levels, end, calls, unit, slotsENI, 4, 1e9)
+		if !ok {
+			t.Fatalf("trial %d: no exact bound", trial)
+		}
+		for _, work := range []float64{1e9, 2000, 300, 20} {
+			got, ok := CoarseMinIdleHours(levels, end, calls, unit, slotsENI, 4, work)
+			if !ok || got > exact+1e-9 || got < floor-1e-9 && !math.IsInf(got, 1) {
+				t.Errorf("trial %d (unit %d, %d calls, work %v): coarse %.3f, exact %.3f, floor %.3f", trial, unit, calls, work, got, exact, floor)
+			}
+		}
+	}
+	// 5 in use for an hour, 10 for the next, then 5 for an hour: with 3
+	// calls the pieces hold the demand, with 1 the peak throughout.
+	h := func(x float64) time.Time { return Epoch.Add(time.Duration(x * float64(time.Hour))) }
+	levels := []Level{{At: h(0), InUse: 5, Assigned: 5}, {At: h(1), InUse: 10, Assigned: 10}, {At: h(2), InUse: 5, Assigned: 5}}
+	if got, _ := CoarseMinIdleHours(levels, h(3), 3, 1, 100, 1, 1e6); math.Abs(got) > 1e-9 {
+		t.Errorf("3 calls: %v; want 0", got)
+	}
+	if got, _ := CoarseMinIdleHours(levels, h(3), 1, 1, 100, 1, 1e6); math.Abs(got-10) > 1e-9 {
+		t.Errorf("1 call: %v; want 10 (10 held for three hours)", got)
+	}
+	if got, _ := CoarseMinIdleHours(levels, h(3), 0, 1, 100, 1, 1e6); !math.IsInf(got, 1) {
+		t.Errorf("no call: %v; want +Inf", got)
+	}
+	if _, ok := CoarseMinIdleHours(levels, h(3), 1, 0, 100, 1, 1e6); ok {
+		t.Error("unit 0 accepted")
+	}
+}
+
 // TestTwinFill: the twin continues a fill to capacity, one pod every 10 s
 // after the last, each staying to the end; traces with a pod that leaves,
 // or already at capacity, have none.

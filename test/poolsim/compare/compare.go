@@ -73,9 +73,12 @@ type Row struct {
 	// made pods wait our default's, if ours made none (BoundOn says
 	// which: a run without waits has the trace's own curve, each pod
 	// holding its address from its first ADD). NaN: not computed (both
-	// made pods wait, or the work would exceed boundWork).
+	// made pods wait). Where the exact bound's work would exceed boundWork,
+	// Bound is poolsim.CoarseMinIdleHours on the same curve and calls, a
+	// weaker bound (Coarse is true).
 	Bound   float64
 	BoundOn string // "ref" or "ours": the run whose curve Bound is on; "" with no Bound
+	Coarse  bool   // Bound is poolsim.CoarseMinIdleHours
 	// Online is poolsim.TwinFillBound on the reference default's curve, in
 	// secondary-IP mode on a trace whose pods stay (a node filling): the
 	// least idle address-hours of any pool that cannot see pods before
@@ -134,8 +137,9 @@ func OnPath(res poolsim.Result) float64 {
 }
 
 // boundWork caps the work of MinIdleHours per row (calls × ENIs ×
-// segments², about a nanosecond each).
-const boundWork = 3e9
+// segments², about a nanosecond each), and coarseWork that of
+// CoarseMinIdleHours where the exact bound exceeds it (calls × blocks²).
+const boundWork, coarseWork = 3e9, 3e9
 
 // Options select what Table runs.
 type Options struct {
@@ -203,28 +207,46 @@ func Table(o Options) []Row {
 	}
 	close(work)
 	wg.Wait()
-	for i := range rows {
-		r := &rows[i]
-		r.Bound, r.Online = math.NaN(), math.NaN()
-		ref, curve, on := r.Results[0], r.Results[0], "ref"
-		if ref.Waited > 0 {
-			curve, on = r.Results[2], "ours"
-		}
-		if r.Err != nil || curve.Waited > 0 || len(curve.Levels) == 0 {
-			continue
-		}
-		typ := typeOf[r.Type]
-		unit := 1
-		if r.Prefix {
-			unit = warmpool.PrefixAddresses
-		}
-		end := curve.Levels[0].At.Add(traces[i].Duration)
-		if b, ok := poolsim.MinIdleHours(curve.Levels, end, ref.Calls, unit, typ.Limits.PodAddressesPerENI(), typ.Limits.MaxENIs, boundWork); ok {
-			r.Bound, r.BoundOn = b, on
-		}
-		r.Online = onlineBound(traces[i], typ, r.Prefix, ref, o)
+	// The bounds, in parallel too: the coarse one takes seconds a row.
+	rowsLeft := make(chan int)
+	for range runtime.GOMAXPROCS(0) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range rowsLeft {
+				bounds(&rows[i], traces[i], typeOf[rows[i].Type], o)
+			}
+		}()
 	}
+	for i := range rows {
+		rowsLeft <- i
+	}
+	close(rowsLeft)
+	wg.Wait()
 	return rows
+}
+
+// bounds sets r's Bound (with BoundOn and Coarse) and Online.
+func bounds(r *Row, tr poolsim.Trace, typ poolsim.InstanceType, o Options) {
+	r.Bound, r.Online = math.NaN(), math.NaN()
+	ref, curve, on := r.Results[0], r.Results[0], "ref"
+	if ref.Waited > 0 {
+		curve, on = r.Results[2], "ours"
+	}
+	if r.Err != nil || curve.Waited > 0 || len(curve.Levels) == 0 {
+		return
+	}
+	unit := 1
+	if r.Prefix {
+		unit = warmpool.PrefixAddresses
+	}
+	end := curve.Levels[0].At.Add(tr.Duration)
+	if b, ok := poolsim.MinIdleHours(curve.Levels, end, ref.Calls, unit, typ.Limits.PodAddressesPerENI(), typ.Limits.MaxENIs, boundWork); ok {
+		r.Bound, r.BoundOn = b, on
+	} else if b, ok := poolsim.CoarseMinIdleHours(curve.Levels, end, ref.Calls, unit, typ.Limits.PodAddressesPerENI(), typ.Limits.MaxENIs, coarseWork); ok {
+		r.Bound, r.BoundOn, r.Coarse = b, on, true
+	}
+	r.Online = onlineBound(tr, typ, r.Prefix, ref, o)
 }
 
 // onlineBound is Row.Online: the reference default run on the trace's
@@ -300,6 +322,9 @@ func Print(w io.Writer, rows []Row) {
 		lb := ratio(r.Bound, r.Results[0].IdleHours)
 		if r.BoundOn == "ours" {
 			lb += "o" // on our default's curve: the reference made pods wait
+		}
+		if r.Coarse {
+			lb += "c" // poolsim.CoarseMinIdleHours: the exact bound would take too long
 		}
 		fmt.Fprintf(w, " | %5s %5s", ratio(floor(r), r.Results[0].IdleHours), lb)
 		for _, pair := range [][2]int{{2, 0}, {3, 1}} {

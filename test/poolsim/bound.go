@@ -205,55 +205,79 @@ func TwinFill(t Trace, capacity int) (Trace, bool) {
 	return twin, true
 }
 
-// TwinFillBound is a lower bound on the idle address-hours, on a filling
-// node's demand curve levels (until end; pods only arrive), of any pool
-// that cannot see pods before they are bound, makes no pod wait, and makes
-// no more EC2 calls than callsA there and callsTwin on the twin
-// (TwinFill), whose pods need twinAddrs addresses, in secondary-IP mode.
-//
-// It holds when both call counts are the fewest growth takes
-// (GrowthCalls of the ENIs the pods need, the same for both): such a pool
-// makes no call beyond growth, so every ENI's addresses are set by the
-// call that creates it (the primary ENI's by its one assign), and the twin
-// needs twinAddrs of them by the time its first pod on the last ENI comes
-// (t_E, the first level above (E−1) × slotsPerENI). Until after the last
-// pod of levels the two traces are the same pods, so the pool has made
-// the same calls on both by t_E: on levels it too holds twinAddrs
-// addresses, plus the primary address of each ENI beyond the first, from
-// t_E to end, with no call left to give them back. The bound is that
-// holding less what is assigned, over [t_E, end]; nothing before t_E is
-// counted.
-//
-// ok is false where the argument does not hold: a level where an address
-// is cooling or in use falls (a pod left), callsA or callsTwin above the
-// fewest, twinAddrs not above the curve's peak, the twin needing more ENIs
-// than the curve or than maxENIs.
-func TwinFillBound(levels []Level, end time.Time, twinAddrs, callsA, callsTwin, slotsPerENI, maxENIs int) (hours float64, ok bool) {
-	if slotsPerENI <= 0 || len(levels) == 0 {
-		return 0, false
+// TwinAfter is a twin of t that no pool can tell from t before from: the
+// same pods, and extra more arriving one every 10 s from from on, each
+// staying to the end (pods the scheduler places on the node later). false:
+// extra < 1, or the last would arrive after t ends.
+func TwinAfter(t Trace, from time.Duration, extra int) (Trace, bool) {
+	if extra < 1 || from < 0 || from+time.Duration(extra-1)*10*time.Second >= t.Duration {
+		return Trace{}, false
 	}
-	top, prev := 0, 0
+	twin := t
+	twin.Name = t.Name + "-twin"
+	twin.Pods = slices.Clone(t.Pods)
+	for i := range extra {
+		at := from + time.Duration(i)*10*time.Second
+		twin.Pods = append(twin.Pods, Pod{Arrive: at, Life: t.Duration - at})
+	}
+	return twin, true
+}
+
+// TwinFillBound is TwinBound for a filling node (pods only arrive: no
+// level where an address is cooling or in use falls), the twin
+// TwinFill's, whose pods need twinAddrs addresses; ok is false on any
+// other curve.
+func TwinFillBound(levels []Level, end time.Time, twinAddrs, callsA, callsTwin, slotsPerENI, maxENIs int) (hours float64, ok bool) {
+	prev := 0
 	for _, l := range levels {
 		if l.InUse < prev || l.InUse != l.Assigned {
 			return 0, false
 		}
 		prev = l.InUse
+	}
+	return TwinBound(levels, end, twinAddrs, callsA, callsTwin, slotsPerENI, maxENIs)
+}
+
+// TwinBound is a lower bound on the idle address-hours, on a node's demand
+// curve levels (until end), of any pool that cannot see pods before they
+// are bound, makes no pod wait, and makes no more EC2 calls than callsA
+// there and callsTwin on a twin trace, in secondary-IP mode. The twin is
+// the same pods until after t_E, the first level above (E−1) ×
+// slotsPerENI, where E is the ENIs the curve's peak needs (TwinAfter from
+// t_E plus 10 s), and its peak in use is twinPeak addresses, more than the
+// curve's on the same E ENIs.
+//
+// It holds when both call counts are the fewest growth takes
+// (GrowthCalls(E)): such a pool makes no call beyond growth, so every
+// ENI's addresses are set by the call that creates it (the primary ENI's
+// by its one assign). At t_E a pod needs an address of the E-th ENI, so
+// every one of those calls is done, and what the pool holds is final. Up
+// to then the two traces are the same pods, so it is the same on both;
+// on the twin it covers twinPeak. So on levels too the pool holds twinPeak
+// addresses, plus the primary address of each ENI beyond the first, from
+// t_E to end. The bound is that holding less what is assigned, over
+// [t_E, end]; nothing before t_E is counted. Pods may leave: a curve that
+// falls only adds idle after t_E.
+//
+// ok is false where the argument does not hold: callsA or callsTwin above
+// the fewest, twinPeak not above the curve's peak, the twin needing more
+// ENIs than the curve or than maxENIs.
+func TwinBound(levels []Level, end time.Time, twinPeak, callsA, callsTwin, slotsPerENI, maxENIs int) (hours float64, ok bool) {
+	if slotsPerENI <= 0 || len(levels) == 0 {
+		return 0, false
+	}
+	top := 0
+	for _, l := range levels {
 		top = max(top, l.InUse)
 	}
 	enis := func(n int) int { return (n + slotsPerENI - 1) / slotsPerENI }
 	e := enis(top)
-	if top == 0 || twinAddrs <= top || enis(twinAddrs) != e || e > maxENIs ||
+	if top == 0 || twinPeak <= top || enis(twinPeak) != e || e > maxENIs ||
 		callsA != GrowthCalls(e) || callsTwin != GrowthCalls(e) {
 		return 0, false
 	}
-	held := float64(twinAddrs + e - 1)
-	from := -1
-	for i, l := range levels {
-		if l.InUse > (e-1)*slotsPerENI {
-			from = i
-			break
-		}
-	}
+	held := float64(twinPeak + e - 1)
+	from := slices.IndexFunc(levels, func(l Level) bool { return l.InUse > (e-1)*slotsPerENI })
 	for i := from; i < len(levels); i++ {
 		at, next := levels[i].At, end
 		if i+1 < len(levels) {
@@ -266,6 +290,22 @@ func TwinFillBound(levels []Level, end time.Time, twinAddrs, callsA, callsTwin, 
 		hours += (held - float64(levels[i].Assigned)) * next.Sub(at).Hours()
 	}
 	return hours, true
+}
+
+// TwinFrom is t_E of TwinBound on levels: the time from start of the first
+// level above (E−1) × slotsPerENI, E the ENIs the curve's peak needs;
+// false on an empty curve.
+func TwinFrom(levels []Level, start time.Time, slotsPerENI int) (time.Duration, bool) {
+	top := 0
+	for _, l := range levels {
+		top = max(top, l.InUse)
+	}
+	if top == 0 || slotsPerENI <= 0 {
+		return 0, false
+	}
+	e := (top + slotsPerENI - 1) / slotsPerENI
+	i := slices.IndexFunc(levels, func(l Level) bool { return l.InUse > (e-1)*slotsPerENI })
+	return levels[i].At.Sub(start), true
 }
 
 func earliestTime(a, b time.Time) time.Time {

@@ -346,6 +346,59 @@ func TestTwinFill(t *testing.T) {
 	}
 }
 
+// TestTwinAfter: the twin adds pods every 10 s from the given time, each
+// staying to the end; none that would arrive after the trace's end.
+func TestTwinAfter(t *testing.T) {
+	a := Trace{Duration: time.Hour, Pods: []Pod{{Arrive: time.Second, Life: time.Minute}}}
+	twin, ok := TwinAfter(a, 2*time.Minute, 3)
+	if !ok || len(twin.Pods) != 4 || len(a.Pods) != 1 {
+		t.Fatalf("twin %v, %v (trace %d pods); want 4 pods, the trace unchanged", twin.Pods, ok, len(a.Pods))
+	}
+	for i, want := range []time.Duration{2 * time.Minute, 2*time.Minute + 10*time.Second, 2*time.Minute + 20*time.Second} {
+		if p := twin.Pods[i+1]; p.Arrive != want || p.Arrive+p.Life != time.Hour {
+			t.Errorf("pod %d: %v for %v; want from %v to the end", i+1, p.Arrive, p.Life, want)
+		}
+	}
+	if _, ok := TwinAfter(a, 59*time.Minute+55*time.Second, 2); ok {
+		t.Error("a twin whose pod arrives after the end")
+	}
+	if _, ok := TwinAfter(a, time.Minute, 0); ok {
+		t.Error("a twin with no pod more")
+	}
+}
+
+// TestTwinBound: on a curve whose pods leave (ENIs of 3; 7 in use from
+// minute 6, the third ENI first needed then; 3 from minute 30, one address
+// cooling for a minute) with a twin of 8, 8 addresses and two ENI
+// primaries are held from minute 6 to the end: idle 3 × 24 + 7 × 1 + 7 ×
+// 29 address-minutes.
+func TestTwinBound(t *testing.T) {
+	at := func(m int) time.Time { return Epoch.Add(time.Duration(m) * time.Minute) }
+	var levels []Level
+	for i := range 7 {
+		levels = append(levels, Level{At: at(i), InUse: i + 1, Assigned: i + 1})
+	}
+	levels = append(levels, Level{At: at(30), InUse: 4, Assigned: 3}, Level{At: at(31), InUse: 3, Assigned: 3})
+	got, ok := TwinBound(levels, at(60), 8, 7, 7, 3, 4)
+	if want := float64(3*24+7+7*29) / 60; !ok || math.Abs(got-want) > 1e-9 {
+		t.Errorf("bound %v, %v; want %v", got, ok, want)
+	}
+	if from, ok := TwinFrom(levels, Epoch, 3); !ok || from != 6*time.Minute {
+		t.Errorf("t_E %v, %v; want 6m0s", from, ok)
+	}
+	if _, ok := TwinFillBound(levels, at(60), 8, 7, 7, 3, 4); ok {
+		t.Error("TwinFillBound on a curve whose pods leave")
+	}
+	for _, tc := range []struct {
+		name            string
+		peak, callsTwin int
+	}{{"a call to spare on the twin", 8, 8}, {"the twin no larger", 7, 7}, {"the twin needs a fourth ENI", 10, 7}} {
+		if got, ok := TwinBound(levels, at(60), tc.peak, 7, tc.callsTwin, 3, 4); ok {
+			t.Errorf("%s: bound %v; want none", tc.name, got)
+		}
+	}
+}
+
 // TestTwinFillBound: on a hand-made fill of 7 addresses, one a minute,
 // with ENIs of 3 (the third ENI is first needed at minute 6) and a twin of
 // 8: from minute 6 to the end (54 minutes) 8 addresses and two ENI

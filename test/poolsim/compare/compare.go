@@ -79,15 +79,17 @@ type Row struct {
 	Bound   float64
 	BoundOn string // "ref" or "ours": the run whose curve Bound is on; "" with no Bound
 	Coarse  bool   // Bound is poolsim.CoarseMinIdleHours
-	// Online is poolsim.TwinFillBound on the reference default's curve, in
-	// secondary-IP mode on a trace whose pods stay (a node filling): the
-	// least idle address-hours of any pool that cannot see pods before
-	// they are bound, makes no pod wait, and makes no more EC2 calls than
-	// the reference default here and on the twin trace (poolsim.TwinFill,
-	// the same fill continued to the node's capacity), where both made the
-	// fewest calls growth takes. NaN: not computed (another trace, prefix
-	// mode, a run that made pods wait, or a reference that made more).
-	Online float64
+	// Online is poolsim.TwinFillBound or poolsim.TwinBound on the
+	// reference default's curve, in secondary-IP mode: the least idle
+	// address-hours of any pool that cannot see pods before they are
+	// bound, makes no pod wait, and makes no more EC2 calls than the
+	// reference default here and on a twin trace (OnlineTwin: the same
+	// pods until after the last ENI is first needed, then more), where
+	// both made the fewest calls growth takes. NaN: not computed (prefix
+	// mode, a run that made pods wait, a reference that made more calls,
+	// no twin found).
+	Online     float64
+	OnlineTwin poolsim.Trace // the twin of Online; none where Online is NaN
 }
 
 // OutOfReachOnline reports whether the row's idle target is below
@@ -246,27 +248,62 @@ func bounds(r *Row, tr poolsim.Trace, typ poolsim.InstanceType, o Options) {
 	} else if b, ok := poolsim.CoarseMinIdleHours(curve.Levels, end, ref.Calls, unit, typ.Limits.PodAddressesPerENI(), typ.Limits.MaxENIs, coarseWork); ok {
 		r.Bound, r.BoundOn, r.Coarse = b, on, true
 	}
-	r.Online = onlineBound(tr, typ, r.Prefix, ref, o)
+	r.Online, r.OnlineTwin = onlineBound(tr, typ, r.Prefix, ref, o)
 }
 
-// onlineBound is Row.Online: the reference default run on the trace's
-// twin, where there is one, and poolsim.TwinFillBound; NaN where the
-// argument does not apply.
-func onlineBound(tr poolsim.Trace, typ poolsim.InstanceType, prefix bool, ref poolsim.Result, o Options) float64 {
-	twin, ok := poolsim.TwinFill(tr, typ.MaxPods-2)
-	if prefix || !ok || ref.Waited > 0 || len(ref.Levels) == 0 {
-		return math.NaN()
+// onlineBound is Row.Online: the reference default run on a twin of the
+// trace and poolsim.TwinFillBound or poolsim.TwinBound; NaN where the
+// argument does not apply. A fill's twin is the fill continued to the
+// node's capacity (poolsim.TwinFill); another trace's adds long-lived pods
+// from 10 s after its last ENI is first needed (poolsim.TwinAfter): as
+// many as that ENI count holds, or fewer (three quarters, half, a quarter
+// of them, one) until the reference makes no pod wait and the fewest calls
+// on the twin.
+func onlineBound(tr poolsim.Trace, typ poolsim.InstanceType, prefix bool, ref poolsim.Result, o Options) (float64, poolsim.Trace) {
+	slots := typ.Limits.PodAddressesPerENI()
+	if prefix || ref.Waited > 0 || len(ref.Levels) == 0 || slots <= 0 {
+		return math.NaN(), poolsim.Trace{}
 	}
-	tres, err := Run(twin, typ, false, Setups[0], o.Lat, o.Seed)
-	if err != nil || tres.Waited > 0 {
-		return math.NaN()
+	start := ref.Levels[0].At
+	end := start.Add(tr.Duration)
+	if twin, ok := poolsim.TwinFill(tr, typ.MaxPods-2); ok {
+		tres, err := Run(twin, typ, false, Setups[0], o.Lat, o.Seed)
+		if err != nil || tres.Waited > 0 {
+			return math.NaN(), poolsim.Trace{}
+		}
+		if b, ok := poolsim.TwinFillBound(ref.Levels, end, len(twin.Pods), ref.Calls, tres.Calls, slots, typ.Limits.MaxENIs); ok {
+			return b, twin
+		}
+		return math.NaN(), poolsim.Trace{}
 	}
-	end := ref.Levels[0].At.Add(tr.Duration)
-	b, ok := poolsim.TwinFillBound(ref.Levels, end, len(twin.Pods), ref.Calls, tres.Calls, typ.Limits.PodAddressesPerENI(), typ.Limits.MaxENIs)
-	if !ok {
-		return math.NaN()
+	top := 0
+	for _, l := range ref.Levels {
+		top = max(top, l.InUse)
 	}
-	return b
+	e := (top + slots - 1) / slots
+	tE, ok := poolsim.TwinFrom(ref.Levels, start, slots)
+	room := min(e*slots, typ.MaxPods-2) - top
+	if !ok || room < 1 || ref.Calls != poolsim.GrowthCalls(e) {
+		return math.NaN(), poolsim.Trace{}
+	}
+	for _, extra := range slices.Compact([]int{room, room * 3 / 4, room / 2, room / 4, 1}) {
+		twin, ok := poolsim.TwinAfter(tr, tE+10*time.Second, extra)
+		if !ok || extra < 1 {
+			continue
+		}
+		tres, err := Run(twin, typ, false, Setups[0], o.Lat, o.Seed)
+		if err != nil || tres.Waited > 0 {
+			continue
+		}
+		peak := 0
+		for _, l := range tres.Levels {
+			peak = max(peak, l.InUse)
+		}
+		if b, ok := poolsim.TwinBound(ref.Levels, end, peak, ref.Calls, tres.Calls, slots, typ.Limits.MaxENIs); ok {
+			return b, twin
+		}
+	}
+	return math.NaN(), poolsim.Trace{}
 }
 
 // TraceSeed is the seed of the trace of g on typ in the table of seed:
@@ -418,7 +455,7 @@ func Summary(w io.Writer, rows []Row) {
 	fmt.Fprintf(w, "pod starts with an EC2 call on their path, our default, traces but fill: at most %.2f %%; rows above 1 %%: %v\n", 100*worstPath, overPath)
 	fmt.Fprintf(w, "idle ≤ 0.5× out of reach for any pool (floor above half the reference's idle): %d/%d %v\n", beyond, n, beyondRows)
 	fmt.Fprintf(w, "idle ≤ 0.5× with no more waits and calls out of reach for any pool (bound above half the reference's idle): %d/%d %v\n", jointly, n, jointRows)
-	fmt.Fprintf(w, "per-row idle target out of reach for any pool that cannot see pods ahead and, on the same fill continued to capacity, makes no pod wait and no more calls than the reference (poolsim.TwinFillBound, idle address-hours): %d/%d %v\n", len(online), n, online)
+	fmt.Fprintf(w, "per-row targets out of reach together for any pool that cannot see pods ahead and also makes no pod wait and no more calls than the reference on a twin (the same pods until after the last ENI is first needed, then more that stay; poolsim.TwinBound, idle address-hours): %d/%d %v\n", len(online), n, online)
 }
 
 // SummaryNoKube writes how our default fares without its Kubernetes part

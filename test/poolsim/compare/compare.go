@@ -432,7 +432,7 @@ func Summary(w io.Writer, rows []Row) {
 		wWaited, n, wCalls, n, ourWW, refWW)
 	SummaryNoKube(w, rows)
 	var idleMet, callsMet, both int
-	var missed, overPath, online []string
+	var missed, overPath, online, open []string
 	worstPath := 0.0
 	for _, r := range rows {
 		i, c, _ := r.Meets()
@@ -442,6 +442,8 @@ func Summary(w io.Writer, rows []Row) {
 		}
 		if r.OutOfReachOnline() {
 			online = append(online, fmt.Sprintf("%s (at least %.1f, target %.1f)", rowName(r), r.Online, r.IdleTarget()))
+		} else if !i || !c {
+			open = append(open, rowName(r))
 		}
 		if p := OnPath(r.Results[2]); r.Trace != "fill" {
 			worstPath = max(worstPath, p)
@@ -456,6 +458,7 @@ func Summary(w io.Writer, rows []Row) {
 	fmt.Fprintf(w, "idle ≤ 0.5× out of reach for any pool (floor above half the reference's idle): %d/%d %v\n", beyond, n, beyondRows)
 	fmt.Fprintf(w, "idle ≤ 0.5× with no more waits and calls out of reach for any pool (bound above half the reference's idle): %d/%d %v\n", jointly, n, jointRows)
 	fmt.Fprintf(w, "per-row targets out of reach together for any pool that cannot see pods ahead and also makes no pod wait and no more calls than the reference on a twin (the same pods until after the last ENI is first needed, then more that stay; poolsim.TwinBound, idle address-hours): %d/%d %v\n", len(online), n, online)
+	fmt.Fprintf(w, "per-row targets not met where no bound shows them out of reach: %d/%d %v\n", len(open), n, open)
 }
 
 // SummaryNoKube writes how our default fares without its Kubernetes part

@@ -44,7 +44,8 @@ func TestTableSmoke(t *testing.T) {
 	var out bytes.Buffer
 	Print(&out, a)
 	Summary(&out, a)
-	if !strings.Contains(out.String(), "per-row targets of the default") || !strings.Contains(out.String(), "EC2 call on their path") {
+	if !strings.Contains(out.String(), "per-row targets of the default") || !strings.Contains(out.String(), "EC2 call on their path") ||
+		!strings.Contains(out.String(), "per-row targets not met where no bound shows them out of reach") {
 		t.Errorf("summary lacks the per-row targets or the on-path share:\n%s", out.String())
 	}
 	if !strings.Contains(out.String(), "ours default, no Kubernetes part") || !strings.Contains(out.String(), "default without the Kubernetes part") {

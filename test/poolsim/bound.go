@@ -44,7 +44,7 @@ import (
 // The fewest idle address-hours over all such sequences of at most calls
 // calls is found exactly by dynamic programming over the curve's segments,
 // in O(calls × ENIs × segments²). ok is false, and nothing computed, when
-// calls × ENIs × segments² exceeds maxWork.
+// (calls+1) × ENIs × segments² exceeds maxWork.
 func MinIdleHours(levels []Level, end time.Time, calls, unit, slotsPerENI, maxENIs int, maxWork float64) (hours float64, ok bool) {
 	if calls < 0 || unit <= 0 || slotsPerENI <= 0 {
 		return 0, false
@@ -257,7 +257,10 @@ func TwinFillBound(levels []Level, end time.Time, twinAddrs, callsA, callsTwin, 
 // addresses, plus the primary address of each ENI beyond the first, from
 // t_E to end. The bound is that holding less what is assigned, over
 // [t_E, end]; nothing before t_E is counted. Pods may leave: a curve that
-// falls only adds idle after t_E.
+// falls only adds idle after t_E. The curve is the simulator node's: an
+// address is in use until its 30 s cooldown ends (Level.InUse), and "no
+// pod waits" means every pod gets an address at its first ADD (none
+// waits, none never starts); the pool decides alike on the same events.
 //
 // ok is false where the argument does not hold: callsA or callsTwin above
 // the fewest, twinPeak not above the curve's peak, the twin needing more
@@ -354,6 +357,11 @@ func segmentsOf(levels []Level, end time.Time, unit int) curve {
 			c.at, c.inUse = c.at[:n-1], c.inUse[:n-1]
 		}
 	}
+	// A level at the first demand's instant may have taken it back: the
+	// curve starts at its first segment with something in use.
+	for len(c.inUse) > 0 && c.inUse[0] == 0 {
+		c.at, c.inUse = c.at[1:], c.inUse[1:]
+	}
 	if len(c.inUse) > 0 {
 		c.at = append(c.at, end)
 	}
@@ -362,8 +370,8 @@ func segmentsOf(levels []Level, end time.Time, unit int) curve {
 
 // CoarseMinIdleHours is a lower bound like MinIdleHours, weaker but
 // computable on any curve: for the curves whose exact bound would exceed
-// maxWork (hundreds of calls over tens of thousands of segments). It is
-// never above MinIdleHours on the same arguments.
+// maxWork (hundreds of calls over tens of thousands of segments). On the
+// same arguments it is never above MinIdleHours.
 //
 // It relaxes MinIdleHours further:
 //   - ENIs are not tracked: every change costs one call (the first piece's
@@ -379,8 +387,9 @@ func segmentsOf(levels []Level, end time.Time, unit int) curve {
 //
 // Every real sequence of pieces maps to one of these: its changes inside a
 // block mark the block, and each of its pieces holds at least the peak of
-// the unmarked blocks it covers, so no pool does better. ok is false only
-// on bad arguments; +Inf with ok: no pool serves the curve with calls.
+// the unmarked blocks it covers, so no pool does better. ok is false on
+// bad arguments and when maxWork is below calls+1 (not even one block);
+// +Inf with ok: no pool serves the curve with calls.
 func CoarseMinIdleHours(levels []Level, end time.Time, calls, unit, slotsPerENI, maxENIs int, maxWork float64) (hours float64, ok bool) {
 	if calls < 0 || unit <= 0 || slotsPerENI <= 0 || maxWork < 1 {
 		return 0, false

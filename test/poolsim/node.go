@@ -122,6 +122,7 @@ type Result struct {
 	EndENIs   int // ENIs attached at the end
 	EndHeld   int // addresses held at the end (Cloud.Held)
 	Unstarted int // pods still without an address at the end
+	Start     time.Time // the trace's time 0, once the pool started: a pod arrives at Start + Pod.Arrive, the run ends at Start + Trace.Duration
 	// FloorHours is the idle address-hours no pool could avoid on this
 	// run's pod timings, for secondary-IP mode [0] and prefix mode [1]:
 	// addresses in their Cooldown after a pod left (no pool hands them
@@ -219,6 +220,7 @@ func Simulate(trace Trace, typ InstanceType, lat Latencies, beh Behaviour, seed 
 		return Result{}, fmt.Errorf("pool start: %w", startErr)
 	}
 	t0 := n.clock.Now()
+	n.res.Start = t0
 	lags := sandboxLags(trace.Pods, beh, lagRNG)
 	for i, p := range trace.Pods {
 		ps := &podState{pod: p, name: fmt.Sprintf("pod-%05d", i)}

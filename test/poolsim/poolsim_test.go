@@ -277,9 +277,11 @@ func TestCoarseMinIdleHours(t *testing.T) {
 		for range 25 {
 			assigned = max(0, min(assigned+r.IntN(11)-5, 50))
 			levels = append(levels, Level{At: at, InUse: assigned + r.IntN(6), Assigned: assigned})
-			at = at.Add(time.Duration(1+r.IntN(20)) * time.Minute)
+			if r.IntN(4) > 0 { // else the next level is at the same instant
+				at = at.Add(time.Duration(1+r.IntN(20)) * time.Minute)
+			}
 		}
-		end := at
+		end := at.Add(time.Minute)
 		floor := 0.0
 		for i, l := range levels {
 			until := end
@@ -290,7 +292,7 @@ func TestCoarseMinIdleHours(t *testing.T) {
 			enis := max((slots+slotsENI-1)/slotsENI, 1)
 			floor += float64(slots*unit+enis-1-l.Assigned) * until.Sub(l.At).Hours()
 		}
-		calls := 1 + r.IntN(12)
+		calls := r.IntN(12)
 		exact, ok := MinIdleHours(levels, end, calls, unit, slotsENI, 4, 1e9)
 		if !ok {
 			t.Fatalf("trial %d: no exact bound", trial)
@@ -317,6 +319,13 @@ func TestCoarseMinIdleHours(t *testing.T) {
 	}
 	if _, ok := CoarseMinIdleHours(levels, h(3), 1, 0, 100, 1, 1e6); ok {
 		t.Error("unit 0 accepted")
+	}
+	// The first demand taken back at its instant: nothing is in use until
+	// the next level, which holds nothing either, so no call is needed.
+	m := func(x float64) time.Time { return Epoch.Add(time.Duration(x * float64(time.Minute))) }
+	back := []Level{{At: m(13), InUse: 5, Assigned: 5}, {At: m(13), InUse: 0}, {At: m(13.1), InUse: 2}}
+	if got, ok := CoarseMinIdleHours(back, m(13.1), 0, 1, 3, 4, 1e6); !ok || got != 0 {
+		t.Errorf("demand taken back at its instant: coarse %v, %v; want 0", got, ok)
 	}
 }
 

@@ -67,8 +67,9 @@ type Row struct {
 	Results []poolsim.Result
 	Err     error
 	// Bound is poolsim.MinIdleHours with the reference default's count of
-	// calls on a demand curve where no pod waited: the least idle
-	// address-hours of any pool that makes no pod wait and calls no more.
+	// calls on a demand curve where no pod waited: a lower bound on the
+	// idle address-hours of any pool that makes no pod wait and calls no
+	// more.
 	// The curve is the reference default's run, or where the reference
 	// made pods wait our default's, if ours made none (BoundOn says
 	// which: a run without waits has the trace's own curve, each pod
@@ -80,8 +81,8 @@ type Row struct {
 	BoundOn string // "ref" or "ours": the run whose curve Bound is on; "" with no Bound
 	Coarse  bool   // Bound is poolsim.CoarseMinIdleHours
 	// Online is poolsim.TwinFillBound or poolsim.TwinBound on the
-	// reference default's curve, in secondary-IP mode: the least idle
-	// address-hours of any pool that cannot see pods before they are
+	// reference default's curve, in secondary-IP mode: a lower bound on the
+	// idle address-hours of any pool that cannot see pods before they are
 	// bound, makes no pod wait, and makes no more EC2 calls than the
 	// reference default here and on a twin trace (OnlineTwin: the same
 	// pods until after the last ENI is first needed, then more), where
@@ -235,14 +236,14 @@ func bounds(r *Row, tr poolsim.Trace, typ poolsim.InstanceType, o Options) {
 	if ref.Waited > 0 {
 		curve, on = r.Results[2], "ours"
 	}
-	if r.Err != nil || curve.Waited > 0 || len(curve.Levels) == 0 {
+	if r.Err != nil || curve.Waited > 0 || curve.Unstarted > 0 || len(curve.Levels) == 0 {
 		return
 	}
 	unit := 1
 	if r.Prefix {
 		unit = warmpool.PrefixAddresses
 	}
-	end := curve.Levels[0].At.Add(tr.Duration)
+	end := curve.Start.Add(tr.Duration)
 	if b, ok := poolsim.MinIdleHours(curve.Levels, end, ref.Calls, unit, typ.Limits.PodAddressesPerENI(), typ.Limits.MaxENIs, boundWork); ok {
 		r.Bound, r.BoundOn = b, on
 	} else if b, ok := poolsim.CoarseMinIdleHours(curve.Levels, end, ref.Calls, unit, typ.Limits.PodAddressesPerENI(), typ.Limits.MaxENIs, coarseWork); ok {
@@ -261,14 +262,14 @@ func bounds(r *Row, tr poolsim.Trace, typ poolsim.InstanceType, o Options) {
 // on the twin.
 func onlineBound(tr poolsim.Trace, typ poolsim.InstanceType, prefix bool, ref poolsim.Result, o Options) (float64, poolsim.Trace) {
 	slots := typ.Limits.PodAddressesPerENI()
-	if prefix || ref.Waited > 0 || len(ref.Levels) == 0 || slots <= 0 {
+	if prefix || ref.Waited > 0 || ref.Unstarted > 0 || len(ref.Levels) == 0 || slots <= 0 {
 		return math.NaN(), poolsim.Trace{}
 	}
-	start := ref.Levels[0].At
+	start := ref.Start
 	end := start.Add(tr.Duration)
 	if twin, ok := poolsim.TwinFill(tr, typ.MaxPods-2); ok {
 		tres, err := Run(twin, typ, false, Setups[0], o.Lat, o.Seed)
-		if err != nil || tres.Waited > 0 {
+		if err != nil || tres.Waited > 0 || tres.Unstarted > 0 {
 			return math.NaN(), poolsim.Trace{}
 		}
 		if b, ok := poolsim.TwinFillBound(ref.Levels, end, len(twin.Pods), ref.Calls, tres.Calls, slots, typ.Limits.MaxENIs); ok {
@@ -292,7 +293,7 @@ func onlineBound(tr poolsim.Trace, typ poolsim.InstanceType, prefix bool, ref po
 			continue
 		}
 		tres, err := Run(twin, typ, false, Setups[0], o.Lat, o.Seed)
-		if err != nil || tres.Waited > 0 {
+		if err != nil || tres.Waited > 0 || tres.Unstarted > 0 {
 			continue
 		}
 		peak := 0

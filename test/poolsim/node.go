@@ -118,10 +118,10 @@ type Result struct {
 	IdleHours float64     // addresses held by the instance and held by no pod, integrated over time, in address-hours
 	Calls     int         // EC2 mutating calls
 	ByCall    map[string]int
-	MaxENIs   int // most ENIs attached at once
-	EndENIs   int // ENIs attached at the end
-	EndHeld   int // addresses held at the end (Cloud.Held)
-	Unstarted int // pods still without an address at the end
+	MaxENIs   int       // most ENIs attached at once
+	EndENIs   int       // ENIs attached at the end
+	EndHeld   int       // addresses held at the end (Cloud.Held)
+	Unstarted int       // pods still without an address at the end
 	Start     time.Time // the trace's time 0, once the pool started: a pod arrives at Start + Pod.Arrive, the run ends at Start + Trace.Duration
 	// FloorHours is the idle address-hours no pool could avoid on this
 	// run's pod timings, for secondary-IP mode [0] and prefix mode [1]:

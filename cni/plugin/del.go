@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -16,11 +17,14 @@ import (
 
 // Del is CNI DEL. It always releases the address by key, whether or not a
 // netns is given (B01) or still exists (B25), and succeeds when anything is
-// already gone (B14). When vpcipd cannot answer, it removes the host side
-// from what it knows locally (prevResult, the pod interface it just deleted)
-// and returns the daemon's error (code 11 when it is unreachable or not
-// ready) so the runtime retries; the daemon's GC and startup reconcile
-// recover the address (B13).
+// already gone (B14). When vpcipd cannot answer (unreachable, not ready, or
+// out of time), it removes the host side from what it knows locally
+// (prevResult, the pod interface it just deleted) and succeeds, so the
+// runtime finishes the sandbox and the pod does not stay Terminating while
+// the daemon is down (B13); vpcipd releases the address itself once it
+// runs again: its host check (route and netns gone), a CNI GC, or the
+// pod's deletion in the Kubernetes API. A host side it could not remove,
+// or a daemon that answered with an error, fails the DEL.
 //
 // The host side of the address the key holds is removed before the release,
 // while no other pod can have been given the address: released first, with
@@ -130,6 +134,13 @@ func (in *invocation) delHeld(args *skel.CmdArgs, asg api.Assignment, podAddrs [
 	r := in.release()
 	if r.err != nil {
 		cerr := daemonError("release", in.key, r.err)
+		if daemonDown(r.err) {
+			// B13, as in delWithoutDaemon: the host side is gone, vpcipd
+			// releases the address once it runs again.
+			in.log.Warn("release failed after the host side was removed: vpcipd down; DEL succeeds and vpcipd releases the address once it runs",
+				"address", asg.Address.String(), "error", cerr.Msg)
+			return nil
+		}
 		in.log.Error("release failed after the host side was removed", "address", asg.Address.String(), "error", cerr.Msg)
 		cerr.Msg += "; host routes and rules removed, the address is released when vpcipd answers a retried DEL or its GC"
 		return cerr
@@ -175,23 +186,41 @@ func (in *invocation) release() releaseAnswer {
 
 // delWithoutDaemon handles a lookup (op "lookup": the daemon's record of
 // the key, asked first) or a release (op "release") the daemon did not
-// answer (or refused):
-// it removes the host side from local knowledge and returns the daemon's
-// error, code 11 when unreachable or not ready, so the runtime retries the
-// DEL (B13): never a rule left pointing at an address the daemon may hand
-// out again.
+// answer (or refused): it removes the host side from local knowledge.
+// With the daemon unreachable, not ready or out of time it then succeeds
+// (B13): the address stays held in vpcipd's records, whose host check
+// removes what is left of its host side (rules) before it gives the
+// address to another pod. A daemon that refused, or a host side that
+// could not be removed, fails the DEL with the daemon's error (code 11
+// when retryable), for the runtime to retry.
 func (in *invocation) delWithoutDaemon(args *skel.CmdArgs, podAddrs []netip.Addr, op string, relErr error, errs []error) error {
 	local := localAddrs(in, args.IfName, podAddrs)
 	for _, a := range local {
 		errs = append(errs, delHostSide(in, a, in.key, in.owners(nil)...))
 	}
 	cerr := daemonError(op, in.key, relErr)
-	in.log.Error(op+" failed; host side removed from local knowledge", "addresses", fmt.Sprint(local), "error", cerr.Msg)
-	if err := errors.Join(errs...); err != nil {
-		cerr.Details = err.Error()
+	hostErr := errors.Join(errs...)
+	if hostErr == nil && daemonDown(relErr) {
+		in.log.Warn(op+" failed: vpcipd down; host side removed from local knowledge, DEL succeeds and vpcipd releases the address once it runs",
+			"addresses", fmt.Sprint(local), "error", cerr.Msg)
+		return nil
 	}
-	cerr.Msg += "; host routes and rules removed, the address is released when vpcipd answers a retried DEL or its GC"
+	in.log.Error(op+" failed; host side removed from local knowledge", "addresses", fmt.Sprint(local), "error", cerr.Msg)
+	if hostErr != nil {
+		cerr.Details = hostErr.Error()
+	}
+	cerr.Msg += "; the address is released when vpcipd answers a retried DEL or its GC"
 	return cerr
+}
+
+// daemonDown reports whether err means vpcipd could not answer: its socket
+// unreachable, its answer late, or the daemon still restoring its state.
+func daemonDown(err error) bool {
+	var ae *api.Error
+	if errors.As(err, &ae) {
+		return ae.Code == api.CodeNotReady
+	}
+	return errors.Is(err, api.ErrUnreachable) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // localAddrs is what the node knows of the attachment's addresses without

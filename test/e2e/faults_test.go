@@ -277,3 +277,67 @@ func TestPrefixModeInFragmentedSubnetAdaptive_B20(t *testing.T) {
 	defer cancel()
 	fragmentedPrefixNode(t, ctx)
 }
+
+// TestDelWhileDaemonDown is B13 with the real daemon, through libcni: a
+// DEL while vpcipd is down (SIGKILL) removes the pod's host route and
+// rules and succeeds, so the runtime removes the sandbox and the pod does
+// not stay Terminating; the daemon, back, still holds the other pod and
+// releases the deleted one's address by its host check (route and netns
+// gone for VPCIP_GC_GRACE, here its least, 10 s), and a new pod starts.
+func TestDelWhileDaemonDown(t *testing.T) {
+	c := start(t, cluster.Options{Nodes: 1, InstanceType: "m5.large", DaemonEnv: []string{"IP_COOLDOWN_PERIOD=1", "VPCIP_RECONCILE_INTERVAL=1s", "VPCIP_GC_GRACE=10s"}})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	n := c.Nodes[0]
+	gone, err := addWithRetry(ctx, n, "b13-gone")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stays, err := addWithRetry(ctx, n, "b13-stays")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.StopDaemon(true)
+	if err := n.DelPod(ctx, gone); err != nil {
+		t.Fatalf("DEL with the daemon down: %v; want success (B13)", err)
+	}
+	var routes []hostRoute
+	var rules []hostRule
+	for _, err := range []error{
+		ipJSON(ctx, n.Netns, &routes, "-4", "route", "show", "table", "main", "scope", "link"),
+		ipJSON(ctx, n.Netns, &rules, "-4", "rule", "show"),
+	} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, r := range routes {
+		if r.Dst == gone.Address.String() {
+			t.Errorf("route to %v left after DEL: %+v", gone.Address, r)
+		}
+	}
+	for _, r := range rules {
+		if r.Src == gone.Address.String() || r.Dst == gone.Address.String() {
+			t.Errorf("rule of %v left after DEL: %+v", gone.Address, r)
+		}
+	}
+	if err := n.StartDaemon(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var held map[string]netip.Addr
+	for wait := time.Now().Add(30 * time.Second); time.Now().Before(wait); time.Sleep(250 * time.Millisecond) {
+		if held = checkpointAssignments(t, n); len(held) == 1 {
+			break
+		}
+	}
+	if _, ok := held[gone.ContainerID]; ok || held[stays.ContainerID] != stays.Address || len(held) != 1 {
+		t.Errorf("daemon holds %v; want only %s's %v (%s's %v released)", held, stays.Name, stays.Address, gone.Name, gone.Address)
+	}
+	p, err := addWithRetry(ctx, n, "b13-next")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Address == stays.Address {
+		t.Errorf("new pod got %v, which %s holds", p.Address, stays.Name)
+	}
+}

@@ -246,21 +246,30 @@ func TestMinIdleHoursNotBelowTheFloor(t *testing.T) {
 			at = at.Add(time.Duration(1+r.IntN(20)) * time.Minute)
 		}
 		end := at
-		floor := 0.0
-		for i, l := range levels {
-			until := end
-			if i+1 < len(levels) {
-				until = levels[i+1].At
-			}
-			slots := (l.InUse + unit - 1) / unit
-			enis := max((slots+slotsENI-1)/slotsENI, 1)
-			floor += float64(slots*unit+enis-1-l.Assigned) * until.Sub(l.At).Hours()
-		}
+		floor := curveFloor(levels, end, unit, slotsENI)
 		got, ok := MinIdleHours(levels, end, 60, unit, slotsENI, maxENIs, 1e9)
 		if !ok || got < floor-1e-9 {
 			t.Errorf("trial %d, unit %d: bound %.3f (ok %v) below the floor %.3f", trial, unit, got, ok, floor)
 		}
 	}
+}
+
+// curveFloor is Result.FloorHours computed on levels until end: at each
+// instant the addresses in use in whole slots of unit, plus the primary
+// address of each ENI (of slotsENI slots) beyond the first, less those
+// assigned.
+func curveFloor(levels []Level, end time.Time, unit, slotsENI int) float64 {
+	floor := 0.0
+	for i, l := range levels {
+		until := end
+		if i+1 < len(levels) {
+			until = levels[i+1].At
+		}
+		slots := (l.InUse + unit - 1) / unit
+		enis := max((slots+slotsENI-1)/slotsENI, 1)
+		floor += float64(slots*unit+enis-1-l.Assigned) * until.Sub(l.At).Hours()
+	}
+	return floor
 }
 
 // TestCoarseMinIdleHours: the coarse bound is never above the exact one
@@ -282,16 +291,7 @@ func TestCoarseMinIdleHours(t *testing.T) {
 			}
 		}
 		end := at.Add(time.Minute)
-		floor := 0.0
-		for i, l := range levels {
-			until := end
-			if i+1 < len(levels) {
-				until = levels[i+1].At
-			}
-			slots := (l.InUse + unit - 1) / unit
-			enis := max((slots+slotsENI-1)/slotsENI, 1)
-			floor += float64(slots*unit+enis-1-l.Assigned) * until.Sub(l.At).Hours()
-		}
+		floor := curveFloor(levels, end, unit, slotsENI)
 		calls := r.IntN(12)
 		exact, ok := MinIdleHours(levels, end, calls, unit, slotsENI, 4, 1e9)
 		if !ok {

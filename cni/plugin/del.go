@@ -134,7 +134,7 @@ func (in *invocation) delHeld(args *skel.CmdArgs, asg api.Assignment, podAddrs [
 	r := in.release()
 	if r.err != nil {
 		cerr := daemonError("release", in.key, r.err)
-		if daemonDown(r.err) {
+		if daemonDown(r.err) && len(podErrs) == 0 {
 			// B13, as in delWithoutDaemon: the host side is gone, vpcipd
 			// releases the address once it runs again.
 			in.log.Warn("release failed after the host side was removed: vpcipd down; DEL succeeds and vpcipd releases the address once it runs",

@@ -39,3 +39,23 @@ func TestDaemonError(t *testing.T) {
 		})
 	}
 }
+
+// TestDaemonDown: the daemon errors after which DEL succeeds without it
+// (B13): unreachable, late, not ready; not an answer that refused.
+func TestDaemonDown(t *testing.T) {
+	for _, tt := range []struct {
+		err  error
+		down bool
+	}{
+		{fmt.Errorf("%w at /run/x.sock: connection refused", api.ErrUnreachable), true},
+		{fmt.Errorf("release: %w", context.DeadlineExceeded), true},
+		{&api.Error{Code: api.CodeNotReady, Message: "restoring checkpoint"}, true},
+		{&api.Error{Code: api.CodeInternal, Message: "checkpoint write failed"}, false},
+		{&api.Error{Code: api.CodeNoAddress, Message: "no free address"}, false},
+		{errors.New("boom"), false},
+	} {
+		if got := daemonDown(tt.err); got != tt.down {
+			t.Errorf("daemonDown(%v) = %v, want %v", tt.err, got, tt.down)
+		}
+	}
+}

@@ -187,20 +187,35 @@ func (in *invocation) release() releaseAnswer {
 // delWithoutDaemon handles a lookup (op "lookup": the daemon's record of
 // the key, asked first) or a release (op "release") the daemon did not
 // answer (or refused): it removes the host side from local knowledge.
+// An address known from prevResult alone loses its host side only where
+// its host route leads to this attachment's veth (delUnknownHostSide).
 // With the daemon unreachable, not ready or out of time it then succeeds
 // (B13): the address stays held in vpcipd's records, whose host check
 // removes what is left of its host side (rules) before it gives the
-// address to another pod. A daemon that refused, or a host side that
-// could not be removed, fails the DEL with the daemon's error (code 11
+// address to another pod. A daemon that refused, a host side that could
+// not be removed, or a DEL with neither netns nor prevResult (nothing
+// local knows the pod's host side) fails with the daemon's error (code 11
 // when retryable), for the runtime to retry.
 func (in *invocation) delWithoutDaemon(args *skel.CmdArgs, podAddrs []netip.Addr, op string, relErr error, errs []error) error {
 	local := localAddrs(in, args.IfName, podAddrs)
 	for _, a := range local {
-		errs = append(errs, delHostSide(in, a, in.key, in.owners(nil)...))
+		if slices.Contains(podAddrs, a) { // on the sandbox's own interface: its host side is this sandbox's
+			errs = append(errs, delHostSide(in, a, in.key, in.owners(nil)...))
+			continue
+		}
+		// Known from prevResult alone: as for a key the daemon does not
+		// hold, only a host route to this attachment's veth makes the
+		// address's host state this DEL's (a stale DEL must not strip a
+		// live pod's rules); the rest is left to vpcipd.
+		errs = append(errs, delUnknownHostSide(in, a, in.key, in.owners(nil)...))
 	}
 	cerr := daemonError(op, in.key, relErr)
 	hostErr := errors.Join(errs...)
-	if hostErr == nil && daemonDown(relErr) {
+	// Without a netns and without prevResult nothing local tells the
+	// pod's host side: the DEL fails (code 11) for the runtime to retry
+	// once the daemon answers, rather than leave the pod wired.
+	known := args.Netns != "" || len(local) > 0
+	if hostErr == nil && known && daemonDown(relErr) {
 		in.log.Warn(op+" failed: vpcipd down; host side removed from local knowledge, DEL succeeds and vpcipd releases the address once it runs",
 			"addresses", fmt.Sprint(local), "error", cerr.Msg)
 		return nil

@@ -168,6 +168,40 @@ func TestStaleDELLeavesRulesOfAnAddressWithoutRoute(t *testing.T) {
 	AssertNodeClean(t, e)
 }
 
+// TestStaleDELDaemonDownLeavesRulesOfAnAddressWithoutRoute: the same
+// stale DEL with vpcipd down succeeds (B13) and still leaves c2's rules:
+// an address known from prevResult alone is this DEL's only where its
+// host route leads to this attachment's veth.
+func TestStaleDELDaemonDownLeavesRulesOfAnAddressWithoutRoute(t *testing.T) {
+	RequireRoot(t)
+	e, d := fakeEnv(t, FakePool(1)) // one address: c2 gets c1's
+	e.Chain = false
+	c1 := e.NewPod(t, "first")
+	e.MustAdd(t, c1)
+	stale := e.pluginStdin(t, c1)
+	mustDel(t, e, c1)
+	DeleteNetns(c1.NetnsName)
+	c2 := e.NewPod(t, "second")
+	e.MustAdd(t, c2)
+	if c2.Address != c1.Address {
+		t.Fatalf("setup: c2 got %v, want c1's %v", c2.Address, c1.Address)
+	}
+	a := mustHeld(t, e, c2)
+	want := WantRules(c2.Address, a.RouteTable)
+	ipCmd(t, "-n", e.Node.Name, "route", "del", c2.Address.String()+"/32")
+	d.Stop(t)
+	if _, stderr, err := e.Exec(t, e.delEnv(c1), stale); err != nil {
+		t.Errorf("stale DEL of c1, daemon down: %v: %s; want success (B13)", err, stderr)
+	}
+	if got := PodRules(t, e.Node.Name, c2.Address); !slices.Equal(got, want) {
+		t.Errorf("c2's rules after the stale DEL of c1 with the daemon down: %v, want %v", got, want)
+	}
+	d.Start(t)
+	ipCmd(t, "-n", e.Node.Name, "route", "replace", c2.Address.String()+"/32", "dev", e.HostVeth(c2), "scope", "link")
+	mustDel(t, e, c2)
+	AssertNodeClean(t, e)
+}
+
 // TestAnotherSandboxsInterfaceIsLeftAlone: the pod interface in a netns is
 // its sandbox's. A DEL of a container never added (c9) that names c1's
 // netns exits 0 and leaves c1's interface, veth, route, rules and record;

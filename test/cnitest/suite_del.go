@@ -165,10 +165,9 @@ func testDelDaemonStopped(t *testing.T, e *Env) {
 }
 
 // testDelDaemonStoppedNoPrevResult: without prevResult the pod interface
-// tells the address; without netns either nothing local does, so the host
-// side stays (the DEL still succeeds, B13) until the daemon removes it: on
-// a DEL that reaches it, as here, or when its host check finds the pod
-// gone.
+// tells the address, and DEL succeeds (B13); without netns either nothing
+// local does, so the host side stays and DEL fails with code 11 until a
+// retried DEL reaches the daemon, which then removes it.
 func testDelDaemonStoppedNoPrevResult(t *testing.T, e *Env) {
 	p, q := e.NewPod(t, "noprev"), e.NewPod(t, "noprev-nonetns")
 	e.MustAdd(t, p)
@@ -180,8 +179,8 @@ func testDelDaemonStoppedNoPrevResult(t *testing.T, e *Env) {
 	}
 	AssertHostSideGone(t, e, p, p.Address)
 	q.NetnsPath = ""
-	if out, _, err := e.Exec(t, e.delEnv(q), e.pluginStdin(t, nil)); err != nil {
-		t.Errorf("DEL without netns or prevResult, daemon down: %v %s; want success (B13)", err, out)
+	if _, _, err := e.Exec(t, e.delEnv(q), e.pluginStdin(t, nil)); err == nil {
+		t.Errorf("DEL without netns or prevResult, daemon down, succeeded; want code 11: nothing local knows the pod's host side, so the runtime must retry")
 	}
 	if got := PodRules(t, e.Node.Name, qa.Address); !slices.Equal(got, WantRules(qa.Address, qa.RouteTable)) {
 		t.Errorf("rules of %v changed without any knowledge of the address: %v", qa.Address, got)

@@ -138,34 +138,7 @@ func TestGCAcceptsAttachmentsKey(t *testing.T) {
 // deleted it). The DEL exits 0 and leaves c2's policy rules: they are not
 // c1's to remove (#25 kind 1; before, it deleted every rule of A).
 func TestStaleDELLeavesRulesOfAnAddressWithoutRoute(t *testing.T) {
-	RequireRoot(t)
-	e, d := fakeEnv(t, FakePool(1)) // one address: c2 gets c1's
-	e.Chain = false
-	c1 := e.NewPod(t, "first")
-	e.MustAdd(t, c1)
-	stale := e.pluginStdin(t, c1)
-	mustDel(t, e, c1)
-	DeleteNetns(c1.NetnsName)
-	c2 := e.NewPod(t, "second")
-	e.MustAdd(t, c2)
-	if c2.Address != c1.Address {
-		t.Fatalf("setup: c2 got %v, want c1's %v", c2.Address, c1.Address)
-	}
-	a := mustHeld(t, e, c2)
-	want := WantRules(c2.Address, a.RouteTable)
-	ipCmd(t, "-n", e.Node.Name, "route", "del", c2.Address.String()+"/32")
-	if _, stderr, err := e.Exec(t, e.delEnv(c1), stale); err != nil {
-		t.Fatalf("stale DEL of c1: %v: %s", err, stderr)
-	}
-	if got := PodRules(t, e.Node.Name, c2.Address); !slices.Equal(got, want) {
-		t.Errorf("c2's rules after the stale DEL of c1: %v, want %v", got, want)
-	}
-	if _, ok := d.Held()[e.key(c2)]; !ok {
-		t.Errorf("daemon no longer holds c2's %v", c2.Address)
-	}
-	ipCmd(t, "-n", e.Node.Name, "route", "replace", c2.Address.String()+"/32", "dev", e.HostVeth(c2), "scope", "link")
-	mustDel(t, e, c2)
-	AssertNodeClean(t, e)
+	staleDELOverARoutelessAddress(t, false)
 }
 
 // TestStaleDELDaemonDownLeavesRulesOfAnAddressWithoutRoute: the same
@@ -173,6 +146,12 @@ func TestStaleDELLeavesRulesOfAnAddressWithoutRoute(t *testing.T) {
 // an address known from prevResult alone is this DEL's only where its
 // host route leads to this attachment's veth.
 func TestStaleDELDaemonDownLeavesRulesOfAnAddressWithoutRoute(t *testing.T) {
+	staleDELOverARoutelessAddress(t, true)
+}
+
+// staleDELOverARoutelessAddress runs the two tests above, with the daemon
+// up or down during the stale DEL.
+func staleDELOverARoutelessAddress(t *testing.T, daemonDown bool) {
 	RequireRoot(t)
 	e, d := fakeEnv(t, FakePool(1)) // one address: c2 gets c1's
 	e.Chain = false
@@ -189,14 +168,21 @@ func TestStaleDELDaemonDownLeavesRulesOfAnAddressWithoutRoute(t *testing.T) {
 	a := mustHeld(t, e, c2)
 	want := WantRules(c2.Address, a.RouteTable)
 	ipCmd(t, "-n", e.Node.Name, "route", "del", c2.Address.String()+"/32")
-	d.Stop(t)
+	if daemonDown {
+		d.Stop(t)
+	}
 	if _, stderr, err := e.Exec(t, e.delEnv(c1), stale); err != nil {
-		t.Errorf("stale DEL of c1, daemon down: %v: %s; want success (B13)", err, stderr)
+		t.Fatalf("stale DEL of c1 (daemon down: %v): %v: %s", daemonDown, err, stderr)
 	}
 	if got := PodRules(t, e.Node.Name, c2.Address); !slices.Equal(got, want) {
-		t.Errorf("c2's rules after the stale DEL of c1 with the daemon down: %v, want %v", got, want)
+		t.Errorf("c2's rules after the stale DEL of c1 (daemon down: %v): %v, want %v", daemonDown, got, want)
 	}
-	d.Start(t)
+	if daemonDown {
+		d.Start(t)
+	}
+	if _, ok := d.Held()[e.key(c2)]; !ok {
+		t.Errorf("daemon no longer holds c2's %v", c2.Address)
+	}
 	ipCmd(t, "-n", e.Node.Name, "route", "replace", c2.Address.String()+"/32", "dev", e.HostVeth(c2), "scope", "link")
 	mustDel(t, e, c2)
 	AssertNodeClean(t, e)

@@ -269,10 +269,7 @@ func TwinBound(levels []Level, end time.Time, twinPeak, callsA, callsTwin, slots
 	if slotsPerENI <= 0 || len(levels) == 0 {
 		return 0, false
 	}
-	top := 0
-	for _, l := range levels {
-		top = max(top, l.InUse)
-	}
+	top := PeakInUse(levels)
 	enis := func(n int) int { return (n + slotsPerENI - 1) / slotsPerENI }
 	e := enis(top)
 	if top == 0 || twinPeak <= top || enis(twinPeak) != e || e > maxENIs ||
@@ -299,10 +296,7 @@ func TwinBound(levels []Level, end time.Time, twinPeak, callsA, callsTwin, slots
 // level above (E−1) × slotsPerENI, E the ENIs the curve's peak needs;
 // false on an empty curve.
 func TwinFrom(levels []Level, start time.Time, slotsPerENI int) (time.Duration, bool) {
-	top := 0
-	for _, l := range levels {
-		top = max(top, l.InUse)
-	}
+	top := PeakInUse(levels)
 	if top == 0 || slotsPerENI <= 0 {
 		return 0, false
 	}
@@ -474,4 +468,14 @@ func CoarseMinIdleHours(levels []Level, end time.Time, calls, unit, slotsPerENI,
 		return inf, true
 	}
 	return max(best-c.assigned, 0), true
+}
+
+// PeakInUse is the most addresses in use (assigned or cooling) at once on
+// the curve levels; 0 on an empty curve.
+func PeakInUse(levels []Level) int {
+	top := 0
+	for _, l := range levels {
+		top = max(top, l.InUse)
+	}
+	return top
 }

@@ -277,10 +277,7 @@ func onlineBound(tr poolsim.Trace, typ poolsim.InstanceType, prefix bool, ref po
 		}
 		return math.NaN(), poolsim.Trace{}
 	}
-	top := 0
-	for _, l := range ref.Levels {
-		top = max(top, l.InUse)
-	}
+	top := poolsim.PeakInUse(ref.Levels)
 	e := (top + slots - 1) / slots
 	tE, ok := poolsim.TwinFrom(ref.Levels, start, slots)
 	room := min(e*slots, typ.MaxPods-2) - top
@@ -296,11 +293,7 @@ func onlineBound(tr poolsim.Trace, typ poolsim.InstanceType, prefix bool, ref po
 		if err != nil || tres.Waited > 0 || tres.Unstarted > 0 {
 			continue
 		}
-		peak := 0
-		for _, l := range tres.Levels {
-			peak = max(peak, l.InUse)
-		}
-		if b, ok := poolsim.TwinBound(ref.Levels, end, peak, ref.Calls, tres.Calls, slots, typ.Limits.MaxENIs); ok {
+		if b, ok := poolsim.TwinBound(ref.Levels, end, poolsim.PeakInUse(tres.Levels), ref.Calls, tres.Calls, slots, typ.Limits.MaxENIs); ok {
 			return b, twin
 		}
 	}

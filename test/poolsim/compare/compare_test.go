@@ -117,10 +117,7 @@ func TestOnlineBoundBelowRealPools(t *testing.T) {
 		named[rowName(r)] = r.OutOfReachOnline()
 		typ := o.Types[slices.IndexFunc(o.Types, func(x poolsim.InstanceType) bool { return x.Name == r.Type })]
 		slots := typ.Limits.PodAddressesPerENI()
-		top := 0
-		for _, l := range r.Results[0].Levels {
-			top = max(top, l.InUse)
-		}
+		top := poolsim.PeakInUse(r.Results[0].Levels)
 		growth := poolsim.GrowthCalls((top + slots - 1) / slots)
 		for si, s := range Setups {
 			res := r.Results[si]

@@ -97,13 +97,7 @@ func (p *Plugin) Del(args *skel.CmdArgs) (rerr error) {
 		// known locally, and is removed only where it is this pod's.
 		local := localAddrs(in, args.IfName, podAddrs)
 		in.log.Info("nothing to release; key unknown or already released", "localAddresses", fmt.Sprint(local))
-		for _, a := range local {
-			if slices.Contains(podAddrs, a) { // on the sandbox's own interface: its rules are this sandbox's
-				errs = append(errs, delHostSide(in, a, in.key, in.owners(nil)...))
-				continue
-			}
-			errs = append(errs, delUnknownHostSide(in, a, in.key, in.owners(nil)...))
-		}
+		errs = append(errs, delLocalHostSide(in, local, podAddrs)...)
 	default:
 		return in.delWithoutDaemon(args, podAddrs, "release", r.err, errs)
 	}
@@ -198,17 +192,7 @@ func (in *invocation) release() releaseAnswer {
 // when retryable), for the runtime to retry.
 func (in *invocation) delWithoutDaemon(args *skel.CmdArgs, podAddrs []netip.Addr, op string, relErr error, errs []error) error {
 	local := localAddrs(in, args.IfName, podAddrs)
-	for _, a := range local {
-		if slices.Contains(podAddrs, a) { // on the sandbox's own interface: its host side is this sandbox's
-			errs = append(errs, delHostSide(in, a, in.key, in.owners(nil)...))
-			continue
-		}
-		// Known from prevResult alone: as for a key the daemon does not
-		// hold, only a host route to this attachment's veth makes the
-		// address's host state this DEL's (a stale DEL must not strip a
-		// live pod's rules); the rest is left to vpcipd.
-		errs = append(errs, delUnknownHostSide(in, a, in.key, in.owners(nil)...))
-	}
+	errs = append(errs, delLocalHostSide(in, local, podAddrs)...)
 	cerr := daemonError(op, in.key, relErr)
 	hostErr := errors.Join(errs...)
 	// Without a netns and without prevResult nothing local tells the
@@ -226,6 +210,24 @@ func (in *invocation) delWithoutDaemon(args *skel.CmdArgs, podAddrs []netip.Addr
 	}
 	cerr.Msg += "; the address is released when vpcipd answers a retried DEL or its GC"
 	return cerr
+}
+
+// delLocalHostSide removes the host side of addresses known locally, not
+// from the daemon's record: one on the sandbox's own pod interface
+// (podAddrs) is this sandbox's; one known from prevResult alone only where
+// its host route leads to this attachment's veth (delUnknownHostSide: a
+// stale DEL must not strip a live pod's rules; the rest is left to
+// vpcipd).
+func delLocalHostSide(in *invocation, local, podAddrs []netip.Addr) []error {
+	var errs []error
+	for _, a := range local {
+		if slices.Contains(podAddrs, a) {
+			errs = append(errs, delHostSide(in, a, in.key, in.owners(nil)...))
+			continue
+		}
+		errs = append(errs, delUnknownHostSide(in, a, in.key, in.owners(nil)...))
+	}
+	return errs
 }
 
 // daemonDown reports whether err means vpcipd could not answer: its socket

@@ -22,12 +22,16 @@ import (
 // address is held by two pods, every live pod keeps its address in the
 // daemon's records, and pods deleted while it was down do not leak. An ADD
 // the kill cut short after the daemon recorded its address fails; the
-// runtime's one DEL of it then finds the daemon down and its netns goes,
-// so the daemon's host check (every VPCIP_RECONCILE_INTERVAL, here 1 s)
-// releases it once the netns witness confirms the sandbox gone: the
-// records must match the live pods within a few seconds, not at once.
+// runtime's one DEL of it then finds the daemon down, removes the host side
+// and succeeds, and its netns goes. The address stays in the daemon's
+// records until its host check (every VPCIP_RECONCILE_INTERVAL, here 1 s)
+// has seen it without a route twice, VPCIP_GC_GRACE (here the least, 10 s)
+// after its assignment, and the netns witness confirms the sandbox gone: the
+// records must match the live pods within grace + a few checks, not at once.
 func TestDaemonKill9DuringChurn(t *testing.T) {
-	c := start(t, cluster.Options{Nodes: 1, InstanceType: "m5.large", DaemonEnv: []string{"IP_COOLDOWN_PERIOD=1", "VPCIP_RECONCILE_INTERVAL=1s"}})
+	const grace = 10 * time.Second
+	c := start(t, cluster.Options{Nodes: 1, InstanceType: "m5.large", DaemonEnv: []string{
+		"IP_COOLDOWN_PERIOD=1", "VPCIP_RECONCILE_INTERVAL=1s", "VPCIP_GC_GRACE=" + grace.String()}})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	n := c.Nodes[0]
@@ -80,7 +84,7 @@ func TestDaemonKill9DuringChurn(t *testing.T) {
 	seen := map[netip.Addr]string{}
 	assertPodsOwned(t, c, n, live, seen)
 	held := checkpointAssignments(t, n)
-	for wait := time.Now().Add(10 * time.Second); len(held) != len(live) && time.Now().Before(wait); {
+	for wait := time.Now().Add(grace + 5*time.Second); len(held) != len(live) && time.Now().Before(wait); {
 		time.Sleep(250 * time.Millisecond)
 		held = checkpointAssignments(t, n)
 	}

@@ -120,6 +120,18 @@ func (r Row) lowest() float64 {
 	return r.Bound
 }
 
+// RefBetter compares the reference default with our default on the row,
+// each measure alone, a tie counting for ours: idleAndCalls, the reference
+// held fewer idle address-hours and made fewer EC2 mutating calls per pod
+// start; all, that and no more pods waited than ours. A row where all is
+// false on every seed is one where the reference is no better on
+// everything at once (ours is not Pareto-dominated).
+func (r Row) RefBetter() (idleAndCalls, all bool) {
+	ref, o := r.Results[0], r.Results[2]
+	idleAndCalls = ref.IdleHours < o.IdleHours && ref.CallsPer1000() < o.CallsPer1000()
+	return idleAndCalls, idleAndCalls && ref.Waited <= o.Waited
+}
+
 // Meets reports which per-row targets our default meets against the
 // reference default: idle address-hours at most IdleTarget, EC2 mutating
 // calls per pod start at most the reference's, and no more pods that
@@ -453,6 +465,17 @@ func Summary(w io.Writer, rows []Row) {
 	fmt.Fprintf(w, "idle ≤ 0.5× with no more waits and calls out of reach for any pool (bound above half the reference's idle): %d/%d %v\n", jointly, n, jointRows)
 	fmt.Fprintf(w, "per-row targets out of reach together for any pool that cannot see pods ahead and also makes no pod wait and no more calls than the reference on a twin (the same pods until after the last ENI is first needed, then more that stay; poolsim.TwinBound, idle address-hours): %d/%d %v\n", len(online), n, online)
 	fmt.Fprintf(w, "per-row targets not met where no bound shows them out of reach: %d/%d %v\n", len(open), n, open)
+	var dominated, tradedWaits []string
+	for _, r := range rows {
+		ic, all := r.RefBetter()
+		if all {
+			dominated = append(dominated, rowName(r))
+		} else if ic {
+			tradedWaits = append(tradedWaits, fmt.Sprintf("%s (pods waited: reference %d, ours %d)", rowName(r), r.Results[0].Waited, r.Results[2].Waited))
+		}
+	}
+	fmt.Fprintf(w, "rows where the reference default does better than ours on idle, calls and waits at once: %d/%d %v; on idle and calls, by making more pods wait: %d %v\n",
+		len(dominated), n, dominated, len(tradedWaits), tradedWaits)
 }
 
 // SummaryNoKube writes how our default fares without its Kubernetes part

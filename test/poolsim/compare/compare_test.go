@@ -155,3 +155,36 @@ func TestOnlineBoundBelowRealPools(t *testing.T) {
 		t.Errorf("%d pool runs met the premise; want at least 10", checked)
 	}
 }
+
+// TestRefBetter: the reference is better on idle and calls only where both
+// are strictly lower, and on everything only where it also made no more
+// pods wait; the summary names each kind of row apart.
+func TestRefBetter(t *testing.T) {
+	row := func(name string, refIdle, refCalls float64, refWaited int, ourIdle, ourCalls float64, ourWaited int) Row {
+		res := func(idle, calls float64, waited int) poolsim.Result {
+			return poolsim.Result{Starts: 1000, IdleHours: idle, Calls: int(calls), Waited: waited}
+		}
+		ref, ours := res(refIdle, refCalls, refWaited), res(ourIdle, ourCalls, ourWaited)
+		return Row{Trace: name, Type: "m5.large", Results: []poolsim.Result{ref, ref, ours, ours, ours}, Bound: math.NaN(), Online: math.NaN()}
+	}
+	rows := []Row{
+		row("beaten", 10, 20, 0, 11, 21, 0),     // worse on both, same waits
+		row("waits", 10, 20, 5, 11, 21, 0),      // worse on both; the reference made pods wait
+		row("tie", 10, 20, 0, 10, 21, 0),        // a tie on idle counts for ours
+		row("better", 10, 20, 0, 9, 25, 0),      // fewer idle hours, more calls
+		row("waitsworse", 10, 20, 0, 11, 21, 3), // worse on both and waited more
+	}
+	want := [][2]bool{{true, true}, {true, false}, {false, false}, {false, false}, {true, true}}
+	for i, r := range rows {
+		ic, all := r.RefBetter()
+		if ic != want[i][0] || all != want[i][1] {
+			t.Errorf("%s: RefBetter() = %v, %v; want %v, %v", r.Trace, ic, all, want[i][0], want[i][1])
+		}
+	}
+	var out bytes.Buffer
+	Summary(&out, rows)
+	if !strings.Contains(out.String(), "on idle, calls and waits at once: 2/5 [beaten/m5.large/ip waitsworse/m5.large/ip]") ||
+		!strings.Contains(out.String(), "by making more pods wait: 1 [waits/m5.large/ip (pods waited: reference 5, ours 0)]") {
+		t.Errorf("summary's comparison line:\n%s", out.String())
+	}
+}

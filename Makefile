@@ -6,7 +6,7 @@ export GOFLAGS ?= -buildvcs=false
 
 BINARIES := vpcipd vpcip-cni vpcipctl vpcsim
 
-.PHONY: all build deps test-deps containerd-setup k8s-tools image demo demo-containerd demo-cluster test lint bench bench-pool bench-frag soak fleet chaos clean dashboards readme-picture
+.PHONY: all build deps test-deps containerd-setup k8s-tools image demo demo-containerd demo-cluster test test-one lint bench bench-pool bench-frag soak fleet chaos clean dashboards readme-picture
 
 all: build
 
@@ -121,6 +121,11 @@ ONEBUILD = CGO_ENABLED=0 GOFLAGS="$(GOFLAGS) -trimpath"
 # third beside them on two cores made the end-to-end package 160 s slower
 # and a 30 s wait in it time out). results/make-test.log has each time.
 SLOWFIRST := ./test/e2e ./test/kubecluster ./test/containerd ./test/fleet ./ipamd/cluster ./test/cnitest ./test/monitoring
+# What the tests are told of the machine: where Kubernetes' binaries and the
+# test image are, and that containerd, Kubernetes, valgrind and qemu must be
+# there (a test that needs one fails rather than skips).
+TESTENV = VPCIP_K8S_BIN=$$(bash scripts/k8s-tools.sh | tail -n 1) VPCIP_REQUIRE_CONTAINERD=1 VPCIP_REQUIRE_CONTAINERD2=1 VPCIP_REQUIRE_KUBE=1 \
+	VPCIP_REQUIRE_VALGRIND=1 VPCIP_REQUIRE_QEMU=1 VPCIP_IMAGE=$(TESTBIN)/vpcip-image.tar VPCIP_VPCIPCTL=$(TESTBIN)/image/vpcipctl
 test:
 	@mkdir -p results && : >$(PHASES)
 	@$(PHASE) "tools (Debian packages)" $(MAKE) --no-print-directory test-deps
@@ -134,14 +139,22 @@ test:
 	  $(PHASE) "beside: image, every architecture" nice -n 19 $(MAKE) --no-print-directory image BIN=$(BIN)/every-arch && \
 	  VPCIP_REQUIRE_QEMU=1 VPCIP_IMAGE=$(BIN)/every-arch/vpcip-image.tar $(PHASE) "beside: image test, every architecture" \
 		nice -n 19 $(GO) test -count=1 -run '^TestImageArchiveRunsOnEachArchitecture$$' ./build/mkimage ) >$(BESIDELOG) 2>&1 & beside=$$!; \
-	VPCIP_K8S_BIN=$$(bash scripts/k8s-tools.sh | tail -n 1) VPCIP_REQUIRE_CONTAINERD=1 VPCIP_REQUIRE_CONTAINERD2=1 VPCIP_REQUIRE_KUBE=1 VPCIP_REQUIRE_VALGRIND=1 VPCIP_REQUIRE_QEMU=1 \
-	VPCIP_IMAGE=$(TESTBIN)/vpcip-image.tar VPCIP_VPCIPCTL=$(TESTBIN)/image/vpcipctl $(PHASE) tests \
+	$(TESTENV) $(PHASE) tests \
 		bash scripts/run-tests.sh $(TESTJSON) -count=1 -timeout 25m -skip '^TestImageArchiveRunsOnEachArchitecture$$' $(SLOWFIRST) ./... 2>&1 | tee $(TESTLOG); \
 	rc=$$?; echo "make test: waiting for what runs beside the tests (lint, the image for every architecture; $(BESIDELOG))"; \
 	w0=$$(date +%s.%N); wait $$beside; brc=$$?; \
 	awk -v s=$$w0 -v e=$$(date +%s.%N) -v rc=$$brc 'BEGIN{printf "after the tests, waiting for the beside phases\t%.1f\t%d\n", e-s, rc}' >>$(PHASES); \
 	if [ $$brc -ne 0 ]; then echo "make test: FAILED beside the tests (lint or the image):"; tail -n 60 $(BESIDELOG); fi; \
 	bash scripts/test-report.sh $(PHASES) $(TESTJSON); [ $$rc -eq 0 ] && [ $$brc -eq 0 ]
+
+## test-one: one test as make test runs it (its environment, -count=1, verbose), once make test has built what it
+## needs (or builds it): make test-one RUN=TestClusterLeadTime PKG=./test/kubecluster. RUN is a test name (a regular
+## expression, anchored), PKG a package path.
+test-one:
+	@if [ -z "$(RUN)" ] || [ -z "$(PKG)" ]; then echo "usage: make test-one RUN=TestName PKG=./path/to/package" >&2; exit 2; fi
+	@$(MAKE) --no-print-directory test-deps containerd-setup k8s-tools >/dev/null
+	@$(ONEBUILD) $(MAKE) --no-print-directory image BIN=$(TESTBIN) IMAGE_ARCHES=$(HOSTARCH) >/dev/null
+	$(ONEBUILD) $(TESTENV) $(GO) test -count=1 -timeout 25m -run '^($(RUN))$$' -v $(PKG)
 
 ## soak: the kill campaign with 100 kill -9 of vpcipd during churn on two vpcsim nodes (make test runs 6).
 soak: deps

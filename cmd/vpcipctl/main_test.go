@@ -37,8 +37,8 @@ func TestTables(t *testing.T) {
 		want string
 	}{
 		{"capacity", `
-NODE            USED  WARM  COOLING  CAPACITY  BUDGET  USED/BUDGET  ENIS USED  MAX ENIS
-ip-100-64-0-10  3     9     1        18        27      11%          2          3
+NODE            USED  WARM  COOLING  CAPACITY  BUDGET  USED/BUDGET  ENIS  MAX ENIS
+ip-100-64-0-10  3     9     1        18        27      11%          2     3
 `},
 		{"config", `
 VARIABLE                      VALUE

@@ -211,7 +211,7 @@ func writeCapacity(w io.Writer, s introspect.State) error {
 	c := capacityOf(s)
 	a := c.Addresses
 	return table(w, [][]string{
-		{"NODE", "USED", "WARM", "COOLING", "CAPACITY", "BUDGET", "USED/BUDGET", "ENIS USED", "MAX ENIS"},
+		{"NODE", "USED", "WARM", "COOLING", "CAPACITY", "BUDGET", "USED/BUDGET", "ENIS", "MAX ENIS"},
 		{c.Node, itoa(a.Used), itoa(a.Warm), itoa(a.Cooling), itoa(a.Capacity), itoa(a.Budget), percent(a.Used, a.Budget), itoa(c.ENIs.Used), itoa(c.ENIs.Max)},
 	})
 }

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/vpcip/vpcip/test/e2e/cluster"
+	"github.com/vpcip/vpcip/test/vpcsim"
 	"github.com/vpcip/vpcip/test/vpcsim/podruntime"
 	"github.com/vpcip/vpcip/warmpool"
 )
@@ -316,18 +317,26 @@ func showCapacity(ctx context.Context, c *cluster.Cluster) error {
 	return nil
 }
 
-// cloudView is, per node, the ENIs and secondary addresses EC2 has assigned.
+// cloudView is, per node, the ENIs and secondary addresses EC2 has
+// assigned, with each ENI's count by device number: "3 ENIs, 18 secondary
+// addresses (eth0: 9, eth1: 9, eth2: 0)".
 func cloudView(c *cluster.Cluster) map[string]string {
 	out := map[string]string{}
 	for _, n := range c.Nodes {
-		enis, addrs := 0, 0
+		var enis []vpcsim.ENIInfo
+		addrs := 0
 		for _, e := range c.Cloud.NetworkInterfaces() {
 			if e.InstanceID == n.InstanceID {
-				enis++
+				enis = append(enis, e)
 				addrs += len(e.SecondaryIPs) + 16*len(e.Prefixes)
 			}
 		}
-		out[n.Name] = fmt.Sprintf("%d ENIs, %d secondary addresses", enis, addrs)
+		slices.SortFunc(enis, func(a, b vpcsim.ENIInfo) int { return a.DeviceIndex - b.DeviceIndex })
+		per := make([]string, len(enis))
+		for i, e := range enis {
+			per[i] = fmt.Sprintf("eth%d: %d", e.DeviceIndex, len(e.SecondaryIPs)+16*len(e.Prefixes))
+		}
+		out[n.Name] = fmt.Sprintf("%d ENIs, %d secondary addresses (%s)", len(enis), addrs, strings.Join(per, ", "))
 	}
 	return out
 }

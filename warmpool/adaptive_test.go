@@ -521,3 +521,30 @@ func TestHistoryTimeGoingBack(t *testing.T) {
 		t.Errorf("peak = %d; want 5", got)
 	}
 }
+
+// TestAheadCountsTheBurstsEarlierADDs: on a node whose bursts are 20 pods,
+// a burst whose first 12 ADDs came 11–14 s ago (kubelet queues a burst's
+// sandboxes) and 2 more now has 6 pods ahead, not the 18 that counting the
+// last BurstWindow alone would expect: its first pods are not asked for
+// twice.
+func TestAheadCountsTheBurstsEarlierADDs(t *testing.T) {
+	var h History
+	for b := range 3 {
+		at := t0.Add(-time.Duration(30-10*b) * time.Minute)
+		for i := range 20 {
+			h = h.Record(at.Add(time.Duration(i) * 100 * time.Millisecond))
+		}
+	}
+	for i := range 12 {
+		h = h.Record(t0.Add(-14*time.Second + time.Duration(i)*250*time.Millisecond))
+	}
+	h = h.Record(t0.Add(-time.Second)).Record(t0)
+	in := Input{Now: t0, Limits: Limits{MaxENIs: 4, SlotsPerENI: 14}, Config: Config{Adaptive: true}, Demand: Demand{History: h}}
+	d := demandOf(in, 14, false, 0)
+	if _, typical := h.bursts(t0, BurstMemory); typical != 20 {
+		t.Fatalf("typical burst %d, want 20", typical)
+	}
+	if d.ahead != 6 {
+		t.Errorf("ahead %d, want 6 (20 − the 14 arrivals of this burst) (%s)", d.ahead, d.describe())
+	}
+}

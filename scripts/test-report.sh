@@ -25,8 +25,8 @@ awk "$fields"'
 /"Action":"(pass|fail)"/ && /"Test":/ {
 	t = field("Test"); if (index(t, "/") || field("Elapsed") + 0 < 60) next
 	p = field("Package"); sub(/^github.com\/vpcip\/vpcip\//, "", p)
-	printf "  %-60s %7.1f s  %s\n", p "." t, field("Elapsed"), ($0 ~ /"Action":"fail"/ ? "FAIL" : "")
-}' "$json" | sort -k2 -rn
+	printf "  %7.1f s  %s%s\n", field("Elapsed"), p "." t, ($0 ~ /"Action":"fail"/ ? "  FAIL" : "")
+}' "$json" | sort -k1 -rn
 failed=$(awk "$fields"'/"Action":"fail"/ && /"Test":/ { p = field("Package"); sub(/^github.com\/vpcip\/vpcip\//, "", p); print "  " p "." field("Test") }' "$json")
 if [ -n "$failed" ]; then
 	echo "make test: failed tests (their output is above and in results/make-test.log)"

@@ -23,8 +23,7 @@ import (
 //	         that had pods saw none for ChunkMemory; with Demand.Bindings
 //	         the burst's share is at most BoundAhead plus what the
 //	         attached ENIs' room falls short of it (room serves the rest)
-//	ahead  = typical − max(arrivals within BurstSpan (BurstWindow
-//	         without Demand.Bindings), need), while a
+//	ahead  = typical − max(arrivals within BurstWindow, need), while a
 //	         burst is under way (BurstStart arrivals within BurstOnset, or
 //	         BurstStart pods waiting): the rest of a typical burst, asked
 //	         for in the same call as its first pods
@@ -121,18 +120,6 @@ const (
 	BurstStart = 2
 	// BurstOnset is the span of BurstStart arrivals that starts a burst.
 	BurstOnset = 2 * time.Second
-	// BurstSpan is, with Demand.Bindings, how far back a burst's arrivals
-	// count as come, ahead being the rest of a typical burst: a burst's
-	// ADDs spread beyond BurstWindow (kubelet starts its sandboxes about
-	// 0.15 s apart per pod queued, and retries an ADD that failed after
-	// 10 s), and counting only BurstWindow's would expect its first pods
-	// again, while the bindings show the pods still to come (need). Without
-	// them the pool learns of a burst's pods only at their ADDs, and
-	// BurstWindow stays: counting 30 s there made 27 more pods wait over
-	// seeds 1–5 of make bench-pool. With them, against BurstWindow: rows
-	// meeting both per-row targets 83 → 85, EC2 calls 11,865 → 11,849,
-	// idle address-hours −0.1 %, no row's pods waiting more.
-	BurstSpan = 30 * time.Second
 	// BurstMemory is how long the largest recent burst shapes the margin:
 	// longer than an hour, so hourly rollouts and jobs are remembered.
 	BurstMemory = 75 * time.Minute
@@ -238,11 +225,7 @@ func demandOf(in Input, room int, prefixes bool, inUse int) demandTarget {
 	var typical int
 	d.burst, typical = h.bursts(in.Now, scaled(in, BurstMemory))
 	if h.within(in.Now, BurstOnset) >= BurstStart || d.need >= BurstStart {
-		come := BurstWindow
-	if in.Demand.Bindings {
-		come = BurstSpan
-	}
-	d.ahead = max(typical-max(h.within(in.Now, come), d.need), 0)
+		d.ahead = max(typical-max(h.within(in.Now, BurstWindow), d.need), 0)
 	}
 	refill := ENILatency
 	if room > 0 {

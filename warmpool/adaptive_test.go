@@ -521,36 +521,3 @@ func TestHistoryTimeGoingBack(t *testing.T) {
 		t.Errorf("peak = %d; want 5", got)
 	}
 }
-
-// TestAheadCountsTheBurstsEarlierADDs: on a node whose bursts are 20 pods,
-// a burst whose first 12 ADDs came 11–14 s ago (kubelet queues a burst's
-// sandboxes) and 2 more now has 6 pods ahead with the Kubernetes part's
-// bindings, not the 18 that counting the last BurstWindow alone would
-// expect: its first pods are not asked for twice. Without bindings the
-// pool sees the burst's pods only at their ADDs, and BurstWindow's count
-// stands (18).
-func TestAheadCountsTheBurstsEarlierADDs(t *testing.T) {
-	var h History
-	for b := range 3 {
-		at := t0.Add(-time.Duration(30-10*b) * time.Minute)
-		for i := range 20 {
-			h = h.Record(at.Add(time.Duration(i) * 100 * time.Millisecond))
-		}
-	}
-	for i := range 12 {
-		h = h.Record(t0.Add(-14*time.Second + time.Duration(i)*250*time.Millisecond))
-	}
-	h = h.Record(t0.Add(-time.Second)).Record(t0)
-	if _, typical := h.bursts(t0, BurstMemory); typical != 20 {
-		t.Fatalf("typical burst %d, want 20", typical)
-	}
-	for _, c := range []struct {
-		bindings bool
-		want     int
-	}{{true, 6}, {false, 18}} {
-		in := Input{Now: t0, Limits: Limits{MaxENIs: 4, SlotsPerENI: 14}, Config: Config{Adaptive: true}, Demand: Demand{History: h, Bindings: c.bindings}}
-		if d := demandOf(in, 14, false, 0); d.ahead != c.want {
-			t.Errorf("bindings %v: ahead %d, want %d (%s)", c.bindings, d.ahead, c.want, d.describe())
-		}
-	}
-}

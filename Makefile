@@ -148,13 +148,17 @@ test:
 	bash scripts/test-report.sh $(PHASES) $(TESTJSON); [ $$rc -eq 0 ] && [ $$brc -eq 0 ]
 
 ## test-one: one test as make test runs it (its environment, -count=1, verbose), once make test has built what it
-## needs (or builds it): make test-one RUN=TestClusterLeadTime PKG=./test/kubecluster. RUN is a test name (a regular
-## expression, anchored), PKG a package path.
+## needs (or builds it): make test-one RUN=TestClusterLeadTime PKG=./test/kubecluster. RUN is a test name, or
+## TestName/SubtestName (each part a regular expression, anchored), PKG a package path; it fails when no test matches.
+## TestImageArchiveRunsOnEachArchitecture is the exception: it needs the every-architecture image (make image).
 test-one:
 	@if [ -z "$(RUN)" ] || [ -z "$(PKG)" ]; then echo "usage: make test-one RUN=TestName PKG=./path/to/package" >&2; exit 2; fi
 	@$(MAKE) --no-print-directory test-deps containerd-setup k8s-tools >/dev/null
 	@$(ONEBUILD) $(MAKE) --no-print-directory image BIN=$(TESTBIN) IMAGE_ARCHES=$(HOSTARCH) >/dev/null
-	$(ONEBUILD) $(TESTENV) $(GO) test -count=1 -timeout 25m -run '^($(RUN))$$' -v $(PKG)
+	@out=$$(mktemp); run=$$(printf '%s' '$(RUN)' | sed 's#[^/][^/]*#^(&)$$#g'); set -o pipefail; \
+	$(ONEBUILD) $(TESTENV) $(GO) test -count=1 -timeout 25m -run "$$run" -v $(PKG) 2>&1 | tee $$out; rc=$$?; \
+	if [ $$rc -eq 0 ] && ! grep -q '^--- PASS' $$out; then echo "make test-one: no test in $(PKG) matches $(RUN) (or it was skipped)" >&2; rc=1; fi; \
+	rm -f $$out; exit $$rc
 
 ## soak: the kill campaign with 100 kill -9 of vpcipd during churn on two vpcsim nodes (make test runs 6).
 soak: deps

@@ -20,10 +20,12 @@ import (
 
 // kill -9 of the daemon in the middle of pod churn, then a restart: no
 // address is held by two pods, every live pod keeps its address in the
-// daemon's records, and pods deleted while it was down do not leak. An ADD
-// the kill cut short after the daemon recorded its address fails; the
-// runtime's one DEL of it then finds the daemon down, removes the host side
-// and succeeds, and its netns goes. The address stays in the daemon's
+// daemon's records, and pods deleted while it was down do not leak: their
+// DELs succeed without the daemon, which frees their addresses as below
+// once restarted. An ADD the kill cut short after the daemon recorded its
+// address fails; the runtime's one DEL of it then finds the daemon down,
+// removes the host side and succeeds, and its netns goes. The address
+// stays in the daemon's
 // records until its host check (every VPCIP_RECONCILE_INTERVAL, here 1 s)
 // has seen it without a route twice, VPCIP_GC_GRACE (here the least, 10 s)
 // after its assignment, and the netns witness confirms the sandbox gone: the
@@ -52,8 +54,11 @@ func TestDaemonKill9DuringChurn(t *testing.T) {
 			}
 			mu.Unlock()
 			if del {
-				// A DEL while the daemon is down fails with "try again later";
-				// the runtime retries it until it succeeds, as kubelet does.
+				// A DEL while the daemon is down removes the pod's host side
+				// and succeeds; the restarted daemon frees the address by its
+				// host check (after the grace, as for a cut-short ADD). Where
+				// a DEL fails ("try again later"), the runtime retries it, as
+				// kubelet does.
 				for n.DelPod(ctx, victim) != nil && ctx.Err() == nil {
 					time.Sleep(200 * time.Millisecond)
 				}

@@ -310,6 +310,7 @@ func (s *Scenario) budgets(ctx context.Context) error {
 		}
 		if every {
 			s.Logf("%s", indent(out))
+			s.Logf("   (USED and SUBNET FREE are published at most once a minute, VPCIP_COUNTS_INTERVAL, so they may lag the daemon's own counts by one change; SUBNET FREE stays empty until the node read its subnets)")
 			return nil
 		}
 		if time.Now().After(deadline) {

@@ -73,6 +73,32 @@ type proc struct {
 	done chan struct{}
 }
 
+// ownerFile, in a server's directory, holds the ID of the process that
+// started it (decimal): removeStale's witness that it is still in use.
+const ownerFile = "owner.pid"
+
+// removeStale removes the server directories under base (kubetest-*)
+// whose owner process is gone: a test binary killed with SIGKILL cannot
+// stop its servers, and each left etcd's data (about 120 MB of memory on
+// /dev/shm) behind. A directory without an owner file, or whose owner
+// still runs, is kept.
+func removeStale(base string) {
+	dirs, _ := filepath.Glob(filepath.Join(base, "kubetest-*"))
+	for _, d := range dirs {
+		b, err := os.ReadFile(filepath.Join(d, ownerFile))
+		if err != nil {
+			continue
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil || pid <= 0 {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+			os.RemoveAll(d)
+		}
+	}
+}
+
 // Start starts etcd and kube-apiserver and waits until /readyz answers and the
 // default ServiceAccounts exist (no controller-manager runs to create them).
 // On error everything started is stopped and removed; the error carries the
@@ -89,8 +115,13 @@ func Start(opts Options) (srv *Server, err error) {
 	if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {
 		base = "/dev/shm" // etcd fsyncs on every write; memory makes that free
 	}
+	removeStale(base)
 	dir, err := os.MkdirTemp(base, "kubetest-"+opts.Name+"-")
 	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, ownerFile), []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
+		os.RemoveAll(dir)
 		return nil, err
 	}
 	s := &Server{BinDir: binDir, dir: dir, timeout: opts.StartTimeout}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -18,7 +19,11 @@ import (
 )
 
 // runExec replaces this process with `ip netns exec <netns> <command>`, so
-// the command's exit status and signals are its own.
+// the command's exit status and signals are its own. Besides the SDK's
+// endpoints it sets VPCIP_SOCKET and VPCIP_CHECKPOINT, unless the caller
+// set them, to the node's own directory (nodeDir), so a daemon run by hand
+// keeps its socket and checkpoint there rather than at the host's
+// /run/vpcip, which a real vpcipd, the next run or another node would share.
 func runExec(args []string) error {
 	var c commonFlags
 	fs := newFlagSet("exec", &c)
@@ -49,7 +54,14 @@ func runExec(args []string) error {
 	if err != nil {
 		return err
 	}
-	env := mergeEnv(os.Environ(), append(fabric.NodeEnv(s.Region), "VPCSIM_NODE="+n.Name, "VPCSIM_INSTANCE_ID="+n.InstanceID))
+	set := append(fabric.NodeEnv(s.Region), "VPCSIM_NODE="+n.Name, "VPCSIM_INSTANCE_ID="+n.InstanceID)
+	dir := nodeDir(c, n.Name)
+	for k, file := range map[string]string{"VPCIP_SOCKET": "ipamd.sock", "VPCIP_CHECKPOINT": "ipam.json"} {
+		if os.Getenv(k) == "" {
+			set = append(set, k+"="+filepath.Join(dir, file))
+		}
+	}
+	env := mergeEnv(os.Environ(), set)
 	argv := append([]string{"ip", "netns", "exec", n.Netns}, rest[1:]...)
 	return syscall.Exec(ip, argv, env)
 }
@@ -129,6 +141,11 @@ func runDown(args []string) error {
 	}
 	if err := errors.Join(append(errs, fabric.Cleanup(c.prefix))...); err != nil {
 		return err
+	}
+	if c.prefix != "" && !strings.ContainsAny(c.prefix, "/.") { // the nodes' daemon directories (nodeDir), never the state directory itself
+		if err := os.RemoveAll(filepath.Join(c.stateDir, c.prefix)); err != nil {
+			return err
+		}
 	}
 	if err := os.Remove(statePath(c)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err

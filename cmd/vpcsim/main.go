@@ -24,9 +24,10 @@ const usage = `usage: vpcsim <command> [flags]
 commands:
   up       start the cloud, the fabric and the instances; runs until SIGINT/SIGTERM
   status   show the running vpcsim: endpoints, nodes, API call counts
-  exec     run a command inside a node's netns with the AWS SDK pointed at vpcsim
+  exec     run a command inside a node's netns with the AWS SDK pointed at vpcsim and a daemon's
+           socket and checkpoint in the node's own directory (<state-dir>/<prefix>/<node>)
   fault    set faults through the running vpcsim's admin API
-  down     stop vpcsim and remove every netns, link and process it made (also after a crash)
+  down     stop vpcsim and remove every netns, link, process and node directory it made (also after a crash)
 
 run "vpcsim <command> -h" for its flags.
 `

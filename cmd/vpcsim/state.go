@@ -56,6 +56,13 @@ func statePath(c commonFlags) string {
 	return filepath.Join(c.stateDir, c.prefix+".json")
 }
 
+// nodeDir is the directory `vpcsim exec` gives a node's hand-run daemon for
+// its socket and checkpoint: <state dir>/<prefix>/<node>; `vpcsim down`
+// removes <state dir>/<prefix>.
+func nodeDir(c commonFlags, node string) string {
+	return filepath.Join(c.stateDir, c.prefix, node)
+}
+
 // writeState writes the state file atomically: temp file, fsync, rename.
 func writeState(path string, s *state) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {

@@ -130,6 +130,19 @@ func upDown(t *testing.T, bin string, c commonFlags, crash bool) {
 	if want := fabric.EC2URL + " " + fabric.IMDSURL + " us-west-2\n"; err != nil || out != want {
 		t.Errorf("exec env: %q, %v; want %q", out, err, want)
 	}
+	// exec gives a hand-run daemon the node's own socket and checkpoint
+	// (not the host's /run/vpcip), unless the caller chose them; down
+	// removes them.
+	dir := filepath.Join(c.stateDir, c.prefix, "node2")
+	out, err = run("exec", "node2", "--", "sh", "-c", `echo $VPCIP_SOCKET $VPCIP_CHECKPOINT; mkdir -p "$(dirname "$VPCIP_CHECKPOINT")" && echo {} >"$VPCIP_CHECKPOINT"`)
+	if want := filepath.Join(dir, "ipamd.sock") + " " + filepath.Join(dir, "ipam.json") + "\n"; err != nil || out != want {
+		t.Errorf("exec daemon paths: %q, %v; want %q", out, err, want)
+	}
+	t.Setenv("VPCIP_CHECKPOINT", "/tmp/mine.json")
+	if out, err := run("exec", "node2", "--", "sh", "-c", "echo $VPCIP_CHECKPOINT"); err != nil || out != "/tmp/mine.json\n" {
+		t.Errorf("exec with the caller's VPCIP_CHECKPOINT: %q, %v", out, err)
+	}
+	t.Setenv("VPCIP_CHECKPOINT", "") // unset again: exec gives its own
 	for _, f := range [][]string{
 		{"fail-next", "AttachNetworkInterface", "AttachmentLimitExceeded"},
 		{"latency", "*", "1ms", "1ms"},
@@ -194,6 +207,9 @@ func upDown(t *testing.T, bin string, c commonFlags, crash bool) {
 	}
 	if _, err := os.Stat(statePath(c)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("state file left: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(c.stateDir, c.prefix)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the nodes' daemon directories left: %v", err)
 	}
 	if out, err := run("down"); err != nil {
 		t.Errorf("second down: %v\n%s", err, out)

@@ -179,10 +179,14 @@ func MinIdleHours(levels []Level, end time.Time, calls, unit, slotsPerENI, maxEN
 func GrowthCalls(enis int) int { return 1 + 3*max(enis-1, 0) }
 
 // TwinFill is the twin of a trace whose pods all stay to its end (a node
-// filling): the same pods, then one more every 10 s after the last until
-// capacity pods run, each staying to the end too. false: a pod of t leaves
-// before the end, or t already runs capacity pods.
-func TwinFill(t Trace, capacity int) (Trace, bool) {
+// filling): the same pods, then one more every 10 s until capacity pods
+// run, each staying to the end too. The first comes 10 s after the last
+// pod of t, or at from if that is later: TwinBound's argument needs the
+// twin to be the same pods until after t_E (pass t_E + 10 s, as TwinAfter
+// gets), which a fill whose last pods queue for their sandboxes may not
+// reach before its last pod is bound. false: a pod of t leaves before the
+// end, t already runs capacity pods, or the last would arrive after t ends.
+func TwinFill(t Trace, capacity int, from time.Duration) (Trace, bool) {
 	if len(t.Pods) == 0 || len(t.Pods) >= capacity {
 		return Trace{}, false
 	}
@@ -194,9 +198,9 @@ func TwinFill(t Trace, capacity int) (Trace, bool) {
 	twin := t
 	twin.Name = t.Name + "-twin"
 	twin.Pods = slices.Clone(t.Pods)
-	last := t.Pods[len(t.Pods)-1].Arrive
-	for i := 1; len(twin.Pods) < capacity; i++ {
-		at := last + time.Duration(i)*10*time.Second
+	first := max(t.Pods[len(t.Pods)-1].Arrive+10*time.Second, from)
+	for i := 0; len(twin.Pods) < capacity; i++ {
+		at := first + time.Duration(i)*10*time.Second
 		if at >= t.Duration {
 			return Trace{}, false
 		}

@@ -330,11 +330,12 @@ func TestCoarseMinIdleHours(t *testing.T) {
 }
 
 // TestTwinFill: the twin continues a fill to capacity, one pod every 10 s
-// after the last, each staying to the end; traces with a pod that leaves,
-// or already at capacity, have none.
+// after the last (or from the time given, if later), each staying to the
+// end; traces with a pod that leaves, already at capacity, or whose twin
+// would not fit before the end, have none.
 func TestTwinFill(t *testing.T) {
 	a := Trace{Duration: time.Hour, Pods: []Pod{{Arrive: time.Second, Life: time.Hour - time.Second}, {Arrive: 5 * time.Second, Life: time.Hour - 5*time.Second}}}
-	twin, ok := TwinFill(a, 4)
+	twin, ok := TwinFill(a, 4, 0)
 	if !ok || len(twin.Pods) != 4 {
 		t.Fatalf("twin %v, %v; want 4 pods", twin.Pods, ok)
 	}
@@ -346,11 +347,20 @@ func TestTwinFill(t *testing.T) {
 	if len(a.Pods) != 2 {
 		t.Errorf("the trace changed: %d pods", len(a.Pods))
 	}
-	if _, ok := TwinFill(a, 2); ok {
+	if _, ok := TwinFill(a, 2, 0); ok {
 		t.Error("a twin of a trace already at capacity")
 	}
+	// t_E after the last pod's binding (its ADD queued behind others):
+	// the twin's pods come only after it, so no pool sees them sooner.
+	late, ok := TwinFill(a, 4, 2*time.Minute)
+	if !ok || len(late.Pods) != 4 || late.Pods[2].Arrive != 2*time.Minute || late.Pods[3].Arrive != 2*time.Minute+10*time.Second {
+		t.Errorf("twin from 2m: %v, %v; want pods at 2m and 2m10s", late.Pods, ok)
+	}
+	if _, ok := TwinFill(a, 4, time.Hour-5*time.Second); ok {
+		t.Error("a twin whose pods would arrive after the end")
+	}
 	leaves := Trace{Duration: time.Hour, Pods: []Pod{{Arrive: time.Second, Life: time.Minute}}}
-	if _, ok := TwinFill(leaves, 4); ok {
+	if _, ok := TwinFill(leaves, 4, 0); ok {
 		t.Error("a twin of a trace whose pod leaves")
 	}
 }

@@ -267,11 +267,12 @@ func bounds(r *Row, tr poolsim.Trace, typ poolsim.InstanceType, o Options) {
 // onlineBound is Row.Online: the reference default run on a twin of the
 // trace and poolsim.TwinFillBound or poolsim.TwinBound; NaN where the
 // argument does not apply. A fill's twin is the fill continued to the
-// node's capacity (poolsim.TwinFill); another trace's adds long-lived pods
-// from 10 s after its last ENI is first needed (poolsim.TwinAfter): as
-// many as that ENI count holds, or fewer (three quarters, half, a quarter
-// of them, one) until the reference makes no pod wait and the fewest calls
-// on the twin.
+// node's capacity (poolsim.TwinFill, not before 10 s after its last ENI is
+// first needed); another trace's, or a fill's where that twin gives no
+// bound, adds long-lived pods from 10 s after its last ENI is first needed
+// (poolsim.TwinAfter): as many as that ENI count holds, or fewer (three
+// quarters, half, a quarter of them, one) until the reference makes no pod
+// wait and the fewest calls on the twin.
 func onlineBound(tr poolsim.Trace, typ poolsim.InstanceType, prefix bool, ref poolsim.Result, o Options) (float64, poolsim.Trace) {
 	slots := typ.Limits.PodAddressesPerENI()
 	if prefix || ref.Waited > 0 || ref.Unstarted > 0 || len(ref.Levels) == 0 || slots <= 0 {
@@ -279,21 +280,22 @@ func onlineBound(tr poolsim.Trace, typ poolsim.InstanceType, prefix bool, ref po
 	}
 	start := ref.Start
 	end := start.Add(tr.Duration)
-	if twin, ok := poolsim.TwinFill(tr, typ.MaxPods-2); ok {
-		tres, err := Run(twin, typ, false, Setups[0], o.Lat, o.Seed)
-		if err != nil || tres.Waited > 0 || tres.Unstarted > 0 {
-			return math.NaN(), poolsim.Trace{}
-		}
-		if b, ok := poolsim.TwinFillBound(ref.Levels, end, len(twin.Pods), ref.Calls, tres.Calls, slots, typ.Limits.MaxENIs); ok {
-			return b, twin
-		}
+	tE, ok := poolsim.TwinFrom(ref.Levels, start, slots)
+	if !ok {
 		return math.NaN(), poolsim.Trace{}
+	}
+	if twin, ok := poolsim.TwinFill(tr, typ.MaxPods-2, tE+10*time.Second); ok {
+		tres, err := Run(twin, typ, false, Setups[0], o.Lat, o.Seed)
+		if err == nil && tres.Waited == 0 && tres.Unstarted == 0 {
+			if b, ok := poolsim.TwinFillBound(ref.Levels, end, len(twin.Pods), ref.Calls, tres.Calls, slots, typ.Limits.MaxENIs); ok {
+				return b, twin
+			}
+		}
 	}
 	top := poolsim.PeakInUse(ref.Levels)
 	e := (top + slots - 1) / slots
-	tE, ok := poolsim.TwinFrom(ref.Levels, start, slots)
 	room := min(e*slots, typ.MaxPods-2) - top
-	if !ok || room < 1 || ref.Calls != poolsim.GrowthCalls(e) {
+	if room < 1 || ref.Calls != poolsim.GrowthCalls(e) {
 		return math.NaN(), poolsim.Trace{}
 	}
 	for _, extra := range slices.Compact([]int{room, room * 3 / 4, room / 2, room / 4, 1}) {
@@ -463,7 +465,7 @@ func Summary(w io.Writer, rows []Row) {
 	fmt.Fprintf(w, "pod starts with an EC2 call on their path, our default, traces but fill: at most %.2f %%; rows above 1 %%: %v\n", 100*worstPath, overPath)
 	fmt.Fprintf(w, "idle ≤ 0.5× out of reach for any pool (floor above half the reference's idle): %d/%d %v\n", beyond, n, beyondRows)
 	fmt.Fprintf(w, "idle ≤ 0.5× with no more waits and calls out of reach for any pool (bound above half the reference's idle): %d/%d %v\n", jointly, n, jointRows)
-	fmt.Fprintf(w, "per-row targets out of reach together for any pool that cannot see pods ahead and also makes no pod wait and no more calls than the reference on a twin (the same pods until after the last ENI is first needed, then more that stay; poolsim.TwinBound, idle address-hours): %d/%d %v\n", len(online), n, online)
+	fmt.Fprintf(w, "per-row targets out of reach together for any pool that cannot see pods ahead and also makes no pod wait and no more calls than the reference on a twin (the same pods until after the last ENI is first needed, then more that stay; on the simulator's node, where an address cools 30 s before reuse; poolsim.TwinBound, idle address-hours): %d/%d %v\n", len(online), n, online)
 	fmt.Fprintf(w, "per-row targets not met where no bound shows them out of reach: %d/%d %v\n", len(open), n, open)
 	var dominated, tradedWaits []string
 	for _, r := range rows {

@@ -54,8 +54,10 @@ image: deps
 	$(GO) run ./build/mkimage -bin $(BIN)/image $(foreach arch,$(IMAGE_ARCHES),-root $(arch)="$$(bash scripts/image-root.sh $(arch) | tail -1)") \
 		-o $(BIN)/vpcip-image.tar -name $(IMAGE_NAME)
 
+# All of make test's Debian packages in one apt-get, so the builds after it
+# (containerd-setup, k8s-tools) can run at once without racing for dpkg's lock.
 test-deps:
-	@bash scripts/deps.sh promtool valgrind qemu-user-static
+	@bash scripts/deps.sh promtool valgrind qemu-user-static containerd runc etcd-server
 
 ## containerd-setup: containerd + runc (Debian), containerd 2 (module proxy), reference plugins, pause image.
 containerd-setup:
@@ -80,11 +82,14 @@ demo: deps build
 demo-containerd: deps build containerd-setup
 	$(GO) run ./test/containerd/demo --bin $(BIN)
 
-## lint: formatting, vet, golangci-lint (.golangci.yml; the version tools/golangci pins, built by
-## scripts/golangci-lint.sh), and the dependency and shape rules of docs/design.md §3 (test/deps).
+## lint: formatting, golangci-lint (.golangci.yml; the version tools/golangci pins, built by
+## scripts/golangci-lint.sh; its govet runs the analyzers `go vet` runs), and the dependency and
+## shape rules of docs/design.md §3 (test/deps).
+# No separate `go vet ./...`: golangci-lint v2.15's govet runs go vet's 35
+# default analyzers (and inline) on the same packages and tests; vet again
+# cost about 2 CPU-minutes of a cold make test.
 lint:
 	@fmt=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$fmt" ]; then echo "gofmt needed:"; echo "$$fmt"; exit 1; fi
-	$(GO) vet ./...
 	$$(bash scripts/golangci-lint.sh | tail -n 1) run --allow-serial-runners ./...
 	$(GO) test -count=1 ./test/deps
 	cd tools/dashboards && $(GO) vet . && $(GO) run . -check -out $(CURDIR)/charts/vpcip/files/dashboards
@@ -101,10 +106,15 @@ dashboards:
 
 ## test: lint, then every package's tests (netns, iptables and e2e tests need root). Checks the machine
 ## first (scripts/preflight.sh), times each phase and prints the times at the end (results/make-test-*).
+# containerd's setup and golangci-lint's build run beside the Kubernetes
+# build (a cold one leaves a core idle while modules download and its
+# binaries link); the tests wait for containerd's.
 PHASES := $(CURDIR)/results/make-test-phases.tsv
 TESTLOG := $(CURDIR)/results/make-test.log
 TESTJSON := $(CURDIR)/results/make-test.json
 BESIDELOG := $(CURDIR)/results/make-test-beside.log
+SETUPLOG := $(CURDIR)/results/make-test-containerd.log
+GOLANGCILOG := $(CURDIR)/results/make-test-golangci.log
 # make test's clusters run an image of the host's architecture alone
 # (bin/test/vpcip-image.tar); the image of every architecture
 # (bin/every-arch/, apart from bin/image/ which test/pluginbuild reads), lint
@@ -130,11 +140,16 @@ test:
 	@mkdir -p results && : >$(PHASES)
 	@$(PHASE) "tools (Debian packages)" $(MAKE) --no-print-directory test-deps
 	@$(ONEBUILD) $(PHASE) preflight bash scripts/preflight.sh
-	@$(PHASE) "containerd, plugins, pause" $(MAKE) --no-print-directory containerd-setup
-	@$(PHASE) "kubernetes, helm, etcd" $(MAKE) --no-print-directory k8s-tools
-	@$(ONEBUILD) $(PHASE) "image ($(HOSTARCH), for the test clusters)" $(MAKE) --no-print-directory image BIN=$(TESTBIN) IMAGE_ARCHES=$(HOSTARCH)
-	@$(ONEBUILD) $(PHASE) "compile every package and its tests" sh -c 'bash scripts/gotestsum.sh >/dev/null && $(GO) list -test -export -deps ./... >/dev/null'
 	@set -o pipefail; export CGO_ENABLED=0 GOFLAGS="$(GOFLAGS) -trimpath"; \
+	( $(PHASE) "beside: containerd, plugins, pause" $(MAKE) --no-print-directory containerd-setup ) >$(SETUPLOG) 2>&1 & setup=$$!; \
+	( $(PHASE) "beside: golangci-lint build" nice -n 19 bash scripts/golangci-lint.sh ) >$(GOLANGCILOG) 2>&1 & golangci=$$!; \
+	$(PHASE) "kubernetes, helm, etcd" $(MAKE) --no-print-directory k8s-tools && \
+	$(PHASE) "image ($(HOSTARCH), for the test clusters)" $(MAKE) --no-print-directory image BIN=$(TESTBIN) IMAGE_ARCHES=$(HOSTARCH) && \
+	$(PHASE) "compile every package and its tests" sh -c 'bash scripts/gotestsum.sh >/dev/null && $(GO) list -test -export -deps ./... >/dev/null'; \
+	rc=$$?; w0=$$(date +%s.%N); wait $$setup; src=$$?; \
+	awk -v s=$$w0 -v e=$$(date +%s.%N) -v rc=$$src 'BEGIN{printf "before the tests, waiting for the containerd setup\t%.1f\t%d\n", e-s, rc}' >>$(PHASES); \
+	if [ $$src -ne 0 ]; then echo "make test: FAILED setting up containerd ($(SETUPLOG)):"; tail -n 60 $(SETUPLOG); fi; \
+	if [ $$rc -ne 0 ] || [ $$src -ne 0 ]; then wait $$golangci; exit 1; fi; \
 	( $(PHASE) "beside: lint" nice -n 19 $(MAKE) --no-print-directory lint && \
 	  $(PHASE) "beside: image, every architecture" nice -n 19 $(MAKE) --no-print-directory image BIN=$(BIN)/every-arch && \
 	  VPCIP_REQUIRE_QEMU=1 VPCIP_IMAGE=$(BIN)/every-arch/vpcip-image.tar $(PHASE) "beside: image test, every architecture" \

@@ -18,6 +18,11 @@ export CGO_ENABLED=0
 key=$( (go version; echo "CGO_ENABLED=$CGO_ENABLED -trimpath"; cat tools/golangci/go.mod tools/golangci/go.sum) | sha256sum | cut -c1-12)
 bin=${VPCIP_GOLANGCI_BIN:-/var/cache/vpcip/golangci-$key/bin}
 mkdir -p "$bin"
+# One build at a time: make test starts this script early, beside the
+# Kubernetes build, and make lint calls it again later; the second waits for
+# the first and finds the binary.
+exec 9>"$bin/.lock"
+flock 9
 if [ ! -x "$bin/golangci-lint" ]; then
 	version=$(cd tools/golangci && go list -m -f '{{.Version}}' github.com/golangci/golangci-lint/v2)
 	echo "golangci-lint: building $version into $bin" >&2

@@ -27,8 +27,14 @@ import (
 //	         burst is under way (BurstStart arrivals within BurstOnset, or
 //	         BurstStart pods waiting): the rest of a typical burst, asked
 //	         for in the same call as its first pods
-//	low    = need + ahead + margin   grow when fewer are available
-//	high   = low + chunk             one growth call fills up to this
+//	low    = need + ahead + margin   grow when fewer are available;
+//	         need + margin in secondary-IP mode with Demand.Bindings while
+//	         the attached ENIs' room takes ahead: the burst's later pods
+//	         are seen at their bindings, an assign call before their
+//	         ADDs, so they make the pool grow when they come, and no ENI
+//	         is attached for reach while bound pods wait for addresses
+//	high   = need + ahead + margin + chunk   one growth call fills up
+//	                                 to this
 //	keep   = high                    surplus is what is free or cooling
 //	                                 beyond keep
 //	reach  = need + typical + margin, and the most in use within
@@ -42,7 +48,12 @@ import (
 //
 // chunk is the hysteresis between growth and release: in secondary-IP mode
 // max(⌈two-minute rate × ChunkSpan⌉, slots per ENI / ChunkShare), the
-// latter at most the arrivals within ChunkMemory; in prefix mode 0, as a
+// latter at most the arrivals within ChunkMemory, except between the peaks
+// of recurring demand (awaitingPeak: with Demand.Bindings, no arrival
+// within DepartureQuiet, and the pool wanted more than the node holds at
+// two peaks within WantMemory): the next peak takes a growth call whatever
+// is kept, so chunk only tops the margin up to min(BoundAhead, typical),
+// what the peak's first pods take before that call is done; in prefix mode 0, as a
 // /28 is hysteresis enough (and, while pods come, a /28 goes only if half
 // a /28 beyond keep stays), except within FillSpan of the node's first
 // pod: ⌈two-minute rate × ChunkSpan⌉, so a filling node asks for a
@@ -214,6 +225,7 @@ type demandTarget struct {
 	reach                                int     // addresses available or assignable on attached ENIs wanted
 	rate                                 float64 // arrivals per second
 	burst                                int
+	roomServes                           bool // the rest of a burst under way (ahead) is left out of low: room serves it
 }
 
 func demandOf(in Input, room int, prefixes bool, inUse int) demandTarget {
@@ -257,7 +269,11 @@ func demandOf(in Input, room int, prefixes bool, inUse int) demandTarget {
 	d.low = d.need + d.ahead + d.margin
 	chunk := 0
 	byRate := ceilF(float64(h.within(in.Now, rateWindow)) / rateWindow.Seconds() * scaled(in, ChunkSpan).Seconds())
-	if !prefixes {
+	if !prefixes && awaitingPeak(in) {
+		// The next peak takes a growth call whatever is kept now: keep
+		// free only what its first pods take before that call is done.
+		chunk = max(min(BoundAhead, typical)-d.margin, 0)
+	} else if !prefixes {
 		// The ENI share only while pods come: no churn, no calls to save.
 		chunk = max(byRate, min(in.Limits.SlotsPerENI/ChunkShare, h.within(in.Now, scaled(in, ChunkMemory))))
 	} else if h.filling(in.Now, FillSpan) && activeRefusals(in.Refusals, in.Now).noPrefix.IsZero() {
@@ -284,6 +300,13 @@ func demandOf(in Input, room int, prefixes bool, inUse int) demandTarget {
 	}
 	if typical >= ReachBurst {
 		d.reach = max(d.need+typical+d.margin, h.peak(in.Now, scaled(in, ReachMemory))-inUse+d.margin)
+	}
+	if in.Demand.Bindings && !prefixes && d.ahead > 0 && room >= d.ahead {
+		// The rest of the burst is seen at its bindings, an assign call
+		// ahead of its ADDs, and the attached ENIs have room for it: it
+		// does not make the pool grow, but a growth still asks for it.
+		d.low = d.need + d.margin
+		d.roomServes = true
 	}
 	return d
 }
@@ -389,6 +412,11 @@ func (s *state) adaptiveReach(d demandTarget) (Plan, bool) {
 	}
 	lim := s.in.Limits
 	reachable := s.pool.available + roomSlots(s.in)*unit
+	if d.roomServes && d.need > 0 {
+		// Bound pods wait for the assigns room serves them by: an ENI
+		// attached now would hold those calls up for seconds.
+		return Plan{}, false
+	}
 	if reachable >= d.reach || len(s.in.ENIs) >= lim.MaxENIs || !s.ref.eniLimit.IsZero() || lim.SlotsPerENI <= 0 {
 		return Plan{}, false
 	}
@@ -441,4 +469,17 @@ func (s *state) coolingCovers(n int, horizon time.Duration) (time.Time, bool) {
 	}
 	slices.SortFunc(ends, func(a, b time.Time) int { return a.Compare(b) })
 	return ends[n-1], true
+}
+
+// awaitingPeak reports whether the node waits, between peaks, for one
+// that will take a growth call whatever it keeps now: the pool wanted more
+// addresses than the node holds (Input.ENIs' slots) at two peaks or more
+// within WantMemory (History.wantAgain), no pod arrived within
+// DepartureQuiet, and the node's pods are seen at their binding
+// (Demand.Bindings), so the peak's later pods get their addresses from an
+// assign call their bindings start.
+func awaitingPeak(in Input) bool {
+	h := in.Demand.History
+	return in.Demand.Bindings && h.within(in.Now, scaled(in, DepartureQuiet)) == 0 &&
+		h.wantAgain(in.Now, scaled(in, WantMemory), poolOf(in.ENIs).total) > 0
 }

@@ -28,11 +28,12 @@ import (
 //	         BurstStart pods waiting): the rest of a typical burst, asked
 //	         for in the same call as its first pods
 //	low    = need + ahead + margin   grow when fewer are available;
-//	         need + margin in secondary-IP mode with Demand.Bindings while
-//	         the attached ENIs' room takes ahead: the burst's later pods
-//	         are seen at their bindings, an assign call before their
-//	         ADDs, so they make the pool grow when they come, and no ENI
-//	         is attached for reach while bound pods wait for addresses
+//	         need + margin with Demand.Bindings while the attached ENIs'
+//	         room takes ahead (a slot one address in prefix mode's no-/28
+//	         fallback): the burst's later pods are seen at their
+//	         bindings, an assign call before their ADDs, so they make the
+//	         pool grow when they come, and no ENI is attached for reach
+//	         while bound pods wait for addresses
 //	high   = need + ahead + margin + chunk   one growth call fills up
 //	                                 to this
 //	keep   = high                    surplus is what is free or cooling
@@ -301,7 +302,11 @@ func demandOf(in Input, room int, prefixes bool, inUse int) demandTarget {
 	if typical >= ReachBurst {
 		d.reach = max(d.need+typical+d.margin, h.peak(in.Now, scaled(in, ReachMemory))-inUse+d.margin)
 	}
-	if in.Demand.Bindings && !prefixes && d.ahead > 0 && room >= d.ahead {
+	roomUnit := 1 // addresses a free slot takes: one in the no-/28 fallback
+	if prefixes && activeRefusals(in.Refusals, in.Now).noPrefix.IsZero() {
+		roomUnit = PrefixAddresses
+	}
+	if in.Demand.Bindings && d.ahead > 0 && room*roomUnit >= d.ahead {
 		// The rest of the burst is seen at its bindings, an assign call
 		// ahead of its ADDs, and the attached ENIs have room for it: it
 		// does not make the pool grow, but a growth still asks for it.

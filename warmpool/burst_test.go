@@ -146,3 +146,26 @@ func TestRoomServesTheRestOfABurst(t *testing.T) {
 		t.Errorf("no room for the rest: %v (%s); want growth for the burst", p.Action, p.Reason)
 	}
 }
+
+// TestRoomServesABurstInPrefixMode: the same in prefix mode, room counted
+// in /28s (10 free slots, 160 addresses): the 16 free addresses of a /28
+// cover the 3 pods bound so far and the margin, so no call. In the no-/28
+// fallback a free slot takes one address, 10 in all, less than the rest of
+// the burst: its first pods make the pool grow.
+func TestRoomServesABurstInPrefixMode(t *testing.T) {
+	in := burstNode(true, false, 3)
+	in.Limits = Limits{MaxENIs: 4, SlotsPerENI: 14, PrefixSupported: true}
+	in.Config.PrefixDelegation = true
+	in.ENIs = []ENI{{ID: "eni-00", Primary: true, Attached: t0.Add(-time.Hour), Slots: prefixSlots(0x0a800000, 4, 3)}}
+	d := demandOf(in, roomSlots(in), true, inUse(poolOf(in.ENIs)))
+	if !d.roomServes || d.low != d.need+d.margin {
+		t.Errorf("prefix mode, 10 free slots: %s, roomServes %v; want low = need + margin", d.describe(), d.roomServes)
+	}
+	if p := Next(in); p.Action == Assign || p.Action == CreateENI {
+		t.Errorf("prefix mode, 16 free, room for the rest: %v (%s); want no call", p.Action, p.Reason)
+	}
+	in.Refusals = []Refusal{{Kind: RefusedNoPrefix, Until: t0.Add(time.Hour)}}
+	if d := demandOf(in, roomSlots(in), true, inUse(poolOf(in.ENIs))); d.roomServes {
+		t.Errorf("no-/28 fallback, 10 free slots of one address each: roomServes (%s)", d.describe())
+	}
+}

@@ -28,12 +28,14 @@ import (
 //	         BurstStart pods waiting): the rest of a typical burst, asked
 //	         for in the same call as its first pods
 //	low    = need + ahead + margin   grow when fewer are available;
-//	         need + margin with Demand.Bindings while the attached ENIs'
-//	         room takes ahead (a slot one address in prefix mode's no-/28
-//	         fallback): the burst's later pods are seen at their
-//	         bindings, an assign call before their ADDs, so they make the
-//	         pool grow when they come, and no ENI is attached for reach
-//	         while bound pods wait for addresses
+//	         need + margin with Demand.Bindings while the watch shows
+//	         pods before their ADDs (Unaddressed above Pending) and the
+//	         attached ENIs' room takes ahead (assignableRoom: not on an
+//	         ENI refused addresses, within MaxPods, a slot one address in
+//	         prefix mode's no-/28 fallback): the burst's later pods are
+//	         seen at their bindings, an assign call before their ADDs, so
+//	         they make the pool grow when they come, and no ENI is
+//	         attached for reach while bound pods wait for addresses
 //	high   = need + ahead + margin + chunk   one growth call fills up
 //	                                 to this
 //	keep   = high                    surplus is what is free or cooling
@@ -50,11 +52,12 @@ import (
 // chunk is the hysteresis between growth and release: in secondary-IP mode
 // max(⌈two-minute rate × ChunkSpan⌉, slots per ENI / ChunkShare), the
 // latter at most the arrivals within ChunkMemory, except between the peaks
-// of recurring demand (awaitingPeak: with Demand.Bindings, no arrival
-// within DepartureQuiet, and the pool wanted more than the node holds at
-// two peaks within WantMemory): the next peak takes a growth call whatever
-// is kept, so chunk only tops the margin up to min(BoundAhead, typical),
-// what the peak's first pods take before that call is done; in prefix mode 0, as a
+// of a recurring job (awaitingPeak: with Demand.Bindings, no pod waiting
+// or arrived within DepartureQuiet, bursts of ReachBurst pods or more, and
+// the pool wanted more than in use + low + chunk at two peaks within
+// ChunkMemory): the next peak takes a growth call whatever is kept, so
+// chunk only tops the margin up to min(BoundAhead, typical), what the
+// peak's first pods take before that call is done; in prefix mode 0, as a
 // /28 is hysteresis enough (and, while pods come, a /28 goes only if half
 // a /28 beyond keep stays), except within FillSpan of the node's first
 // pod: ⌈two-minute rate × ChunkSpan⌉, so a filling node asks for a
@@ -270,13 +273,15 @@ func demandOf(in Input, room int, prefixes bool, inUse int) demandTarget {
 	d.low = d.need + d.ahead + d.margin
 	chunk := 0
 	byRate := ceilF(float64(h.within(in.Now, rateWindow)) / rateWindow.Seconds() * scaled(in, ChunkSpan).Seconds())
-	if !prefixes && awaitingPeak(in) {
-		// The next peak takes a growth call whatever is kept now: keep
-		// free only what its first pods take before that call is done.
-		chunk = max(min(BoundAhead, typical)-d.margin, 0)
-	} else if !prefixes {
+	if !prefixes {
 		// The ENI share only while pods come: no churn, no calls to save.
 		chunk = max(byRate, min(in.Limits.SlotsPerENI/ChunkShare, h.within(in.Now, scaled(in, ChunkMemory))))
+		if d.need == 0 && typical >= ReachBurst && awaitingPeak(in, inUse+d.low+chunk) {
+			// The next peak takes a growth call whatever is kept now:
+			// keep free only what its first pods take before that call
+			// is done.
+			chunk = max(min(BoundAhead, typical)-d.margin, 0)
+		}
 	} else if h.filling(in.Now, FillSpan) && activeRefusals(in.Refusals, in.Now).noPrefix.IsZero() {
 		// Not in the no-/28 fallback: there growth asks only for what is
 		// needed, as each single address more may break another /28.
@@ -302,11 +307,10 @@ func demandOf(in Input, room int, prefixes bool, inUse int) demandTarget {
 	if typical >= ReachBurst {
 		d.reach = max(d.need+typical+d.margin, h.peak(in.Now, scaled(in, ReachMemory))-inUse+d.margin)
 	}
-	roomUnit := 1 // addresses a free slot takes: one in the no-/28 fallback
-	if prefixes && activeRefusals(in.Refusals, in.Now).noPrefix.IsZero() {
-		roomUnit = PrefixAddresses
-	}
-	if in.Demand.Bindings && d.ahead > 0 && room*roomUnit >= d.ahead {
+	// The watch shows pods before their ADDs (bound pods without an
+	// address outnumber the ADDs waiting): a slow or stalled watch does
+	// not leave the rest of a burst to bindings it shows too late.
+	if in.Demand.Bindings && d.ahead > 0 && in.Demand.Unaddressed > in.Pending && assignableRoom(in, prefixes) >= d.ahead {
 		// The rest of the burst is seen at its bindings, an assign call
 		// ahead of its ADDs, and the attached ENIs have room for it: it
 		// does not make the pool grow, but a growth still asks for it.
@@ -314,6 +318,29 @@ func demandOf(in Input, room int, prefixes bool, inUse int) demandTarget {
 		d.roomServes = true
 	}
 	return d
+}
+
+// assignableRoom is how many addresses assign calls could add on the
+// attached ENIs now: their free slots (a /28 each in prefix mode, one
+// address in its no-/28 fallback), not those of an ENI under an
+// address-limit refusal (growOn skips it), and no more than
+// Limits.MaxPods allows.
+func assignableRoom(in Input, prefixes bool) int {
+	unit := 1
+	ref := activeRefusals(in.Refusals, in.Now)
+	if prefixes && ref.noPrefix.IsZero() {
+		unit = PrefixAddresses
+	}
+	n := 0
+	for _, e := range in.ENIs {
+		if ref.addrLimit(e.ID).IsZero() {
+			n += max(in.Limits.SlotsPerENI-len(e.Slots), 0) * unit
+		}
+	}
+	if m := in.Limits.MaxPods; m > 0 {
+		n = min(n, max(m-poolOf(in.ENIs).total, 0))
+	}
+	return n
 }
 
 // holding is how many of the node's ENIs hold an address or prefix.
@@ -477,14 +504,16 @@ func (s *state) coolingCovers(n int, horizon time.Duration) (time.Time, bool) {
 }
 
 // awaitingPeak reports whether the node waits, between peaks, for one
-// that will take a growth call whatever it keeps now: the pool wanted more
-// addresses than the node holds (Input.ENIs' slots) at two peaks or more
-// within WantMemory (History.wantAgain), no pod arrived within
-// DepartureQuiet, and the node's pods are seen at their binding
-// (Demand.Bindings), so the peak's later pods get their addresses from an
-// assign call their bindings start.
-func awaitingPeak(in Input) bool {
+// that will take a growth call even if the pool keeps what it would keep
+// without this rule: the pool wanted more than above addresses held (in use
+// plus that keep, not what the node holds: a release must not turn the
+// rule on) at two peaks or more within ChunkMemory (History.wantAgain:
+// a job every few minutes, not an hourly rollout), no
+// pod arrived within DepartureQuiet, and the node's pods are seen at their
+// binding (Demand.Bindings), so the peak's later pods get their addresses
+// from an assign call their bindings start.
+func awaitingPeak(in Input, above int) bool {
 	h := in.Demand.History
 	return in.Demand.Bindings && h.within(in.Now, scaled(in, DepartureQuiet)) == 0 &&
-		h.wantAgain(in.Now, scaled(in, WantMemory), poolOf(in.ENIs).total) > 0
+		h.wantAgain(in.Now, scaled(in, ChunkMemory), above) > 0
 }

@@ -11,21 +11,21 @@ var c5Large = Limits{MaxENIs: 15, SlotsPerENI: 49}
 
 // jobsNode is a c5.18xlarge-like node between the bursts of a recurring
 // job: 49 long-lived pods on the primary ENI, eni-01 holding 49 free
-// addresses, eni-02 and eni-03 attached empty (room for the next job). Jobs of 100 pods came 35 and 20
+// addresses, eni-02 and eni-03 attached empty (room for the next job). Jobs of 100 pods came 25 and 12
 // minutes ago (the pool wanted 160 addresses held at each); lastArrival is
 // how long ago the last pod came.
 func jobsNode(bindings bool, lastArrival time.Duration) Input {
 	var h History
-	for _, ago := range []time.Duration{35 * time.Minute, 20 * time.Minute} {
+	for _, ago := range []time.Duration{25 * time.Minute, 12 * time.Minute} {
 		at := t0.Add(-ago)
 		h = arrivals(h, at, at.Add(2*time.Second), 20*time.Millisecond, 149).Want(at.Add(2*time.Second), 160)
 	}
-	if lastArrival < 20*time.Minute {
+	if lastArrival < 12*time.Minute {
 		at := t0.Add(-lastArrival)
 		h = h.Record(at).Observe(at, 49)
 	}
 	return Input{Now: t0, Limits: c5Large, Config: Config{Adaptive: true},
-		LastGrow: t0.Add(-20 * time.Minute), LastRelease: t0.Add(-10 * time.Minute),
+		LastGrow: t0.Add(-12 * time.Minute), LastRelease: t0.Add(-10 * time.Minute),
 		Demand: Demand{History: h, Bindings: bindings},
 		ENIs: []ENI{
 			{ID: "eni-00", Primary: true, Attached: t0.Add(-time.Hour), Slots: slotsOf(0x0a400000, 49, 49, 0)},
@@ -70,15 +70,24 @@ func TestAwaitingPeakKeepsWhatTheFirstPodsTake(t *testing.T) {
 			t.Errorf("%s: release of %d leaves %d free, below keep %d (%s)", c.name, len(p.Release), left, c.keep, p.Reason)
 		}
 	}
-	if !awaitingPeak(jobsNode(true, time.Hour)) {
-		t.Errorf("awaitingPeak false between the jobs' peaks")
+	if in := jobsNode(true, time.Hour); !awaitingPeak(in, 159) || awaitingPeak(in, 160) {
+		t.Errorf("awaitingPeak(159) %v, awaitingPeak(160) %v; want true, false (the peaks wanted 160)", awaitingPeak(in, 159), awaitingPeak(in, 160))
 	}
+	// What the node holds does not turn the rule on or off: after the
+	// release (6 free on eni-01) the keep is the same, so no flat load
+	// releases and assigns back over and over.
+	for _, free := range []int{49, BoundAhead, 0} {
+		in := jobsNode(true, time.Hour)
+		in.ENIs[1].Slots = slotsOf(0x0a400100, free, 0, 0)
+		if d := demandOf(in, roomSlots(in), false, inUse(poolOf(in.ENIs))); d.keep != BoundAhead {
+			t.Errorf("%d free on eni-01: keep %d, want %d (%s)", free, d.keep, BoundAhead, d.describe())
+		}
+	}
+	// Pods bound and waiting: a peak has begun, the rule is off.
 	in := jobsNode(true, time.Hour)
-	in.ENIs[1].Slots = slotsOf(0x0a400100, 49, 0, 0)
-	in.ENIs[2].Slots = slotsOf(0x0a400200, 49, 0, 0)
-	in.ENIs[3].Slots = slotsOf(0x0a400300, 20, 0, 0)
-	if awaitingPeak(in) {
-		t.Errorf("awaitingPeak true with 167 addresses held, more than the 160 the peaks wanted")
+	in.Demand.Unaddressed = 2
+	if d := demandOf(in, roomSlots(in), false, inUse(poolOf(in.ENIs))); d.keep <= d.low {
+		t.Errorf("2 pods bound without addresses: keep %d, want the hysteresis beyond low %d (%s)", d.keep, d.low, d.describe())
 	}
 }
 
@@ -88,10 +97,16 @@ func TestAwaitingPeakKeepsWhatTheFirstPodsTake(t *testing.T) {
 // with an address yet. The primary ENI is full; eni-01 holds 10 free
 // addresses and room for 29 more, eni-02 (when room) is attached empty.
 func burstNode(bindings, room bool, n int) Input {
+	return burstNodePeak(bindings, room, n, 89)
+}
+
+// burstNodePeak is burstNode with peak addresses in use during the earlier
+// jobs.
+func burstNodePeak(bindings, room bool, n, peak int) Input {
 	var h History
 	for _, ago := range []time.Duration{35 * time.Minute, 20 * time.Minute} {
 		at := t0.Add(-ago)
-		h = arrivals(h, at, at.Add(2*time.Second), 50*time.Millisecond, 89).Want(at.Add(2*time.Second), 96)
+		h = arrivals(h, at, at.Add(2*time.Second), 50*time.Millisecond, peak).Want(at.Add(2*time.Second), 96)
 	}
 	for i := range n {
 		at := t0.Add(-time.Second + time.Duration(i)*100*time.Millisecond)
@@ -119,7 +134,8 @@ func burstNode(bindings, room bool, n int) Input {
 // ahead of its ADDs, and no ENI is attached meanwhile (its four seconds
 // would hold those calls up). Once the bound pods and the margin outgrow
 // the free addresses, one assign asks for the rest of the burst too.
-// Without the pod watch, or without room for the rest, the first pods
+// Without the pod watch, with a watch no sooner than the ADDs, or without
+// room for the rest (an ENI refused addresses has none), the first pods
 // make the pool grow for the whole burst, as before.
 func TestRoomServesTheRestOfABurst(t *testing.T) {
 	grows := func(p Plan) bool { return p.Action == Assign || p.Action == CreateENI }
@@ -144,6 +160,30 @@ func TestRoomServesTheRestOfABurst(t *testing.T) {
 	}
 	if p := Next(in); !grows(p) {
 		t.Errorf("no room for the rest: %v (%s); want growth for the burst", p.Action, p.Reason)
+	}
+	// eni-02's room is refused addresses (growth skips it): 29 left, less
+	// than the rest of the burst.
+	in = burstNode(true, true, 3)
+	in.Refusals = []Refusal{{Kind: RefusedAddressLimit, ENI: "eni-02", Until: t0.Add(time.Minute)}}
+	if p := Next(in); !grows(p) {
+		t.Errorf("eni-02 refused: %v (%s); want growth for the burst", p.Action, p.Reason)
+	}
+	// A watch that shows the pods no sooner than their ADDs (as many ADDs
+	// waiting as pods bound without an address): growth for the burst.
+	in = burstNode(true, true, 3)
+	in.Pending = 3
+	if p := Next(in); !grows(p) {
+		t.Errorf("3 ADDs waiting, 3 bound: %v (%s); want growth for the burst", p.Action, p.Reason)
+	}
+	// Earlier jobs held 150 in use, so reach wants more room than the
+	// attached ENIs have; while bound pods wait on room, no ENI is
+	// attached (its seconds would hold up their assigns).
+	in = burstNodePeak(true, true, 3, 150)
+	if d := demandOf(in, roomSlots(in), false, inUse(poolOf(in.ENIs))); d.reach <= 10+roomSlots(in) {
+		t.Fatalf("reach %d, want above the 10 free and %d of room (%s)", d.reach, roomSlots(in), d.describe())
+	}
+	if p := Next(in); p.Action == CreateENI || p.Action == Assign {
+		t.Errorf("3 bound, reach short: %v (%s); want no call while room serves the burst", p.Action, p.Reason)
 	}
 }
 

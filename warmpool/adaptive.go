@@ -29,7 +29,8 @@ import (
 //	         for in the same call as its first pods
 //	low    = need + ahead + margin   grow when fewer are available;
 //	         need + margin with Demand.Bindings while the watch shows
-//	         pods before their ADDs (Unaddressed above Pending) and the
+//	         the burst's pods before their ADDs (Unaddressed − Pending
+//	         at least BurstStart) and the
 //	         attached ENIs' room takes ahead (assignableRoom: not on an
 //	         ENI refused addresses, within MaxPods, a slot one address in
 //	         prefix mode's no-/28 fallback): the burst's later pods are
@@ -307,10 +308,12 @@ func demandOf(in Input, room int, prefixes bool, inUse int) demandTarget {
 	if typical >= ReachBurst {
 		d.reach = max(d.need+typical+d.margin, h.peak(in.Now, scaled(in, ReachMemory))-inUse+d.margin)
 	}
-	// The watch shows pods before their ADDs (bound pods without an
-	// address outnumber the ADDs waiting): a slow or stalled watch does
-	// not leave the rest of a burst to bindings it shows too late.
-	if in.Demand.Bindings && d.ahead > 0 && in.Demand.Unaddressed > in.Pending && assignableRoom(in, prefixes) >= d.ahead {
+	// The watch shows the burst's pods before their ADDs: BurstStart or
+	// more pods bound without an address and without an ADD waiting. A
+	// slow or stalled watch shows them once they hold their addresses, so
+	// they do not count, and a pod in kubelet's back-off alone does not
+	// open it: the rest of a burst is not left to bindings shown too late.
+	if in.Demand.Bindings && d.ahead > 0 && in.Demand.Unaddressed-in.Pending >= BurstStart && assignableRoom(in, prefixes) >= d.ahead {
 		// The rest of the burst is seen at its bindings, an assign call
 		// ahead of its ADDs, and the attached ENIs have room for it: it
 		// does not make the pool grow, but a growth still asks for it.
@@ -506,8 +509,8 @@ func (s *state) coolingCovers(n int, horizon time.Duration) (time.Time, bool) {
 // awaitingPeak reports whether the node waits, between peaks, for one
 // that will take a growth call even if the pool keeps what it would keep
 // without this rule: the pool wanted more than above addresses held (in use
-// plus that keep, not what the node holds: a release must not turn the
-// rule on) at two peaks or more within ChunkMemory (History.wantAgain:
+// plus that keep, not what the node holds, so releasing down to it does
+// not make the rule release more) at two peaks or more within ChunkMemory (History.wantAgain:
 // a job every few minutes, not an hourly rollout), no
 // pod arrived within DepartureQuiet, and the node's pods are seen at their
 // binding (Demand.Bindings), so the peak's later pods get their addresses

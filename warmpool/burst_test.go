@@ -83,18 +83,27 @@ func TestAwaitingPeakKeepsWhatTheFirstPodsTake(t *testing.T) {
 			t.Errorf("%d free on eni-01: keep %d, want %d (%s)", free, d.keep, BoundAhead, d.describe())
 		}
 	}
-	// Pods bound and waiting: a peak has begun, the rule is off.
+	// The node holds 196 addresses, more than the 160 the peaks wanted:
+	// the rule still holds (it compares with what the pool wants). With
+	// no room left the margin is 11, and no hysteresis tops it.
 	in := jobsNode(true, time.Hour)
-	in.Demand.Unaddressed = 2
+	in.ENIs[2].Slots = slotsOf(0x0a400200, 49, 0, 0)
+	in.ENIs[3].Slots = slotsOf(0x0a400300, 49, 0, 0)
+	if d := demandOf(in, roomSlots(in), false, inUse(poolOf(in.ENIs))); d.keep != max(d.margin, BoundAhead) {
+		t.Errorf("196 held: keep %d, want the margin %d, at least %d (%s)", d.keep, d.margin, BoundAhead, d.describe())
+	}
+	// One pod bound and waiting: a peak has begun, the rule is off.
+	in = jobsNode(true, time.Hour)
+	in.Demand.Unaddressed = 1
 	if d := demandOf(in, roomSlots(in), false, inUse(poolOf(in.ENIs))); d.keep <= d.low {
-		t.Errorf("2 pods bound without addresses: keep %d, want the hysteresis beyond low %d (%s)", d.keep, d.low, d.describe())
+		t.Errorf("1 pod bound without an address: keep %d, want the hysteresis beyond low %d (%s)", d.keep, d.low, d.describe())
 	}
 }
 
 // burstNode is a c5.18xlarge-like node whose pods are seen at their
 // binding (bindings), with jobs of 40 pods 35 and 20 minutes ago, at the
-// start of the next one: n of its pods bound within the last second, none
-// with an address yet. The primary ENI is full; eni-01 holds 10 free
+// start of the next one: n of its pods bound, none with an address or an
+// ADD yet (the watch shows them before their ADDs). The primary ENI is full; eni-01 holds 10 free
 // addresses and room for 29 more, eni-02 (when room) is attached empty.
 func burstNode(bindings, room bool, n int) Input {
 	return burstNodePeak(bindings, room, n, 89)
@@ -107,10 +116,6 @@ func burstNodePeak(bindings, room bool, n, peak int) Input {
 	for _, ago := range []time.Duration{35 * time.Minute, 20 * time.Minute} {
 		at := t0.Add(-ago)
 		h = arrivals(h, at, at.Add(2*time.Second), 50*time.Millisecond, peak).Want(at.Add(2*time.Second), 96)
-	}
-	for i := range n {
-		at := t0.Add(-time.Second + time.Duration(i)*100*time.Millisecond)
-		h = h.Record(at).Observe(at, 49)
 	}
 	in := Input{Now: t0, Limits: c5Large, Config: Config{Adaptive: true},
 		LastGrow: t0.Add(-20 * time.Minute), LastRelease: t0.Add(-10 * time.Minute),
@@ -174,6 +179,20 @@ func TestRoomServesTheRestOfABurst(t *testing.T) {
 	in.Pending = 3
 	if p := Next(in); !grows(p) {
 		t.Errorf("3 ADDs waiting, 3 bound: %v (%s); want growth for the burst", p.Action, p.Reason)
+	}
+	// A slow watch: the burst's first 3 ADDs came and took free addresses
+	// before their bindings showed; the one pod shown bound without an
+	// address is in kubelet's back-off. Growth for the burst, as before.
+	in = burstNode(true, true, 1)
+	for i := range 3 {
+		at := t0.Add(-time.Second + time.Duration(i)*100*time.Millisecond)
+		in.Demand.History = in.Demand.History.Record(at).Observe(at, 62)
+	}
+	if d := demandOf(in, roomSlots(in), false, inUse(poolOf(in.ENIs))); d.roomServes || d.ahead == 0 {
+		t.Errorf("3 ADDs before their bindings, 1 pod in back-off: roomServes %v, ahead %d (%s); want ahead and no roomServes", d.roomServes, d.ahead, d.describe())
+	}
+	if p := Next(in); !grows(p) {
+		t.Errorf("3 ADDs before their bindings, 1 pod in back-off: %v (%s); want growth for the burst", p.Action, p.Reason)
 	}
 	// Earlier jobs held 150 in use, so reach wants more room than the
 	// attached ENIs have; while bound pods wait on room, no ENI is

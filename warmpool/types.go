@@ -239,7 +239,8 @@ type Plan struct {
 	Until time.Time
 	// Wanted is, for the adaptive policy, the addresses the pool wanted to
 	// hold when it planned: those assigned and cooling plus low (need,
-	// ahead and margin), in addresses; 0 for the other policies. The
+	// ahead and margin; without ahead while room serves a burst), in
+	// addresses; 0 for the other policies. The
 	// caller records it with History.Want, so a later release can tell
 	// whether the level it goes down to would have been short then.
 	Wanted int

@@ -30,10 +30,10 @@ import (
 //	low    = need + ahead + margin   grow when fewer are available;
 //	         need + margin with Demand.Bindings while the watch shows
 //	         the burst's pods before their ADDs (Unaddressed − Pending
-//	         at least BurstStart) and the
-//	         attached ENIs' room takes ahead (assignableRoom: not on an
-//	         ENI refused addresses, within MaxPods, a slot one address in
-//	         prefix mode's no-/28 fallback): the burst's later pods are
+//	         at least BurstStart) and the attached ENIs' room takes ahead
+//	         (assignableRoom: not on an ENI refused addresses, within
+//	         MaxPods, a slot one address in prefix mode's no-/28
+//	         fallback): the burst's later pods are
 //	         seen at their bindings, an assign call before their ADDs, so
 //	         they make the pool grow when they come, and no ENI is
 //	         attached for reach while bound pods wait for addresses
@@ -508,13 +508,13 @@ func (s *state) coolingCovers(n int, horizon time.Duration) (time.Time, bool) {
 
 // awaitingPeak reports whether the node waits, between peaks, for one
 // that will take a growth call even if the pool keeps what it would keep
-// without this rule: the pool wanted more than above addresses held (in use
-// plus that keep, not what the node holds, so releasing down to it does
-// not make the rule release more) at two peaks or more within ChunkMemory (History.wantAgain:
-// a job every few minutes, not an hourly rollout), no
-// pod arrived within DepartureQuiet, and the node's pods are seen at their
-// binding (Demand.Bindings), so the peak's later pods get their addresses
-// from an assign call their bindings start.
+// without this rule: the pool wanted more than above addresses held (in
+// use plus that keep, not what the node holds, so releasing down to it
+// does not make the rule release more) at two peaks or more within
+// ChunkMemory (History.wantAgain: a job every few minutes, not an hourly
+// rollout), no pod arrived within DepartureQuiet, and the node's pods are
+// seen at their binding (Demand.Bindings), so the peak's later pods get
+// their addresses from an assign call their bindings start.
 func awaitingPeak(in Input, above int) bool {
 	h := in.Demand.History
 	return in.Demand.Bindings && h.within(in.Now, scaled(in, DepartureQuiet)) == 0 &&

@@ -441,17 +441,17 @@ func (s *state) adaptiveGrow(d demandTarget) (Plan, bool) {
 // adaptiveReach attaches an ENI, with no addresses, when the available
 // addresses and the room of the attached ENIs fall short of reach.
 func (s *state) adaptiveReach(d demandTarget) (Plan, bool) {
+	if d.roomServes {
+		// Bound pods wait for the assigns room serves them by: an ENI
+		// attached now would hold those calls up for seconds.
+		return Plan{}, false
+	}
 	unit := 1
 	if s.prefixes {
 		unit = PrefixAddresses
 	}
 	lim := s.in.Limits
 	reachable := s.pool.available + roomSlots(s.in)*unit
-	if d.roomServes && d.need > 0 {
-		// Bound pods wait for the assigns room serves them by: an ENI
-		// attached now would hold those calls up for seconds.
-		return Plan{}, false
-	}
 	if reachable >= d.reach || len(s.in.ENIs) >= lim.MaxENIs || !s.ref.eniLimit.IsZero() || lim.SlotsPerENI <= 0 {
 		return Plan{}, false
 	}

@@ -59,10 +59,12 @@ import (
 // ChunkMemory): the next peak takes a growth call whatever is kept, so
 // chunk only tops the margin up to min(BoundAhead, typical), what the
 // peak's first pods take before that call is done; in prefix mode 0, as a
-// /28 is hysteresis enough (and, while pods come, a /28 goes only if half
-// a /28 beyond keep stays), except within FillSpan of the node's first
+// /28 is hysteresis enough, except within FillSpan of the node's first
 // pod: ⌈two-minute rate × ChunkSpan⌉, so a filling node asks for a
-// minute of arrivals in one call, not one /28 per call.
+// minute of arrivals in one call, not one /28 per call. While pods come,
+// a /28 goes only if half a /28 beyond keep stays, except between the
+// peaks of a recurring job (demandTarget.betweenJobs, the peaks compared
+// with in use + keep): the next peak's growth call comes anyway.
 //
 // Growth: a growth is sized to reach high in one call. In secondary-IP mode
 // a new ENI, a node's first addresses, and an attached ENI holding no
@@ -229,8 +231,8 @@ type demandTarget struct {
 	need, ahead, margin, low, high, keep int
 	reach                                int     // addresses available or assignable on attached ENIs wanted
 	rate                                 float64 // arrivals per second
-	burst                                int
-	roomServes                           bool // the rest of a burst under way (ahead) is left out of low: room serves it
+	burst, typical                       int     // pods: the largest recent burst, the typical one
+	roomServes                           bool    // the rest of a burst under way (ahead) is left out of low: room serves it
 }
 
 func demandOf(in Input, room int, prefixes bool, inUse int) demandTarget {
@@ -239,8 +241,8 @@ func demandOf(in Input, room int, prefixes bool, inUse int) demandTarget {
 	h := in.Demand.History
 	rateWindow := scaled(in, RateWindow)
 	d.rate = max(float64(h.within(in.Now, rateWindow))/rateWindow.Seconds(), float64(h.within(in.Now, BurstWindow))/BurstWindow.Seconds())
-	var typical int
-	d.burst, typical = h.bursts(in.Now, scaled(in, BurstMemory))
+	d.burst, d.typical = h.bursts(in.Now, scaled(in, BurstMemory))
+	typical := d.typical
 	if h.within(in.Now, BurstOnset) >= BurstStart || d.need >= BurstStart {
 		d.ahead = max(typical-max(h.within(in.Now, BurstWindow), d.need), 0)
 	}
@@ -277,7 +279,7 @@ func demandOf(in Input, room int, prefixes bool, inUse int) demandTarget {
 	if !prefixes {
 		// The ENI share only while pods come: no churn, no calls to save.
 		chunk = max(byRate, min(in.Limits.SlotsPerENI/ChunkShare, h.within(in.Now, scaled(in, ChunkMemory))))
-		if d.need == 0 && typical >= ReachBurst && awaitingPeak(in, inUse+d.low+chunk) {
+		if d.betweenJobs(in, inUse+d.low+chunk) {
 			// The next peak takes a growth call whatever is kept now:
 			// keep free only what its first pods take before that call
 			// is done.
@@ -504,6 +506,15 @@ func (s *state) coolingCovers(n int, horizon time.Duration) (time.Time, bool) {
 	}
 	slices.SortFunc(ends, func(a, b time.Time) int { return a.Compare(b) })
 	return ends[n-1], true
+}
+
+// betweenJobs reports whether the node waits between the peaks of a
+// recurring job, each of which takes a growth call even if the pool keeps
+// level addresses (in use plus what it would keep without the rule): no
+// pod waits, the typical burst is ReachBurst pods or more, and
+// awaitingPeak holds.
+func (d demandTarget) betweenJobs(in Input, level int) bool {
+	return d.need == 0 && d.typical >= ReachBurst && awaitingPeak(in, level)
 }
 
 // awaitingPeak reports whether the node waits, between peaks, for one

@@ -59,7 +59,7 @@ func (s *state) adaptiveShrink(d demandTarget) (Plan, bool) {
 	if !worth {
 		return Plan{}, false
 	}
-	rel, from := s.adaptiveReleasable(d.high, keep)
+	rel, from := s.adaptiveReleasable(d.high, keep, d.betweenJobs(s.in, inUse(s.pool)+keep))
 	n := 0
 	for _, r := range rel {
 		n += Slot{Prefix: r}.Size()
@@ -153,7 +153,10 @@ func (s *state) adaptiveUntil(d demandTarget) time.Time {
 // adaptiveReleasable picks free slots of one ENI (the one holding the
 // fewest assigned and cooling addresses, secondary first) whose release
 // leaves at least high addresses available and keep available or cooling.
-func (s *state) adaptiveReleasable(high, keep int) ([]netip.Prefix, string) {
+// betweenJobs: the node waits for the next peak of a recurring job, which
+// takes a growth call whatever is kept (demandTarget.betweenJobs), so a /28
+// goes without the half /28 of slack beyond keep.
+func (s *state) adaptiveReleasable(high, keep int, betweenJobs bool) ([]netip.Prefix, string) {
 	order := s.releaseOrder()
 	held := s.pool.available + s.pool.cooling
 	for _, i := range order {
@@ -164,9 +167,10 @@ func (s *state) adaptiveReleasable(high, keep int) ([]netip.Prefix, string) {
 			// While pods come (within ChunkMemory), a /28 goes only if
 			// half a /28 beyond keep stays: demand that hovers at a
 			// multiple of 16 does not release and assign one /28 over
-			// and over.
+			// and over. Not between a job's peaks: the next one takes
+			// its growth call anyway, so keeping the /28 saves no call.
 			slack := 0
-			if sl.Size() > 1 && s.in.Demand.History.within(s.in.Now, scaled(s.in, ChunkMemory)) > 0 {
+			if sl.Size() > 1 && !betweenJobs && s.in.Demand.History.within(s.in.Now, scaled(s.in, ChunkMemory)) > 0 {
 				slack = sl.Size() / 2
 			}
 			if left-sl.Size() < keep+slack || avail-sl.Size() < high {

@@ -228,3 +228,76 @@ func TestRoomServesABurstInPrefixMode(t *testing.T) {
 		t.Errorf("no-/28 fallback, 10 free slots of one address each: roomServes (%s)", d.describe())
 	}
 }
+
+// prefixJobsNode is an m5.xlarge-like node in prefix mode between the
+// bursts of a recurring job: 11 long-lived pods in the primary ENI's first
+// /28, free /28s after it (free of them). Jobs of 24 pods came 25 and 12
+// minutes ago, each with 35 addresses in use and 40 wanted held;
+// lastArrival is how long ago the last pod came.
+func prefixJobsNode(bindings bool, lastArrival time.Duration, free int) Input {
+	var h History
+	for _, ago := range []time.Duration{25 * time.Minute, 12 * time.Minute} {
+		at := t0.Add(-ago)
+		h = arrivals(h, at, at.Add(2*time.Second), 87*time.Millisecond, 35).Want(at.Add(2*time.Second), 40)
+	}
+	if lastArrival < 12*time.Minute {
+		at := t0.Add(-lastArrival)
+		h = h.Record(at).Observe(at, 11)
+	}
+	slots := prefixSlots(0x0a800000, 1+free, 0)
+	slots[0].Assigned = 11
+	return Input{Now: t0, Limits: Limits{MaxENIs: 4, SlotsPerENI: 14, PrefixSupported: true},
+		Config:   Config{Adaptive: true, PrefixDelegation: true},
+		LastGrow: t0.Add(-12 * time.Minute), LastRelease: t0.Add(-10 * time.Minute),
+		Demand: Demand{History: h, Bindings: bindings},
+		ENIs:   []ENI{{ID: "eni-00", Primary: true, Attached: t0.Add(-time.Hour), Slots: slots}}}
+}
+
+// TestBetweenJobsPrefixModeReleasesWithoutSlack: in prefix mode a /28
+// goes only if half a /28 beyond keep stays, while pods come, so demand
+// that hovers at a multiple of 16 does not release and assign one over and
+// over. Between the peaks of a recurring job whose pods are seen at their
+// binding, the next peak takes a growth call anyway: both free /28s go in
+// one call, leaving the 5 free addresses of the first (keep is the margin,
+// 3). Without the pod watch, or with a pod arrived within DepartureQuiet,
+// one /28 goes and 21 addresses stay free, as before. Once released, the
+// node holds its one /28 and makes no call.
+func TestBetweenJobsPrefixModeReleasesWithoutSlack(t *testing.T) {
+	for _, c := range []struct {
+		name        string
+		bindings    bool
+		lastArrival time.Duration
+		released    int // /28s
+	}{
+		{"pods seen at binding, quiet", true, time.Hour, 2},
+		{"pods seen at binding, one came 30 s ago", true, 30 * time.Second, 1},
+		{"no pod watch, quiet", false, time.Hour, 1},
+	} {
+		in := prefixJobsNode(c.bindings, c.lastArrival, 2)
+		p := Next(in)
+		if p.Action != Release || len(p.Release) != c.released {
+			t.Errorf("%s: %v of %d /28s (%s); want a release of %d", c.name, p.Action, len(p.Release), p.Reason, c.released)
+		}
+		for _, r := range p.Release {
+			if r.Bits() != 28 || r == in.ENIs[0].Slots[0].Prefix {
+				t.Errorf("%s: releases %v; want only the free /28s", c.name, r)
+			}
+		}
+	}
+	in := prefixJobsNode(true, time.Hour, 0)
+	if p := Next(in); p.Action != Nothing {
+		t.Errorf("after the release, 5 free: %v (%s); want nothing", p.Action, p.Reason)
+	}
+	// A job of 3 pods (below ReachBurst) is no recurring peak to wait
+	// for: the slack stays.
+	in = prefixJobsNode(true, time.Hour, 2)
+	var h History
+	for _, ago := range []time.Duration{25 * time.Minute, 12 * time.Minute} {
+		at := t0.Add(-ago)
+		h = arrivals(h, at, at.Add(time.Second), 500*time.Millisecond, 14).Want(at.Add(time.Second), 40)
+	}
+	in.Demand.History = h
+	if p := Next(in); p.Action == Release && len(p.Release) != 1 {
+		t.Errorf("jobs of 3 pods: release of %d /28s (%s); want at most one", len(p.Release), p.Reason)
+	}
+}

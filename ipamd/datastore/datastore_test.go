@@ -274,6 +274,70 @@ func TestPrefixSlotsExpandAndPack(t *testing.T) {
 	}
 }
 
+// TestAssignKeepsACohortInItsSlot: a rollout on a node in prefix mode. A
+// /28 is full of the old pods, assigned an hour ago; the first 2 new pods
+// went to a second /28 (the first was full), then 4 old pods stop. The
+// next 6 new pods, within CohortWindow, join their cohort's /28, not the
+// holes of the busier old one, so once the other old pods stop their /28
+// is empty and can be released whole. Past CohortWindow of any
+// assignment a pod fills the busiest /28, as before.
+func TestAssignKeepsACohortInItsSlot(t *testing.T) {
+	a, b := netip.MustParsePrefix("10.0.0.16/28"), netip.MustParsePrefix("10.0.0.32/28")
+	sync := func() *Store {
+		s := New(0)
+		s.Cloud().Sync([]provider.ENI{{ID: "eni-a", Prefixes: []netip.Prefix{a, b}}}, t0)
+		for i := range 16 {
+			mustAssign(t, s, fmt.Sprint("old", i), t0)
+		}
+		return s
+	}
+	s := sync()
+	rollout := t0.Add(time.Hour)
+	for i := range 2 {
+		if got := mustAssign(t, s, fmt.Sprint("new", i), rollout).Address; !b.Contains(got) {
+			t.Fatalf("new pod %d got %s, want the second /28 (the first is full)", i, got)
+		}
+	}
+	for i := range 4 {
+		if _, ok := s.Release(key(fmt.Sprint("old", i)), rollout); !ok {
+			t.Fatalf("release old%d", i)
+		}
+	}
+	for i := 2; i < 8; i++ {
+		if got := mustAssign(t, s, fmt.Sprint("new", i), rollout.Add(20*time.Second)).Address; !b.Contains(got) {
+			t.Errorf("new pod %d got %s, want its cohort's /28 %s, not a hole of the busier %s", i, got, b, a)
+		}
+	}
+	for i := 4; i < 16; i++ {
+		s.Release(key(fmt.Sprint("old", i)), rollout.Add(35*time.Second))
+	}
+	for _, e := range s.Snapshot(rollout.Add(time.Minute)) {
+		for _, sl := range e.Slots {
+			if sl.Prefix == a && sl.Assigned != 0 {
+				t.Errorf("after the old pods stopped, their /28 holds %d; want none (releasable whole)", sl.Assigned)
+			}
+		}
+	}
+	// The busiest /28 (12 old pods) and one holding 2 pods of an hour
+	// later: within CohortWindow of those 2 the next pod joins them, past
+	// it the busiest /28.
+	for _, c := range []struct {
+		after time.Duration
+		want  netip.Prefix
+	}{{2 * time.Second, b}, {CohortWindow + time.Second, a}} {
+		s := sync()
+		for i := range 2 {
+			mustAssign(t, s, fmt.Sprint("new", i), rollout)
+		}
+		for i := range 4 {
+			s.Release(key(fmt.Sprint("old", i)), rollout)
+		}
+		if got := mustAssign(t, s, "next", rollout.Add(c.after)).Address; !c.want.Contains(got) {
+			t.Errorf("a pod %v after the 2 in %s got %s, want %s", c.after, b, got, c.want)
+		}
+	}
+}
+
 // TestAssignPrefersAPrefixToSingleAddresses: an ENI holding single
 // addresses (prefix mode's no-/28 fallback) and an empty /28 at a higher
 // address: pods get the /28's addresses, so the single ones stay free to

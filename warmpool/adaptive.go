@@ -70,8 +70,9 @@ import (
 // a new ENI, a node's first addresses, and an attached ENI holding no
 // address (within FillSpan of the node's first pod, or with no recurring
 // peak to size it by), get all its slots at once
-// (one call per ENI, as the reference); later assigns are sized to high,
-// or up to what the pool wanted held at peaks that came back (two
+// (one call per ENI, as the reference); later assigns, in both modes
+// (in /28s in prefix mode, not in its no-/28 fallback), are sized to
+// high, or up to what the pool wanted held at peaks that came back (two
 // episodes at least) within WantMemory (Plan.Wanted, History.Want) if
 // more: demand that recurs, a job or a rollout's waves, takes one call, a
 // one-off peak sizes nothing, and an ENI a release emptied is not filled
@@ -433,6 +434,7 @@ func (s *state) adaptiveGrow(d demandTarget) (Plan, bool) {
 	// Not in prefix mode's no-/28 fallback: every single address more
 	// may break another /28 of the subnet.
 	s.fillWhole = !prefixMode(s.in)
+	s.wantSized = s.fillWhole || s.prefixes
 	p, blocked := s.growOn(ceilDiv(want, unit), capSlots, why)
 	if blocked {
 		s.stalled = true

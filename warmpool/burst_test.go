@@ -301,3 +301,48 @@ func TestBetweenJobsPrefixModeReleasesWithoutSlack(t *testing.T) {
 		t.Errorf("jobs of 3 pods: release of %d /28s (%s); want at most one", len(p.Release), p.Reason)
 	}
 }
+
+// rolloutPrefixNode is an m5.4xlarge-like node in prefix mode at the first
+// wave of an hourly rollout: 75 pods in five /28s (5 addresses free) and 6
+// ADDs waiting. wants are what the pool wanted held at earlier rollouts
+// (each an episode of arrivals), within WantMemory.
+func rolloutPrefixNode(wants ...int) Input {
+	var h History
+	for i, w := range wants {
+		at := t0.Add(-time.Duration(len(wants)-i) * time.Hour)
+		h = arrivals(h, at, at.Add(20*time.Second), time.Second, 90).Want(at.Add(20*time.Second), w)
+	}
+	slots := prefixSlots(0x0a800000, 5, 4)
+	slots[4].Assigned = 11
+	return Input{Now: t0, Limits: Limits{MaxENIs: 8, SlotsPerENI: 29, PrefixSupported: true},
+		Config:  Config{Adaptive: true, PrefixDelegation: true},
+		Pending: 6, LastGrow: t0.Add(-50 * time.Minute), LastRelease: t0.Add(-40 * time.Minute),
+		Demand: Demand{History: h},
+		ENIs:   []ENI{{ID: "eni-00", Primary: true, Attached: t0.Add(-2 * time.Hour), Slots: slots}}}
+}
+
+// TestPrefixGrowthSizedByRecurringPeaks: in prefix mode, as in
+// secondary-IP mode, a growth goes up to what the pool wanted held at
+// peaks that came back (two earlier rollouts that wanted 112 addresses
+// held): one call for 2 /28s rather than a /28 now and another at the
+// next wave. Peaks that wanted no more than the node holds (80) size
+// nothing, nor does a single earlier peak, nor do peaks in the no-/28
+// fallback, where each single address more may break a /28 of the subnet.
+func TestPrefixGrowthSizedByRecurringPeaks(t *testing.T) {
+	one := Next(rolloutPrefixNode(80, 80))
+	if one.Action != Assign || !one.Prefixes || one.Count != 1 {
+		t.Fatalf("peaks wanting 80: %v of %d (prefixes %v, %s); want 1 /28", one.Action, one.Count, one.Prefixes, one.Reason)
+	}
+	if p := Next(rolloutPrefixNode(112, 112)); p.Action != Assign || !p.Prefixes || p.Count != 2 {
+		t.Errorf("two earlier peaks wanting 112: %v of %d (prefixes %v, %s); want 2 /28s in one call", p.Action, p.Count, p.Prefixes, p.Reason)
+	}
+	if p, q := Next(rolloutPrefixNode(112)), Next(rolloutPrefixNode(80)); p.Count != q.Count {
+		t.Errorf("one earlier peak wanting 112: %v of %d (%s); want %d, as with one wanting 80", p.Action, p.Count, p.Reason, q.Count)
+	}
+	in, control := rolloutPrefixNode(112, 112), rolloutPrefixNode(80, 80)
+	in.Refusals = []Refusal{{Kind: RefusedNoPrefix, Until: t0.Add(time.Hour)}}
+	control.Refusals = in.Refusals
+	if p, q := Next(in), Next(control); p.Prefixes || p.Action != Assign || p.Count != q.Count {
+		t.Errorf("no-/28 fallback: %v of %d (prefixes %v, %s); want single addresses, %d as with peaks wanting 80", p.Action, p.Count, p.Prefixes, p.Reason, q.Count)
+	}
+}

@@ -87,6 +87,10 @@ type state struct {
 	// addresses); other assigns go up to what the pool wanted held at
 	// recent peaks that came back (History.wantAgain).
 	fillWhole bool
+	// wantSized: the adaptive policy, not in prefix mode's no-/28
+	// fallback. An assign goes up to what the pool wanted held at recent
+	// peaks that came back (History.wantAgain), in /28s in prefix mode.
+	wantSized bool
 }
 
 func newState(in Input) *state {
@@ -257,14 +261,18 @@ func (s *state) growOn(want, capSlots int, why string) (p Plan, blocked bool) {
 		// Up to what the pool wanted held at recent peaks that came back:
 		// demand that recurs (a job, a rollout's waves) takes one call,
 		// not one per wave, and an emptied ENI no more than that.
+		unit := 1
+		if s.prefixes {
+			unit = PrefixAddresses
+		}
 		again := 0
-		if s.fillWhole && n > 0 {
-			again = s.in.Demand.History.wantAgain(s.in.Now, scaled(s.in, WantMemory), s.pool.total+n)
+		if s.wantSized && n > 0 {
+			again = s.in.Demand.History.wantAgain(s.in.Now, scaled(s.in, WantMemory), s.pool.total+n*unit)
 		}
 		if whole || (s.fillWhole && (s.pool.total == 0 || len(e.Slots) == 0 && (again == 0 || s.in.Demand.History.filling(s.in.Now, FillSpan))) && n > 0) {
 			n = room
 		} else if again > 0 {
-			n = min(room, max(n, again-s.pool.total))
+			n = min(room, max(n, ceilDiv(again-s.pool.total, unit)))
 		}
 		return s.growPlan(Assign, e.ID, n, capSlots, why), false
 	}

@@ -63,8 +63,9 @@ import (
 // pod: ⌈two-minute rate × ChunkSpan⌉, so a filling node asks for a
 // minute of arrivals in one call, not one /28 per call. While pods come,
 // a /28 goes only if half a /28 beyond keep stays, except between the
-// peaks of a recurring job (demandTarget.betweenJobs, the peaks compared
-// with in use + keep): the next peak's growth call comes anyway.
+// peaks of a recurring job (demandTarget.betweenJobs) that wanted more
+// than the node would hold after a release with the slack: the next
+// peak's growth call comes anyway.
 //
 // Growth: a growth is sized to reach high in one call. In secondary-IP mode
 // a new ENI, a node's first addresses, and an attached ENI holding no

@@ -59,10 +59,20 @@ func (s *state) adaptiveShrink(d demandTarget) (Plan, bool) {
 	if !worth {
 		return Plan{}, false
 	}
-	rel, from := s.adaptiveReleasable(d.high, keep, d.betweenJobs(s.in, inUse(s.pool)+keep))
+	rel, from := s.adaptiveReleasable(d.high, keep, false)
 	n := 0
 	for _, r := range rel {
 		n += Slot{Prefix: r}.Size()
+	}
+	// Without the slack only where the peaks wanted more than the node
+	// would hold after the release the slack allows: the next peak then
+	// takes its growth call anyway, and keeping the /28 saves no call.
+	if d.betweenJobs(s.in, s.pool.total-n) {
+		rel, from = s.adaptiveReleasable(d.high, keep, true)
+		n = 0
+		for _, r := range rel {
+			n += Slot{Prefix: r}.Size()
+		}
 	}
 	if n == 0 {
 		return Plan{}, false
@@ -93,7 +103,8 @@ func (s *state) releaseTo(d demandTarget) (int, bool) {
 		// single addresses, until the pool would be short of what it
 		// wanted at its recent peaks (a job every few minutes whose margin
 		// the level leaves out: the release would be assigned back at the
-		// next one). A /28 has its own hysteresis (adaptiveReleasable).
+		// next one). A /28 has its own hysteresis (adaptiveReleasable's
+		// slack, dropped only where the next peak grows anyway).
 		idle := h.idleAhead(s.in.Now, inUse+l-d.margin, since)
 		if !s.prefixes {
 			idle = min(idle, h.idleAheadWant(s.in.Now, s.pool.assigned+l, since))
@@ -154,8 +165,9 @@ func (s *state) adaptiveUntil(d demandTarget) time.Time {
 // fewest assigned and cooling addresses, secondary first) whose release
 // leaves at least high addresses available and keep available or cooling.
 // betweenJobs: the node waits for the next peak of a recurring job, which
-// takes a growth call whatever is kept (demandTarget.betweenJobs), so a /28
-// goes without the half /28 of slack beyond keep.
+// takes a growth call even if the node keeps what a release with the
+// slack would leave (demandTarget.betweenJobs), so a /28 goes without the
+// half /28 of slack beyond keep.
 func (s *state) adaptiveReleasable(high, keep int, betweenJobs bool) ([]netip.Prefix, string) {
 	order := s.releaseOrder()
 	held := s.pool.available + s.pool.cooling

@@ -149,6 +149,15 @@ func activeRefusals(rs []Refusal, now time.Time) refusals {
 			}
 			later(&r.subnetFull, x.Until)
 		case RefusedNoPrefix:
+			if half := x.Count / 2; half > 0 {
+				// More /28s than the subnet had free: fewer may fit,
+				// so ask for half before falling back to single
+				// addresses.
+				if r.subnetCap == 0 || half < r.subnetCap {
+					r.subnetCap = half
+				}
+				continue
+			}
 			later(&r.noPrefix, x.Until)
 		case RefusedThrottled:
 			later(&r.throttled, x.Until)

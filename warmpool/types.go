@@ -143,7 +143,9 @@ type Refusal struct {
 	Kind  RefusalKind
 	Until time.Time // the refusal is taken into account until this time
 	ENI   string    // RefusedAddressLimit: the ENI that refused; empty: every attached ENI
-	// Count is the size of the refused request, in slots (RefusedSubnetFull).
+	// Count is the size of the refused request, in slots (RefusedSubnetFull,
+	// and RefusedNoPrefix for a request of more than one /28: EC2 refuses
+	// the whole request when the subnet has fewer free aligned /28s).
 	// The subnet may still hold fewer free addresses than were asked for, so
 	// while the refusal is in force growth asks for at most half as many
 	// (14, 7, 3, 1), and waits only once a single slot was refused (or Count

@@ -218,3 +218,54 @@ func TestFreeBlocks(t *testing.T) {
 		t.Errorf("10.0.0.64/26 with .80/28 in use: %d whole /28s, want 1", got)
 	}
 }
+
+// TestRefusedPrefixesAreAskedForByHalves: subnet 100.64.16.64/26 holds two
+// /28s without an address EC2 reserves (.80 and .96); another instance
+// holds an address in .96, so one whole /28 is left. Twenty pods come at
+// once to a prefix-mode node (vpcip's default adaptive policy, real EC2
+// provider through the AWS SDK): it asks for two /28s, and EC2 refuses the
+// whole request (InsufficientCidrBlocks). The node then asks for one and
+// gets .80/28, rather than falling back to single addresses for all its
+// pods; only the rest of its pods get single addresses.
+func TestRefusedPrefixesAreAskedForByHalves(t *testing.T) {
+	const subnet = "subnet-00000000000f28c1"
+	cloud := vpcsimtest.Start(t, vpcsim.Config{Seed: 5, Subnets: []vpcsim.SubnetSpec{
+		{ID: subnet, CIDR: netip.MustParsePrefix("100.64.16.64/26"), AvailabilityZone: "us-west-2a"},
+	}})
+	clock := &virtualClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	n := launchNode(t, cloud, clock, "m5.large", subnet, Options{Config: warmpool.Config{PrefixDelegation: true, Adaptive: true}})
+	other, err := cloud.Cloud.LaunchInstance("m5.large", subnet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli := ec2.NewFromConfig(sdkConfig(t, cloud, other.ID))
+	ctx := context.Background()
+	if _, err := cli.AssignPrivateIpAddresses(ctx, &ec2.AssignPrivateIpAddressesInput{
+		NetworkInterfaceId: aws.String(other.PrimaryENI.ID), PrivateIpAddresses: []string{"100.64.16.100"}}); err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := cloud.Cloud.Subnet(subnet); s.FreePrefixes != 1 {
+		t.Fatalf("setup: %d whole /28s, want 1", s.FreePrefixes)
+	}
+	for i := 0; i < 30 && len(n.pods) < 20; i++ {
+		n.waiting = 0
+		for range 20 - len(n.pods) {
+			n.start(clock.Now())
+		}
+		n.pool.Cycle(ctx)
+		clock.Advance(time.Second)
+	}
+	var prefixes []netip.Prefix
+	for _, e := range cloud.Cloud.NetworkInterfaces() {
+		if e.InstanceID == n.id {
+			prefixes = append(prefixes, e.Prefixes...)
+		}
+	}
+	if want := netip.MustParsePrefix("100.64.16.80/28"); !slices.Contains(prefixes, want) {
+		singles, _ := n.holdings()
+		t.Errorf("EC2 shows the node with prefixes %v and %d single addresses; want %v", prefixes, singles, want)
+	}
+	if len(n.pods) != 20 {
+		t.Errorf("%d of 20 pods got an address", len(n.pods))
+	}
+}

@@ -64,6 +64,10 @@ func (p *Pool) refuse(err error, plan warmpool.Plan, now time.Time) (time.Durati
 			r.ENI = plan.ENI
 		case warmpool.RefusedSubnetFull:
 			r.Count = plan.Count // the subnet may fit a smaller request: warmpool halves it
+		case warmpool.RefusedNoPrefix:
+			if plan.Prefixes && plan.Count > 1 {
+				r.Count = plan.Count // fewer /28s may fit: warmpool halves it before single addresses
+			}
 		}
 		p.refusals = append(slices.DeleteFunc(p.refusals, func(o warmpool.Refusal) bool {
 			return !o.Until.After(now) || (o.Kind == r.Kind && o.ENI == r.ENI)

@@ -232,13 +232,13 @@ func TestRoomServesABurstInPrefixMode(t *testing.T) {
 // prefixJobsNode is an m5.xlarge-like node in prefix mode between the
 // bursts of a recurring job: 11 long-lived pods in the primary ENI's first
 // /28, free /28s after it (free of them). Jobs of 24 pods came 25 and 12
-// minutes ago, each with 35 addresses in use and 40 wanted held;
-// lastArrival is how long ago the last pod came.
-func prefixJobsNode(bindings bool, lastArrival time.Duration, free int) Input {
+// minutes ago, each with 35 addresses in use and want addresses wanted
+// held; lastArrival is how long ago the last pod came.
+func prefixJobsNode(bindings bool, lastArrival time.Duration, free, want int) Input {
 	var h History
 	for _, ago := range []time.Duration{25 * time.Minute, 12 * time.Minute} {
 		at := t0.Add(-ago)
-		h = arrivals(h, at, at.Add(2*time.Second), 87*time.Millisecond, 35).Want(at.Add(2*time.Second), 40)
+		h = arrivals(h, at, at.Add(2*time.Second), 87*time.Millisecond, 35).Want(at.Add(2*time.Second), want)
 	}
 	if lastArrival < 12*time.Minute {
 		at := t0.Add(-lastArrival)
@@ -257,11 +257,15 @@ func prefixJobsNode(bindings bool, lastArrival time.Duration, free int) Input {
 // goes only if half a /28 beyond keep stays, while pods come, so demand
 // that hovers at a multiple of 16 does not release and assign one over and
 // over. Between the peaks of a recurring job whose pods are seen at their
-// binding, the next peak takes a growth call anyway: both free /28s go in
-// one call, leaving the 5 free addresses of the first (keep is the margin,
-// 3). Without the pod watch, or with a pod arrived within DepartureQuiet,
-// one /28 goes and 21 addresses stay free, as before. Once released, the
-// node holds its one /28 and makes no call.
+// binding and that wanted 40 addresses held, more than the 32 the node
+// would hold after a release with the slack, the next peak takes a growth
+// call anyway: both free /28s go in one call, leaving the 5 free addresses
+// of the first (keep is the margin, 3). Without the pod watch, or with a
+// pod arrived within DepartureQuiet, one /28 goes and 21 addresses stay
+// free, as before. Once released, the node holds its one /28 and makes no
+// call. Where the peaks wanted 28, which 32 addresses cover, the slack
+// stays: the next peak would otherwise take a growth call it does not
+// take now.
 func TestBetweenJobsPrefixModeReleasesWithoutSlack(t *testing.T) {
 	for _, c := range []struct {
 		name        string
@@ -273,7 +277,7 @@ func TestBetweenJobsPrefixModeReleasesWithoutSlack(t *testing.T) {
 		{"pods seen at binding, one came 30 s ago", true, 30 * time.Second, 1},
 		{"no pod watch, quiet", false, time.Hour, 1},
 	} {
-		in := prefixJobsNode(c.bindings, c.lastArrival, 2)
+		in := prefixJobsNode(c.bindings, c.lastArrival, 2, 40)
 		p := Next(in)
 		if p.Action != Release || len(p.Release) != c.released {
 			t.Errorf("%s: %v of %d /28s (%s); want a release of %d", c.name, p.Action, len(p.Release), p.Reason, c.released)
@@ -284,13 +288,21 @@ func TestBetweenJobsPrefixModeReleasesWithoutSlack(t *testing.T) {
 			}
 		}
 	}
-	in := prefixJobsNode(true, time.Hour, 0)
+	in := prefixJobsNode(true, time.Hour, 0, 40)
 	if p := Next(in); p.Action != Nothing {
 		t.Errorf("after the release, 5 free: %v (%s); want nothing", p.Action, p.Reason)
 	}
+	for _, c := range []struct {
+		free, released int
+	}{{2, 1}, {1, 0}} {
+		in := prefixJobsNode(true, time.Hour, c.free, 28)
+		if p := Next(in); len(p.Release) != c.released {
+			t.Errorf("peaks wanting 28, %d free /28s: %v of %d /28s (%s); want %d, the slack kept", c.free, p.Action, len(p.Release), p.Reason, c.released)
+		}
+	}
 	// A job of 3 pods (below ReachBurst) is no recurring peak to wait
 	// for: the slack stays.
-	in = prefixJobsNode(true, time.Hour, 2)
+	in = prefixJobsNode(true, time.Hour, 2, 40)
 	var h History
 	for _, ago := range []time.Duration{25 * time.Minute, 12 * time.Minute} {
 		at := t0.Add(-ago)
@@ -344,5 +356,28 @@ func TestPrefixGrowthSizedByRecurringPeaks(t *testing.T) {
 	control.Refusals = in.Refusals
 	if p, q := Next(in), Next(control); p.Prefixes || p.Action != Assign || p.Count != q.Count {
 		t.Errorf("no-/28 fallback: %v of %d (prefixes %v, %s); want single addresses, %d as with peaks wanting 80", p.Action, p.Count, p.Prefixes, p.Reason, q.Count)
+	}
+}
+
+// TestNoPrefixRefusalHalvesAMultiPrefixRequest: EC2 refuses a request for
+// more aligned /28s than the subnet has free (InsufficientCidrBlocks), all
+// or nothing. A refused request for 2 /28s makes the pool ask for 1, still
+// a /28; only a refused single /28 (or one of unknown size) sends it to
+// single addresses.
+func TestNoPrefixRefusalHalvesAMultiPrefixRequest(t *testing.T) {
+	in := rolloutPrefixNode(112, 112)
+	if p := Next(in); p.Action != Assign || !p.Prefixes || p.Count != 2 {
+		t.Fatalf("setup: %v of %d (prefixes %v, %s); want 2 /28s", p.Action, p.Count, p.Prefixes, p.Reason)
+	}
+	for _, c := range []struct {
+		refused  int
+		prefixes bool
+		count    int
+	}{{2, true, 1}, {8, true, 2}, {1, false, 0}, {0, false, 0}} {
+		in.Refusals = []Refusal{{Kind: RefusedNoPrefix, Until: t0.Add(time.Minute), Count: c.refused}}
+		p := Next(in)
+		if p.Action != Assign || p.Prefixes != c.prefixes || (c.prefixes && p.Count != c.count) {
+			t.Errorf("after %d /28s refused: %v of %d (prefixes %v, %s); want prefixes %v, %d", c.refused, p.Action, p.Count, p.Prefixes, p.Reason, c.prefixes, c.count)
+		}
 	}
 }

@@ -320,7 +320,7 @@ func TestAssignKeepsACohortInItsSlot(t *testing.T) {
 	}
 	// The busiest /28 (12 old pods) and one holding 2 pods of an hour
 	// later: within CohortWindow of those 2 the next pod joins them, past
-	// it the busiest /28.
+	// it the busiest /28, and so with a clock stepped back before them.
 	for _, c := range []struct {
 		after time.Duration
 		want  netip.Prefix
@@ -335,6 +335,16 @@ func TestAssignKeepsACohortInItsSlot(t *testing.T) {
 		if got := mustAssign(t, s, "next", rollout.Add(c.after)).Address; !c.want.Contains(got) {
 			t.Errorf("a pod %v after the 2 in %s got %s, want %s", c.after, b, got, c.want)
 		}
+	}
+	s = sync()
+	for i := range 2 {
+		mustAssign(t, s, fmt.Sprint("new", i), rollout.Add(10*time.Minute))
+	}
+	for i := range 4 {
+		s.Release(key(fmt.Sprint("old", i)), rollout)
+	}
+	if got := mustAssign(t, s, "next", rollout.Add(2*time.Second)).Address; !a.Contains(got) {
+		t.Errorf("a pod before the 2 in %s (clock stepped back) got %s, want the busiest %s", b, got, a)
 	}
 }
 

@@ -80,15 +80,12 @@ func TestFallbackTurnsBackIntoAPrefix(t *testing.T) {
 	}
 }
 
-// fragmentedNode starts vpcsim with subnet 100.64.16.64/26, whose only
-// /28s without an address EC2 reserves are .80 and .96, launches a
-// prefix-mode node there (vpcip's default adaptive policy, real EC2
-// provider through the AWS SDK) and another instance that holds one
-// address in each of those /28s, advances the clock by wait, and starts
-// three pods: EC2 refuses the node's /28 (InsufficientCidrBlocks) and the
-// node falls back to single addresses. It returns the other instance's
-// EC2 client, for giving an address back.
-func fragmentedNode(t *testing.T, subnet string, wait time.Duration) (*vpcsimtest.Local, *virtualClock, *simNode, *ec2.Client, vpcsim.InstanceInfo) {
+// besideOther starts vpcsim with subnet 100.64.16.64/26, whose only /28s
+// without an address EC2 reserves are .80 and .96, launches a prefix-mode
+// node there (vpcip's default adaptive policy, real EC2 provider through
+// the AWS SDK) and another instance that holds the addresses holds, named
+// through its own EC2 client, which it returns.
+func besideOther(t *testing.T, subnet string, holds ...string) (*vpcsimtest.Local, *virtualClock, *simNode, *ec2.Client, vpcsim.InstanceInfo) {
 	t.Helper()
 	cloud := vpcsimtest.Start(t, vpcsim.Config{Seed: 5, Subnets: []vpcsim.SubnetSpec{
 		{ID: subnet, CIDR: netip.MustParsePrefix("100.64.16.64/26"), AvailabilityZone: "us-west-2a"},
@@ -100,23 +97,44 @@ func fragmentedNode(t *testing.T, subnet string, wait time.Duration) (*vpcsimtes
 		t.Fatal(err)
 	}
 	cli := ec2.NewFromConfig(sdkConfig(t, cloud, other.ID))
-	ctx := context.Background()
-	if _, err := cli.AssignPrivateIpAddresses(ctx, &ec2.AssignPrivateIpAddressesInput{
-		NetworkInterfaceId: aws.String(other.PrimaryENI.ID), PrivateIpAddresses: []string{"100.64.16.85", "100.64.16.100"}}); err != nil {
+	if _, err := cli.AssignPrivateIpAddresses(context.Background(), &ec2.AssignPrivateIpAddressesInput{
+		NetworkInterfaceId: aws.String(other.PrimaryENI.ID), PrivateIpAddresses: holds}); err != nil {
 		t.Fatal(err)
 	}
-	if s, _ := cloud.Cloud.Subnet(subnet); s.FreePrefixes != 0 {
-		t.Fatalf("setup: %d whole /28s, want 0", s.FreePrefixes)
-	}
-	clock.Advance(wait)
-	for i := 0; i < 20 && len(n.pods) < 3; i++ {
+	return cloud, clock, n, cli, other
+}
+
+// startPods starts pods on n until it runs want of them, trying those
+// still without an address again after each pool cycle, one simulated
+// second apart, for at most cycles cycles.
+func startPods(ctx context.Context, clock *virtualClock, n *simNode, want, cycles int) {
+	for i := 0; i < cycles && len(n.pods) < want; i++ {
 		n.waiting = 0
-		for range 3 - len(n.pods) {
+		for range want - len(n.pods) {
 			n.start(clock.Now())
 		}
 		n.pool.Cycle(ctx)
 		clock.Advance(time.Second)
 	}
+}
+
+// fragmentedNode starts vpcsim with subnet 100.64.16.64/26, whose only
+// /28s without an address EC2 reserves are .80 and .96, launches a
+// prefix-mode node there (vpcip's default adaptive policy, real EC2
+// provider through the AWS SDK) and another instance that holds one
+// address in each of those /28s, advances the clock by wait, and starts
+// three pods: EC2 refuses the node's /28 (InsufficientCidrBlocks) and the
+// node falls back to single addresses. It returns the other instance's
+// EC2 client, for giving an address back.
+func fragmentedNode(t *testing.T, subnet string, wait time.Duration) (*vpcsimtest.Local, *virtualClock, *simNode, *ec2.Client, vpcsim.InstanceInfo) {
+	t.Helper()
+	cloud, clock, n, cli, other := besideOther(t, subnet, "100.64.16.85", "100.64.16.100")
+	ctx := context.Background()
+	if s, _ := cloud.Cloud.Subnet(subnet); s.FreePrefixes != 0 {
+		t.Fatalf("setup: %d whole /28s, want 0", s.FreePrefixes)
+	}
+	clock.Advance(wait)
+	startPods(ctx, clock, n, 3, 20)
 	if singles, prefixes := n.holdings(); len(n.pods) != 3 || prefixes != 0 || singles < 3 {
 		t.Fatalf("fallback: %d pods, %d single addresses, %d /28s; want 3 pods on single addresses", len(n.pods), singles, prefixes)
 	}
@@ -229,32 +247,12 @@ func TestFreeBlocks(t *testing.T) {
 // pods; only the rest of its pods get single addresses.
 func TestRefusedPrefixesAreAskedForByHalves(t *testing.T) {
 	const subnet = "subnet-00000000000f28c1"
-	cloud := vpcsimtest.Start(t, vpcsim.Config{Seed: 5, Subnets: []vpcsim.SubnetSpec{
-		{ID: subnet, CIDR: netip.MustParsePrefix("100.64.16.64/26"), AvailabilityZone: "us-west-2a"},
-	}})
-	clock := &virtualClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	n := launchNode(t, cloud, clock, "m5.large", subnet, Options{Config: warmpool.Config{PrefixDelegation: true, Adaptive: true}})
-	other, err := cloud.Cloud.LaunchInstance("m5.large", subnet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cli := ec2.NewFromConfig(sdkConfig(t, cloud, other.ID))
+	cloud, clock, n, _, _ := besideOther(t, subnet, "100.64.16.100")
 	ctx := context.Background()
-	if _, err := cli.AssignPrivateIpAddresses(ctx, &ec2.AssignPrivateIpAddressesInput{
-		NetworkInterfaceId: aws.String(other.PrimaryENI.ID), PrivateIpAddresses: []string{"100.64.16.100"}}); err != nil {
-		t.Fatal(err)
-	}
 	if s, _ := cloud.Cloud.Subnet(subnet); s.FreePrefixes != 1 {
 		t.Fatalf("setup: %d whole /28s, want 1", s.FreePrefixes)
 	}
-	for i := 0; i < 30 && len(n.pods) < 20; i++ {
-		n.waiting = 0
-		for range 20 - len(n.pods) {
-			n.start(clock.Now())
-		}
-		n.pool.Cycle(ctx)
-		clock.Advance(time.Second)
-	}
+	startPods(ctx, clock, n, 20, 30)
 	var prefixes []netip.Prefix
 	for _, e := range cloud.Cloud.NetworkInterfaces() {
 		if e.InstanceID == n.id {

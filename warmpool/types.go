@@ -146,10 +146,12 @@ type Refusal struct {
 	// Count is the size of the refused request, in slots (RefusedSubnetFull,
 	// and RefusedNoPrefix for a request of more than one /28: EC2 refuses
 	// the whole request when the subnet has fewer free aligned /28s).
-	// The subnet may still hold fewer free addresses than were asked for, so
-	// while the refusal is in force growth asks for at most half as many
-	// (14, 7, 3, 1), and waits only once a single slot was refused (or Count
-	// is 0: unknown). Each further refusal halves again.
+	// The subnet may still hold fewer free addresses (or /28s) than were
+	// asked for, so while the refusal is in force growth asks for at most
+	// half as many (14, 7, 3, 1). Only once a single slot was refused (or
+	// Count is 0: unknown) does a full subnet make growth wait and a
+	// RefusedNoPrefix send it to single addresses. Each further refusal
+	// halves again.
 	Count int
 }
 

@@ -275,22 +275,19 @@ func (d *Store) Unassign(key api.Key) {
 // pickLocked chooses the address Assign hands out (see Assign).
 func (s *state) pickLocked(now time.Time) (netip.Addr, bool) {
 	used := map[string]int{}
-	type slotUse struct {
-		assigned int
-		latest   time.Time // the latest assignment within CohortWindow before now
-	}
-	slots := map[netip.Prefix]slotUse{}
+	slotUsed := map[netip.Prefix]int{}
+	latest := map[netip.Prefix]time.Time{} // a /28's latest assignment within CohortWindow
 	for _, a := range s.addrs {
 		if a.owner != nil {
 			used[a.eni]++
-			u := slots[a.slot]
-			u.assigned++
-			// A clock stepped back leaves assignments after now: no
-			// cohort, so such a slot is not preferred for minutes.
-			if at := a.owner.AssignedAt; !at.After(now) && now.Sub(at) <= CohortWindow && at.After(u.latest) {
-				u.latest = at
+			slotUsed[a.slot]++
+			// Only a slot of several addresses can be a cohort's: a single
+			// address held is never free. A clock stepped back leaves
+			// assignments after now: no cohort, so such a slot is not
+			// preferred for minutes.
+			if at := a.owner.AssignedAt; a.slot.Bits() < a.slot.Addr().BitLen() && !at.After(now) && now.Sub(at) <= CohortWindow && at.After(latest[a.slot]) {
+				latest[a.slot] = at
 			}
-			slots[a.slot] = u
 		}
 	}
 	var best netip.Addr
@@ -317,12 +314,11 @@ func (s *state) pickLocked(now time.Time) (netip.Addr, bool) {
 		// slot of the latest cohort, busiest slot, then a /28 before a
 		// single address (in prefix mode, those left from the no-/28
 		// fallback then stay free to be released).
-		u := slots[a.slot]
 		cohort := math.MaxInt // no assignment within CohortWindow
-		if !u.latest.IsZero() {
-			cohort = int(now.Sub(u.latest) / time.Millisecond)
+		if at, ok := latest[a.slot]; ok {
+			cohort = int(now.Sub(at) / time.Millisecond)
 		}
-		rank := [6]int{primary, -used[a.eni], e.DeviceNumber, cohort, -u.assigned, a.slot.Bits()}
+		rank := [6]int{primary, -used[a.eni], e.DeviceNumber, cohort, -slotUsed[a.slot], a.slot.Bits()}
 		if !best.IsValid() || less(rank, bestRank) || (rank == bestRank && addr.Less(best)) {
 			best, bestRank = addr, rank
 		}

@@ -69,8 +69,8 @@ import (
 //
 // Growth: a growth is sized to reach high in one call. In secondary-IP mode
 // a new ENI, a node's first addresses, and an attached ENI holding no
-// address (within FillSpan of the node's first pod, or with no recurring
-// peak to size it by), get all its slots at once
+// address (within FillSpan of the node's first pod, or with no peak above
+// what the node holds that came back to size it by), get all its slots at once
 // (one call per ENI, as the reference); later assigns, in both modes
 // (in /28s in prefix mode, not in its no-/28 fallback), are sized to
 // high, or up to what the pool wanted held at peaks that came back (two
@@ -91,7 +91,8 @@ import (
 // lone ones take the margin's free addresses.
 //
 // Release: surplus goes only if it is at least the release band (MinBand,
-// and half an ENI's slots in secondary-IP mode), ReleaseDelay after the
+// and half an ENI's slots in secondary-IP mode but between the peaks of a
+// recurring job that wanted more than the node holds), ReleaseDelay after the
 // last growth (EarlyReleaseDelay in prefix mode, or once no more addresses
 // are assigned than in the minute before it), one release per
 // Config.ReleaseInterval, while pods are not leaving

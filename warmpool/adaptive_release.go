@@ -40,7 +40,8 @@ func (s *state) adaptiveShrink(d demandTarget) (Plan, bool) {
 				d.describe() + ", " + s.poolText() + ")"}, true
 		}
 	}
-	if held < d.keep+s.releaseBand() {
+	band := s.releaseBand(d)
+	if held < d.keep+band {
 		return Plan{}, false // too little to be worth a call
 	}
 	if !s.in.Demand.History.seen && s.pool.assigned == 0 && s.in.Now.Before(s.in.LastGrow.Add(scaled(s.in, FillSpan))) {
@@ -49,13 +50,13 @@ func (s *state) adaptiveShrink(d demandTarget) (Plan, bool) {
 		// pods but remembers no arrival.
 		return Plan{}, false
 	}
-	if s.pool.cooling >= s.releaseBand() && s.in.Demand.History.within(s.in.Now, scaled(s.in, DepartureQuiet)) == 0 {
+	if s.pool.cooling >= band && s.in.Demand.History.within(s.in.Now, scaled(s.in, DepartureQuiet)) == 0 {
 		return Plan{}, false // pods are leaving: release once their addresses are out of cooldown, in one call
 	}
 	if !s.prefixes && s.in.Demand.History.filling(s.in.Now, FillSpan) && s.in.Demand.History.within(s.in.Now, scaled(s.in, DepartureQuiet)) > 0 {
 		return Plan{}, false // the node fills: what is free now its next pods take
 	}
-	keep, worth := s.releaseTo(d)
+	keep, worth := s.releaseTo(d, band)
 	if !worth {
 		return Plan{}, false
 	}
@@ -89,12 +90,12 @@ func (s *state) adaptiveShrink(d demandTarget) (Plan, bool) {
 // goes down to: the lowest one from keep up whose release is worth its
 // call, ReleaseWorth, over the time the addresses beyond it are expected
 // to stay idle (History.idleAhead). false: no release is worth a call.
-func (s *state) releaseTo(d demandTarget) (int, bool) {
+func (s *state) releaseTo(d demandTarget, band int) (int, bool) {
 	held := s.pool.available + s.pool.cooling
 	inUse := inUse(s.pool)
 	h := s.in.Demand.History
 	worth := scaled(s.in, ReleaseWorth).Hours()
-	for l := d.keep; held-l >= s.releaseBand(); l++ {
+	for l := d.keep; held-l >= band; l++ {
 		var since time.Duration // assigned since the last growth: idle no longer than that
 		if !s.in.LastGrow.IsZero() {
 			since = s.in.Now.Sub(s.in.LastGrow)
@@ -119,9 +120,13 @@ func (s *state) releaseTo(d demandTarget) (int, bool) {
 // releaseBand is the least surplus beyond keep worth a release call, in
 // addresses: MinBand, and in secondary-IP mode half an ENI's slots, so a
 // release gives back enough to pay for the call and the assign that may
-// follow it.
-func (s *state) releaseBand() int {
-	if s.prefixes {
+// follow it. Not between the peaks of a recurring job that wanted more
+// than the node holds (demandTarget.betweenJobs): the next peak takes its
+// growth call whatever is kept, so a release pays for its own call only
+// (MinBand). Such a surplus is what an emptied ENI sized by the peaks, not
+// filled whole, leaves on it once the job is gone.
+func (s *state) releaseBand(d demandTarget) int {
+	if s.prefixes || d.betweenJobs(s.in, s.pool.total) {
 		return MinBand
 	}
 	return max(MinBand, ceilDiv(s.in.Limits.SlotsPerENI, 2))

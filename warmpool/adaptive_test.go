@@ -521,3 +521,33 @@ func TestHistoryTimeGoingBack(t *testing.T) {
 		t.Errorf("peak = %d; want 5", got)
 	}
 }
+
+// TestEmptiedENISizedByPeaksItCovers: an ENI a release emptied is sized by
+// the peaks that came back also where this growth covers them (the node
+// holds 18, the jobs wanted 20, high asks for a few): it gets what high
+// asks, not all its slots. Filling it whole (9) left a surplus below the
+// release band on it once the job was gone. Where no peak came back above
+// what is in use, nothing sizes it: it is filled whole, as before.
+func TestEmptiedENISizedByPeaksItCovers(t *testing.T) {
+	for _, c := range []struct {
+		name        string
+		minute, job int
+		whole       bool
+	}{
+		{"the jobs wanted 20", 17, 20, false},
+		{"the jobs wanted what the node holds", 17, 18, true},
+	} {
+		in := cronNode(c.minute, c.job)
+		in.ENIs[1].Slots = slotsOf(0x0a400100, 9, 7, 0)
+		in.ENIs[2].Slots = nil
+		in.Pending = 2
+		in.Demand.History = in.Demand.History.Record(t0).Record(t0).Observe(t0, 16)
+		p := Next(in)
+		if p.Action != Assign || p.ENI != "eni-02" {
+			t.Fatalf("%s: %v %s %d (%s); want an assign on eni-02", c.name, p.Action, p.ENI, p.Count, p.Reason)
+		}
+		if whole := p.Count == 9; whole != c.whole {
+			t.Errorf("%s: assign %d (%s); want all 9 slots %v", c.name, p.Count, p.Reason, c.whole)
+		}
+	}
+}

@@ -381,3 +381,54 @@ func TestNoPrefixRefusalHalvesAMultiPrefixRequest(t *testing.T) {
 		}
 	}
 }
+
+// leftoverNode is a c5.18xlarge-like node 3 minutes after a job's pods
+// left: 49 long-lived pods on the primary ENI, eni-01 holding free free
+// addresses (what a growth sized by the peaks left on it), eni-02 and
+// eni-03 attached empty (room for the next job), jobs of 100 pods 24 and 4
+// minutes ago whose peaks wanted want addresses held each.
+func leftoverNode(bindings bool, free, want int) Input {
+	var h History
+	for _, ago := range []time.Duration{24 * time.Minute, 4 * time.Minute} {
+		at := t0.Add(-ago)
+		h = arrivals(h, at, at.Add(2*time.Second), 20*time.Millisecond, 149).Want(at.Add(2*time.Second), want)
+	}
+	return Input{Now: t0, Limits: c5Large, Config: Config{Adaptive: true},
+		LastGrow: t0.Add(-4 * time.Minute), LastRelease: t0.Add(-2 * time.Minute),
+		Demand: Demand{History: h, Bindings: bindings},
+		ENIs: []ENI{
+			{ID: "eni-00", Primary: true, Attached: t0.Add(-time.Hour), Slots: slotsOf(0x0a400000, 49, 49, 0)},
+			{ID: "eni-01", Attached: t0.Add(-time.Hour), Slots: slotsOf(0x0a400100, free, 0, 0)},
+			{ID: "eni-02", Attached: t0.Add(-time.Hour)},
+			{ID: "eni-03", Attached: t0.Add(-time.Hour)},
+		}}
+}
+
+// TestBetweenJobsReleasesBelowTheBand: between the peaks of a job that
+// wanted more than the node holds, a surplus of fewer addresses than half
+// an ENI (here 15 free, keep 6: 9 beyond it, the band 25) goes in one
+// call: the next peak takes its growth call whatever is kept. Without the
+// pod watch, or where the peaks wanted no more than the node holds, the
+// band stands and the surplus stays.
+func TestBetweenJobsReleasesBelowTheBand(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		bindings bool
+		want     int
+		release  int
+	}{
+		{"pods seen at binding, peaks wanted 160", true, 160, 15 - BoundAhead},
+		{"no pod watch", false, 160, 0},
+		{"peaks wanted 60, the node holds 64", true, 60, 0},
+	} {
+		in := leftoverNode(c.bindings, 15, c.want)
+		p := Next(in)
+		got := 0
+		if p.Action == Release {
+			got = len(p.Release)
+		}
+		if got != c.release {
+			t.Errorf("%s: %v of %d (%s); want a release of %d", c.name, p.Action, got, p.Reason, c.release)
+		}
+	}
+}

@@ -274,11 +274,16 @@ func (s *state) growOn(want, capSlots int, why string) (p Plan, blocked bool) {
 		if s.prefixes {
 			unit = PrefixAddresses
 		}
-		again := 0
+		again, recurs := 0, false
 		if s.wantSized && n > 0 {
-			again = s.in.Demand.History.wantAgain(s.in.Now, scaled(s.in, WantMemory), s.pool.total+n*unit)
+			h, memory := s.in.Demand.History, scaled(s.in, WantMemory)
+			again = h.wantAgain(s.in.Now, memory, s.pool.total+n*unit)
+			// Peaks that came back above what the node holds size an
+			// emptied ENI also where this growth covers them already
+			// (again is 0 then): it is not filled whole for want of a peak.
+			recurs = again > 0 || h.wantAgain(s.in.Now, memory, s.pool.total) > 0
 		}
-		if whole || (s.fillWhole && (s.pool.total == 0 || len(e.Slots) == 0 && (again == 0 || s.in.Demand.History.filling(s.in.Now, FillSpan))) && n > 0) {
+		if whole || (s.fillWhole && (s.pool.total == 0 || len(e.Slots) == 0 && (!recurs || s.in.Demand.History.filling(s.in.Now, FillSpan))) && n > 0) {
 			n = room
 		} else if again > 0 {
 			n = min(room, max(n, ceilDiv(again-s.pool.total, unit)))

@@ -101,8 +101,9 @@ import (
 // of its first pod still sees pods arrive, nor within FillSpan of the last
 // growth on a node that has seen no pod yet and holds none (its first pods
 // are coming; a restarted daemon's node with pods releases as before), and
-// only if it saves ReleaseWorth
-// per call: the surplus times how long it has been idle (since demand last
+// only if it saves ReleaseWorth per call (twice that below half an ENI
+// where the next peak of a recurring job would take an assign call more
+// for it): the surplus times how long it has been idle (since demand last
 // needed it, and since the last growth), or, where demand came back at
 // intervals, how long until the next time is due; for single addresses
 // demand counts both the addresses in use and what the pool wanted held

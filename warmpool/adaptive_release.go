@@ -56,7 +56,7 @@ func (s *state) adaptiveShrink(d demandTarget) (Plan, bool) {
 	if !s.prefixes && s.in.Demand.History.filling(s.in.Now, FillSpan) && s.in.Demand.History.within(s.in.Now, scaled(s.in, DepartureQuiet)) > 0 {
 		return Plan{}, false // the node fills: what is free now its next pods take
 	}
-	keep, worth := s.releaseTo(d, band)
+	keep, worth := s.releaseTo(d, band, 1)
 	if !worth {
 		return Plan{}, false
 	}
@@ -78,6 +78,22 @@ func (s *state) adaptiveShrink(d demandTarget) (Plan, bool) {
 	if n == 0 {
 		return Plan{}, false
 	}
+	if band == MinBand && !s.prefixes && n < s.fullBand() && s.peakCallsAfter(from, n) > s.peakCallsAfter(from, 0) {
+		// Below half an ENI, where the next peak takes an assign call
+		// more for it (one call an ENI: the ENIs it fills in order now
+		// reach this one), the release pays for two calls.
+		if keep, worth = s.releaseTo(d, band, 2); !worth {
+			return Plan{}, false
+		}
+		rel, from = s.adaptiveReleasable(d.high, keep, false)
+		n = 0
+		for _, r := range rel {
+			n += Slot{Prefix: r}.Size()
+		}
+		if n == 0 {
+			return Plan{}, false
+		}
+	}
 	if i := slices.IndexFunc(s.in.ENIs, func(e ENI) bool { return e.ID == from }); i >= 0 && s.enis[i].cooling+s.enis[i].assigned > 0 && s.pool.cooling > 0 &&
 		s.in.Demand.History.within(s.in.Now, scaled(s.in, DepartureQuiet)) == 0 {
 		return Plan{}, false // pods are leaving: an ENI they still hold goes once out of cooldown, in one call
@@ -87,14 +103,16 @@ func (s *state) adaptiveShrink(d demandTarget) (Plan, bool) {
 }
 
 // releaseTo is the level, in addresses available or cooling, a release
-// goes down to: the lowest one from keep up whose release is worth its
-// call, ReleaseWorth, over the time the addresses beyond it are expected
-// to stay idle (History.idleAhead). false: no release is worth a call.
-func (s *state) releaseTo(d demandTarget, band int) (int, bool) {
+// goes down to: the lowest one from keep up, leaving at least band beyond
+// it, whose release is worth its calls (the release itself, and an assign
+// the next peak takes for it: calls × ReleaseWorth) over the time the
+// addresses beyond it are expected to stay idle (History.idleAhead).
+// false: no release is worth them.
+func (s *state) releaseTo(d demandTarget, band, calls int) (int, bool) {
 	held := s.pool.available + s.pool.cooling
 	inUse := inUse(s.pool)
 	h := s.in.Demand.History
-	worth := scaled(s.in, ReleaseWorth).Hours()
+	worth := float64(calls) * scaled(s.in, ReleaseWorth).Hours()
 	for l := d.keep; held-l >= band; l++ {
 		var since time.Duration // assigned since the last growth: idle no longer than that
 		if !s.in.LastGrow.IsZero() {
@@ -129,7 +147,41 @@ func (s *state) releaseBand(d demandTarget) int {
 	if s.prefixes || d.betweenJobs(s.in, s.pool.total) {
 		return MinBand
 	}
-	return max(MinBand, ceilDiv(s.in.Limits.SlotsPerENI, 2))
+	return s.fullBand()
+}
+
+// fullBand is the release band in secondary-IP mode outside the peaks of a
+// recurring job: half an ENI's slots, at least MinBand.
+func (s *state) fullBand() int { return max(MinBand, ceilDiv(s.in.Limits.SlotsPerENI, 2)) }
+
+// peakCallsAfter is how many assign calls the next peak of a recurring job
+// takes (one per ENI it fills, in growOn's order, and one per new ENI)
+// after n free addresses of ENI from went back: the growth from what the
+// node would hold then to what the pool wanted at the peaks that came
+// back within ChunkMemory (History.wantAgain). 0 with no such peak.
+func (s *state) peakCallsAfter(from string, n int) int {
+	want := s.in.Demand.History.wantAgain(s.in.Now, scaled(s.in, ChunkMemory), s.pool.total-n)
+	short := want - (s.pool.total - n)
+	if want == 0 || short <= 0 {
+		return 0
+	}
+	calls := 0
+	for _, i := range s.order {
+		e := &s.in.ENIs[i]
+		room := s.in.Limits.SlotsPerENI - len(e.Slots)
+		if e.ID == from {
+			room += n
+		}
+		if room <= 0 || short <= 0 {
+			continue
+		}
+		calls++
+		short -= room
+	}
+	if short > 0 && s.in.Limits.SlotsPerENI > 0 {
+		calls += ceilDiv(short, s.in.Limits.SlotsPerENI)
+	}
+	return calls
 }
 
 // delayUntil is when shrinking is allowed: ReleaseDelay (or

@@ -432,3 +432,46 @@ func TestBetweenJobsReleasesBelowTheBand(t *testing.T) {
 		}
 	}
 }
+
+// leftoverBehind is leftoverNode with 60 long-lived pods (the primary ENI
+// full, 11 on eni-01, which has room for 38 more), the 15 free addresses on
+// eni-02 and eni-03 attached empty; jobs 15 and 5 minutes ago whose peaks
+// wanted want addresses held each. The pool grew with the last job.
+func leftoverBehind(want int) Input {
+	var h History
+	for _, ago := range []time.Duration{15 * time.Minute, 5 * time.Minute} {
+		at := t0.Add(-ago)
+		h = arrivals(h, at, at.Add(2*time.Second), 20*time.Millisecond, 100).Want(at.Add(2*time.Second), want)
+	}
+	return Input{Now: t0, Limits: c5Large, Config: Config{Adaptive: true},
+		LastGrow: t0.Add(-5 * time.Minute), LastRelease: t0.Add(-2 * time.Minute),
+		Demand: Demand{History: h, Bindings: true},
+		ENIs: []ENI{
+			{ID: "eni-00", Primary: true, Attached: t0.Add(-time.Hour), Slots: slotsOf(0x0a400000, 49, 49, 0)},
+			{ID: "eni-01", Attached: t0.Add(-time.Hour), Slots: slotsOf(0x0a400100, 11, 11, 0)},
+			{ID: "eni-02", Attached: t0.Add(-time.Hour), Slots: slotsOf(0x0a400200, 15, 0, 0)},
+			{ID: "eni-03", Attached: t0.Add(-time.Hour)},
+		}}
+}
+
+// TestBelowTheBandPaysForThePeaksExtraCall: a release below half an ENI
+// that makes the next peak take one assign call more (the peaks wanted
+// 110: eni-01's room covers them, but not once eni-02's 9 surplus
+// addresses went) must save two calls' worth (2 × ReleaseWorth); here 9
+// addresses for the 6 minutes until the next job is due save less, and
+// stay. Where the peak fills eni-02 anyway (160 wanted), one call's worth
+// does, and they go.
+func TestBelowTheBandPaysForThePeaksExtraCall(t *testing.T) {
+	in := leftoverBehind(110)
+	s := newState(in)
+	if before, after := s.peakCallsAfter("eni-02", 0), s.peakCallsAfter("eni-02", 9); before != 1 || after != 2 {
+		t.Errorf("peak assign calls %d before the release, %d after; want 1, 2", before, after)
+	}
+	if p := Next(in); p.Action == Release {
+		t.Errorf("110 wanted: released %d from %s (%s); want the surplus kept", len(p.Release), p.ENI, p.Reason)
+	}
+	p := Next(leftoverBehind(160))
+	if p.Action != Release || p.ENI != "eni-02" || len(p.Release) != 15-BoundAhead {
+		t.Errorf("160 wanted: %v of %d from %s (%s); want a release of %d from eni-02", p.Action, len(p.Release), p.ENI, p.Reason, 15-BoundAhead)
+	}
+}

@@ -70,7 +70,8 @@ import (
 // Growth: a growth is sized to reach high in one call. In secondary-IP mode
 // a new ENI, a node's first addresses, and an attached ENI holding no
 // address (within FillSpan of the node's first pod, or with no peak above
-// what the node holds that came back to size it by), get all its slots at once
+// what the node holds that came back to size it by, or without
+// Demand.Bindings), get all its slots at once
 // (one call per ENI, as the reference); later assigns, in both modes
 // (in /28s in prefix mode, not in its no-/28 fallback), are sized to
 // high, or up to what the pool wanted held at peaks that came back (two

@@ -527,17 +527,22 @@ func TestHistoryTimeGoingBack(t *testing.T) {
 // holds 18, the jobs wanted 20, high asks for a few): it gets what high
 // asks, not all its slots. Filling it whole (9) left a surplus below the
 // release band on it once the job was gone. Where no peak came back above
-// what is in use, nothing sizes it: it is filled whole, as before.
+// what the node holds, nothing sizes it: it is filled whole, as before; so
+// it is without the pod watch, where the whole ENI is the buffer for a
+// burst's later pods, which no binding shows ahead of their ADDs.
 func TestEmptiedENISizedByPeaksItCovers(t *testing.T) {
 	for _, c := range []struct {
 		name        string
 		minute, job int
+		noWatch     bool
 		whole       bool
 	}{
-		{"the jobs wanted 20", 17, 20, false},
-		{"the jobs wanted what the node holds", 17, 18, true},
+		{"the jobs wanted 20", 17, 20, false, false},
+		{"the jobs wanted what the node holds", 17, 18, false, true},
+		{"the jobs wanted 20, no pod watch", 17, 20, true, true},
 	} {
 		in := cronNode(c.minute, c.job)
+		in.Demand.Bindings = !c.noWatch
 		in.ENIs[1].Slots = slotsOf(0x0a400100, 9, 7, 0)
 		in.ENIs[2].Slots = nil
 		in.Pending = 2

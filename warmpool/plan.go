@@ -280,8 +280,12 @@ func (s *state) growOn(want, capSlots int, why string) (p Plan, blocked bool) {
 			again = h.wantAgain(s.in.Now, memory, s.pool.total+n*unit)
 			// Peaks that came back above what the node holds size an
 			// emptied ENI also where this growth covers them already
-			// (again is 0 then): it is not filled whole for want of a peak.
-			recurs = again > 0 || h.wantAgain(s.in.Now, memory, s.pool.total) > 0
+			// (again is 0 then): it is not filled whole for want of a
+			// peak. Only where pods are seen at their binding: a burst's
+			// later pods the growth falls short of then make the pool
+			// grow an assign call ahead of their ADDs; without the watch
+			// the whole ENI is their buffer.
+			recurs = again > 0 || s.in.Demand.Bindings && h.wantAgain(s.in.Now, memory, s.pool.total) > 0
 		}
 		if whole || (s.fillWhole && (s.pool.total == 0 || len(e.Slots) == 0 && (!recurs || s.in.Demand.History.filling(s.in.Now, FillSpan))) && n > 0) {
 			n = room

@@ -61,19 +61,13 @@ func (s *state) adaptiveShrink(d demandTarget) (Plan, bool) {
 		return Plan{}, false
 	}
 	rel, from := s.adaptiveReleasable(d.high, keep, false)
-	n := 0
-	for _, r := range rel {
-		n += Slot{Prefix: r}.Size()
-	}
+	n := addresses(rel)
 	// Without the slack only where the peaks wanted more than the node
 	// would hold after the release the slack allows: the next peak then
 	// takes its growth call anyway, and keeping the /28 saves no call.
 	if d.betweenJobs(s.in, s.pool.total-n) {
 		rel, from = s.adaptiveReleasable(d.high, keep, true)
-		n = 0
-		for _, r := range rel {
-			n += Slot{Prefix: r}.Size()
-		}
+		n = addresses(rel)
 	}
 	if n == 0 {
 		return Plan{}, false
@@ -86,11 +80,7 @@ func (s *state) adaptiveShrink(d demandTarget) (Plan, bool) {
 			return Plan{}, false
 		}
 		rel, from = s.adaptiveReleasable(d.high, keep, false)
-		n = 0
-		for _, r := range rel {
-			n += Slot{Prefix: r}.Size()
-		}
-		if n == 0 {
+		if n = addresses(rel); n == 0 {
 			return Plan{}, false
 		}
 	}
@@ -100,6 +90,15 @@ func (s *state) adaptiveShrink(d demandTarget) (Plan, bool) {
 	}
 	return Plan{Action: Release, ENI: from, Release: rel, Reason: "surplus: release " + count(n, "address") + " from " + from +
 		" (" + d.describe() + ", " + s.poolText() + ")"}, true
+}
+
+// addresses is how many addresses the slots hold: 16 a /28, 1 a /32.
+func addresses(slots []netip.Prefix) int {
+	n := 0
+	for _, p := range slots {
+		n += Slot{Prefix: p}.Size()
+	}
+	return n
 }
 
 // releaseTo is the level, in addresses available or cooling, a release

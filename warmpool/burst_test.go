@@ -1,6 +1,7 @@
 package warmpool
 
 import (
+	"fmt"
 	"testing"
 	"time"
 )
@@ -15,24 +16,33 @@ var c5Large = Limits{MaxENIs: 15, SlotsPerENI: 49}
 // minutes ago (the pool wanted 160 addresses held at each); lastArrival is
 // how long ago the last pod came.
 func jobsNode(bindings bool, lastArrival time.Duration) Input {
-	var h History
-	for _, ago := range []time.Duration{25 * time.Minute, 12 * time.Minute} {
-		at := t0.Add(-ago)
-		h = arrivals(h, at, at.Add(2*time.Second), 20*time.Millisecond, 149).Want(at.Add(2*time.Second), 160)
-	}
+	in := afterJobs(bindings, []time.Duration{25 * time.Minute, 12 * time.Minute}, 149, 160, 10*time.Minute,
+		slotsOf(0x0a400000, 49, 49, 0), slotsOf(0x0a400100, 49, 0, 0), nil, nil)
 	if lastArrival < 12*time.Minute {
 		at := t0.Add(-lastArrival)
-		h = h.Record(at).Observe(at, 49)
+		in.Demand.History = in.Demand.History.Record(at).Observe(at, 49)
 	}
-	return Input{Now: t0, Limits: c5Large, Config: Config{Adaptive: true},
-		LastGrow: t0.Add(-12 * time.Minute), LastRelease: t0.Add(-10 * time.Minute),
-		Demand: Demand{History: h, Bindings: bindings},
-		ENIs: []ENI{
-			{ID: "eni-00", Primary: true, Attached: t0.Add(-time.Hour), Slots: slotsOf(0x0a400000, 49, 49, 0)},
-			{ID: "eni-01", Attached: t0.Add(-time.Hour), Slots: slotsOf(0x0a400100, 49, 0, 0)},
-			{ID: "eni-02", Attached: t0.Add(-time.Hour)},
-			{ID: "eni-03", Attached: t0.Add(-time.Hour)},
-		}}
+	return in
+}
+
+// afterJobs is a c5.18xlarge-like node at t0 after the bursts of a job:
+// each burst (ago before t0) brought the node to inUse addresses in use
+// within 2 seconds and the pool wanted want held; the pool last grew with
+// the latest burst and last released lastRelease before t0. ENI i (eni-0i,
+// the first primary, all attached an hour ago) holds slots[i].
+func afterJobs(bindings bool, ago []time.Duration, inUse, want int, lastRelease time.Duration, slots ...[]Slot) Input {
+	var h History
+	for _, a := range ago {
+		at := t0.Add(-a)
+		h = arrivals(h, at, at.Add(2*time.Second), 20*time.Millisecond, inUse).Want(at.Add(2*time.Second), want)
+	}
+	in := Input{Now: t0, Limits: c5Large, Config: Config{Adaptive: true},
+		LastGrow: t0.Add(-ago[len(ago)-1]), LastRelease: t0.Add(-lastRelease),
+		Demand: Demand{History: h, Bindings: bindings}}
+	for i, sl := range slots {
+		in.ENIs = append(in.ENIs, ENI{ID: fmt.Sprintf("eni-%02d", i), Primary: i == 0, Attached: t0.Add(-time.Hour), Slots: sl})
+	}
+	return in
 }
 
 // TestAwaitingPeakKeepsWhatTheFirstPodsTake: between the bursts of a job
@@ -388,20 +398,8 @@ func TestNoPrefixRefusalHalvesAMultiPrefixRequest(t *testing.T) {
 // eni-03 attached empty (room for the next job), jobs of 100 pods 24 and 4
 // minutes ago whose peaks wanted want addresses held each.
 func leftoverNode(bindings bool, free, want int) Input {
-	var h History
-	for _, ago := range []time.Duration{24 * time.Minute, 4 * time.Minute} {
-		at := t0.Add(-ago)
-		h = arrivals(h, at, at.Add(2*time.Second), 20*time.Millisecond, 149).Want(at.Add(2*time.Second), want)
-	}
-	return Input{Now: t0, Limits: c5Large, Config: Config{Adaptive: true},
-		LastGrow: t0.Add(-4 * time.Minute), LastRelease: t0.Add(-2 * time.Minute),
-		Demand: Demand{History: h, Bindings: bindings},
-		ENIs: []ENI{
-			{ID: "eni-00", Primary: true, Attached: t0.Add(-time.Hour), Slots: slotsOf(0x0a400000, 49, 49, 0)},
-			{ID: "eni-01", Attached: t0.Add(-time.Hour), Slots: slotsOf(0x0a400100, free, 0, 0)},
-			{ID: "eni-02", Attached: t0.Add(-time.Hour)},
-			{ID: "eni-03", Attached: t0.Add(-time.Hour)},
-		}}
+	return afterJobs(bindings, []time.Duration{24 * time.Minute, 4 * time.Minute}, 149, want, 2*time.Minute,
+		slotsOf(0x0a400000, 49, 49, 0), slotsOf(0x0a400100, free, 0, 0), nil, nil)
 }
 
 // TestBetweenJobsReleasesBelowTheBand: between the peaks of a job that
@@ -438,20 +436,8 @@ func TestBetweenJobsReleasesBelowTheBand(t *testing.T) {
 // eni-02 and eni-03 attached empty; jobs 15 and 5 minutes ago whose peaks
 // wanted want addresses held each. The pool grew with the last job.
 func leftoverBehind(want int) Input {
-	var h History
-	for _, ago := range []time.Duration{15 * time.Minute, 5 * time.Minute} {
-		at := t0.Add(-ago)
-		h = arrivals(h, at, at.Add(2*time.Second), 20*time.Millisecond, 100).Want(at.Add(2*time.Second), want)
-	}
-	return Input{Now: t0, Limits: c5Large, Config: Config{Adaptive: true},
-		LastGrow: t0.Add(-5 * time.Minute), LastRelease: t0.Add(-2 * time.Minute),
-		Demand: Demand{History: h, Bindings: true},
-		ENIs: []ENI{
-			{ID: "eni-00", Primary: true, Attached: t0.Add(-time.Hour), Slots: slotsOf(0x0a400000, 49, 49, 0)},
-			{ID: "eni-01", Attached: t0.Add(-time.Hour), Slots: slotsOf(0x0a400100, 11, 11, 0)},
-			{ID: "eni-02", Attached: t0.Add(-time.Hour), Slots: slotsOf(0x0a400200, 15, 0, 0)},
-			{ID: "eni-03", Attached: t0.Add(-time.Hour)},
-		}}
+	return afterJobs(true, []time.Duration{15 * time.Minute, 5 * time.Minute}, 100, want, 2*time.Minute,
+		slotsOf(0x0a400000, 49, 49, 0), slotsOf(0x0a400100, 11, 11, 0), slotsOf(0x0a400200, 15, 0, 0), nil)
 }
 
 // TestBelowTheBandPaysForThePeaksExtraCall: a release below half an ENI

@@ -93,7 +93,8 @@ import (
 //
 // Release: surplus goes only if it is at least the release band (MinBand,
 // and half an ENI's slots in secondary-IP mode but between the peaks of a
-// recurring job that wanted more than the node holds), ReleaseDelay after the
+// recurring job that wanted more than the node holds, within MaxPods),
+// ReleaseDelay after the
 // last growth (EarlyReleaseDelay in prefix mode, or once no more addresses
 // are assigned than in the minute before it), one release per
 // Config.ReleaseInterval, while pods are not leaving
@@ -102,9 +103,9 @@ import (
 // of its first pod still sees pods arrive, nor within FillSpan of the last
 // growth on a node that has seen no pod yet and holds none (its first pods
 // are coming; a restarted daemon's node with pods releases as before), and
-// only if it saves ReleaseWorth per call (twice that below half an ENI
-// where the next peak of a recurring job would take an assign call more
-// for it): the surplus times how long it has been idle (since demand last
+// only if it saves ReleaseWorth per call (between a recurring job's peaks,
+// a release below half an ENI that makes the next peak take an assign
+// call more must save twice that on what it gives back): the surplus times how long it has been idle (since demand last
 // needed it, and since the last growth), or, where demand came back at
 // intervals, how long until the next time is due; for single addresses
 // demand counts both the addresses in use and what the pool wanted held

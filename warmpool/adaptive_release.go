@@ -50,13 +50,13 @@ func (s *state) adaptiveShrink(d demandTarget) (Plan, bool) {
 		// pods but remembers no arrival.
 		return Plan{}, false
 	}
-	if s.pool.cooling >= band && s.in.Demand.History.within(s.in.Now, scaled(s.in, DepartureQuiet)) == 0 {
+	if s.pool.cooling >= s.baseBand() && s.in.Demand.History.within(s.in.Now, scaled(s.in, DepartureQuiet)) == 0 {
 		return Plan{}, false // pods are leaving: release once their addresses are out of cooldown, in one call
 	}
 	if !s.prefixes && s.in.Demand.History.filling(s.in.Now, FillSpan) && s.in.Demand.History.within(s.in.Now, scaled(s.in, DepartureQuiet)) > 0 {
 		return Plan{}, false // the node fills: what is free now its next pods take
 	}
-	keep, worth := s.releaseTo(d, band, 1)
+	keep, worth := s.releaseTo(d, band)
 	if !worth {
 		return Plan{}, false
 	}
@@ -72,11 +72,18 @@ func (s *state) adaptiveShrink(d demandTarget) (Plan, bool) {
 	if n == 0 {
 		return Plan{}, false
 	}
-	if band == MinBand && !s.prefixes && n < s.fullBand() && s.peakCallsAfter(from, n) > s.peakCallsAfter(from, 0) {
-		// Below half an ENI, where the next peak takes an assign call
-		// more for it (one call an ENI: the ENIs it fills in order now
-		// reach this one), the release pays for two calls.
-		if keep, worth = s.releaseTo(d, band, 2); !worth {
+	if band < s.baseBand() && n < s.baseBand() && s.peakCallsAfter(from, n) > s.peakCallsAfter(from, 0) &&
+		float64(n)*s.idleAbove(d, held-n).Hours() < 2*scaled(s.in, ReleaseWorth).Hours() {
+		// Between a job's peaks, a release below the usual band that
+		// makes the next peak take an assign call more for it (one call
+		// an ENI: the ENIs it fills in order now reach this one) must
+		// save two calls' worth on what it gives back; else the usual
+		// band stands.
+		band = s.baseBand()
+		if held < d.keep+band {
+			return Plan{}, false
+		}
+		if keep, worth = s.releaseTo(d, band); !worth {
 			return Plan{}, false
 		}
 		rel, from = s.adaptiveReleasable(d.high, keep, false)
@@ -103,82 +110,108 @@ func addresses(slots []netip.Prefix) int {
 
 // releaseTo is the level, in addresses available or cooling, a release
 // goes down to: the lowest one from keep up, leaving at least band beyond
-// it, whose release is worth its calls (the release itself, and an assign
-// the next peak takes for it: calls × ReleaseWorth) over the time the
-// addresses beyond it are expected to stay idle (History.idleAhead).
-// false: no release is worth them.
-func (s *state) releaseTo(d demandTarget, band, calls int) (int, bool) {
+// it, whose release is worth its call, ReleaseWorth, over the time the
+// addresses beyond it are expected to stay idle (idleAbove). false: no
+// release is worth a call.
+func (s *state) releaseTo(d demandTarget, band int) (int, bool) {
 	held := s.pool.available + s.pool.cooling
-	inUse := inUse(s.pool)
-	h := s.in.Demand.History
-	worth := float64(calls) * scaled(s.in, ReleaseWorth).Hours()
+	worth := scaled(s.in, ReleaseWorth).Hours()
 	for l := d.keep; held-l >= band; l++ {
-		var since time.Duration // assigned since the last growth: idle no longer than that
-		if !s.in.LastGrow.IsZero() {
-			since = s.in.Now.Sub(s.in.LastGrow)
-		}
-		// Idle until demand needs more than the level again, and, for
-		// single addresses, until the pool would be short of what it
-		// wanted at its recent peaks (a job every few minutes whose margin
-		// the level leaves out: the release would be assigned back at the
-		// next one). A /28 has its own hysteresis (adaptiveReleasable's
-		// slack, dropped only where the next peak grows anyway).
-		idle := h.idleAhead(s.in.Now, inUse+l-d.margin, since)
-		if !s.prefixes {
-			idle = min(idle, h.idleAheadWant(s.in.Now, s.pool.assigned+l, since))
-		}
-		if float64(held-l)*idle.Hours() >= worth {
+		if float64(held-l)*s.idleAbove(d, l).Hours() >= worth {
 			return l, true
 		}
 	}
 	return 0, false
 }
 
-// releaseBand is the least surplus beyond keep worth a release call, in
-// addresses: MinBand, and in secondary-IP mode half an ENI's slots, so a
-// release gives back enough to pay for the call and the assign that may
-// follow it. Not between the peaks of a recurring job that wanted more
-// than the node holds (demandTarget.betweenJobs): the next peak takes its
-// growth call whatever is kept, so a release pays for its own call only
-// (MinBand). Such a surplus is what an emptied ENI sized by the peaks, not
-// filled whole, leaves on it once the job is gone.
-func (s *state) releaseBand(d demandTarget) int {
-	if s.prefixes || d.betweenJobs(s.in, s.pool.total) {
-		return MinBand
+// idleAbove is how long the addresses held beyond level (available or
+// cooling) are expected to stay idle: until demand needs more than the
+// level again (History.idleAhead), no longer than since the last growth.
+func (s *state) idleAbove(d demandTarget, level int) time.Duration {
+	h := s.in.Demand.History
+	var since time.Duration // assigned since the last growth: idle no longer than that
+	if !s.in.LastGrow.IsZero() {
+		since = s.in.Now.Sub(s.in.LastGrow)
 	}
-	return s.fullBand()
+	// For single addresses, also until the pool would be short of what it
+	// wanted at its recent peaks (a job every few minutes whose margin the
+	// level leaves out: the release would be assigned back at the next
+	// one). A /28 has its own hysteresis (adaptiveReleasable's slack,
+	// dropped only where the next peak grows anyway).
+	idle := h.idleAhead(s.in.Now, inUse(s.pool)+level-d.margin, since)
+	if !s.prefixes {
+		idle = min(idle, h.idleAheadWant(s.in.Now, s.pool.assigned+level, since))
+	}
+	return idle
 }
 
-// fullBand is the release band in secondary-IP mode outside the peaks of a
-// recurring job: half an ENI's slots, at least MinBand.
-func (s *state) fullBand() int { return max(MinBand, ceilDiv(s.in.Limits.SlotsPerENI, 2)) }
+// releaseBand is the least surplus beyond keep worth a release call, in
+// addresses: baseBand, but MinBand in secondary-IP mode between the peaks
+// of a recurring job that wanted more than the node holds, and more than
+// it has, up to Limits.MaxPods (demandTarget.betweenJobs with the node's
+// holdings as the level, unlike the chunk's: so the rule holds while
+// releases bring the node down, each one worth its call). The next peak
+// takes its growth call whatever is kept, so a release pays for its own
+// call only. Such a surplus is what an emptied ENI sized by the peaks,
+// not filled whole, leaves on it once the job is gone.
+func (s *state) releaseBand(d demandTarget) int {
+	if !prefixMode(s.in) && d.betweenJobs(s.in, s.pool.total) && s.peakWant(ChunkMemory, s.pool.total) > s.pool.total {
+		return MinBand
+	}
+	return s.baseBand()
+}
 
-// peakCallsAfter is how many assign calls the next peak of a recurring job
-// takes (one per ENI it fills, in growOn's order, and one per new ENI)
-// after n free addresses of ENI from went back: the growth from what the
-// node would hold then to what the pool wanted at the peaks that came
-// back within ChunkMemory (History.wantAgain). 0 with no such peak.
+// baseBand is the release band outside a recurring job's peaks: MinBand
+// in prefix mode (a /28 is hysteresis enough), else half an ENI's slots,
+// at least MinBand, so a release gives back enough to pay for the call
+// and the assign that may follow it.
+func (s *state) baseBand() int {
+	if s.prefixes {
+		return MinBand
+	}
+	return max(MinBand, ceilDiv(s.in.Limits.SlotsPerENI, 2))
+}
+
+// peakWant is the most addresses the pool wanted held in two episodes
+// above level within memory (History.wantAgain), at most Limits.MaxPods:
+// what a growth at the next peak can reach. 0: no such peak.
+func (s *state) peakWant(memory time.Duration, level int) int {
+	w := s.in.Demand.History.wantAgain(s.in.Now, scaled(s.in, memory), level)
+	if m := s.in.Limits.MaxPods; m > 0 {
+		w = min(w, m)
+	}
+	return w
+}
+
+// peakCallsAfter is how many EC2 calls the growth at the next peak of a
+// recurring job takes after n free addresses of ENI from went back: from
+// what the node would hold then to peakWant over WantMemory (growOn's
+// sizing), one assign call per attached ENI it fills in growOn's order
+// (not one under an address-limit refusal) and three per new ENI (create,
+// attach, and its addresses with it), within Limits.MaxENIs. 0 with no
+// such peak.
 func (s *state) peakCallsAfter(from string, n int) int {
-	want := s.in.Demand.History.wantAgain(s.in.Now, scaled(s.in, ChunkMemory), s.pool.total-n)
-	short := want - (s.pool.total - n)
-	if want == 0 || short <= 0 {
+	level := s.pool.total - n
+	short := s.peakWant(WantMemory, level) - level
+	if short <= 0 {
 		return 0
 	}
+	lim := s.in.Limits
 	calls := 0
 	for _, i := range s.order {
 		e := &s.in.ENIs[i]
-		room := s.in.Limits.SlotsPerENI - len(e.Slots)
+		room := lim.SlotsPerENI - len(e.Slots)
 		if e.ID == from {
 			room += n
 		}
-		if room <= 0 || short <= 0 {
+		if room <= 0 || short <= 0 || !s.ref.addrLimit(e.ID).IsZero() {
 			continue
 		}
 		calls++
 		short -= room
 	}
-	if short > 0 && s.in.Limits.SlotsPerENI > 0 {
-		calls += ceilDiv(short, s.in.Limits.SlotsPerENI)
+	if short > 0 && lim.SlotsPerENI > 0 {
+		calls += 3 * min(ceilDiv(short, lim.SlotsPerENI), max(lim.MaxENIs-len(s.in.ENIs), 0))
 	}
 	return calls
 }

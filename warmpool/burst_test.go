@@ -429,6 +429,14 @@ func TestBetweenJobsReleasesBelowTheBand(t *testing.T) {
 			t.Errorf("%s: %v of %d (%s); want a release of %d", c.name, p.Action, got, p.Reason, c.release)
 		}
 	}
+	// Pods leaving (3 addresses of eni-00 cooling, no arrival within a
+	// minute) hold a release back only when as many cool as the usual
+	// band (25): a few do not defer it on a slowly falling load.
+	in := leftoverNode(true, 15, 160)
+	in.ENIs[0].Slots = slotsOf(0x0a400000, 49, 46, 3)
+	if p := Next(in); p.Action != Release || p.ENI != "eni-01" {
+		t.Errorf("3 cooling on eni-00: %v from %s (%s); want a release from eni-01", p.Action, p.ENI, p.Reason)
+	}
 }
 
 // leftoverBehind is leftoverNode with 60 long-lived pods (the primary ENI
@@ -459,5 +467,62 @@ func TestBelowTheBandPaysForThePeaksExtraCall(t *testing.T) {
 	p := Next(leftoverBehind(160))
 	if p.Action != Release || p.ENI != "eni-02" || len(p.Release) != 15-BoundAhead {
 		t.Errorf("160 wanted: %v of %d from %s (%s); want a release of %d from eni-02", p.Action, len(p.Release), p.ENI, p.Reason, 15-BoundAhead)
+	}
+}
+
+// cappedJobsNode is a c5.18xlarge-like node (MaxPods 250) after jobs of
+// 165 pods that filled it to its cap every 8 minutes (the pool wanted 263
+// held at each, more than max pods allow): 82 long-lived pods on eni-00
+// and eni-01 (16 free there), eni-02 to eni-04 attached empty, eni-05
+// holding the 5 addresses the cap left it.
+func cappedJobsNode() Input {
+	in := afterJobs(true, []time.Duration{20 * time.Minute, 12 * time.Minute, 4 * time.Minute}, 247, 263, 40*time.Second,
+		slotsOf(0x0a400000, 49, 49, 0), slotsOf(0x0a400100, 49, 33, 0), nil, nil, nil, slotsOf(0x0a400500, 5, 0, 0))
+	in.Limits.MaxPods = 250
+	return in
+}
+
+// peakGrowthCalls plays the next job's burst on in (165 pods bound, 4
+// minutes on) and counts the growth calls until the pool stops growing.
+func peakGrowthCalls(t *testing.T, in Input) int {
+	t.Helper()
+	s := (&sim{in: in, next32: 0x0a500000, nextENI: len(in.ENIs), cooldown: 30 * time.Second}).clone()
+	s.in.Now = t0.Add(4 * time.Minute)
+	s.in.Demand.History = arrivals(s.in.Demand.History, s.in.Now.Add(-2*time.Second), s.in.Now, 20*time.Millisecond, 82)
+	s.in.Demand.Unaddressed = 165
+	calls := 0
+	for range 20 {
+		p := Next(s.in)
+		if p.Action != Assign && p.Action != CreateENI {
+			break
+		}
+		if err := s.apply(p); err != nil {
+			t.Fatal(err)
+		}
+		calls++
+	}
+	return calls
+}
+
+// TestBetweenJobsAtMaxPods: on a node whose jobs fill it to max pods, the
+// next peak's growth stops at the cap, so eni-05's 5 addresses are the
+// last it assigns: releasing them makes that peak take a fourth assign
+// call (played here), peakCallsAfter counts it (the peaks' want capped at
+// max pods), and they stay, as two calls' worth is not saved.
+func TestBetweenJobsAtMaxPods(t *testing.T) {
+	in := cappedJobsNode()
+	released := in
+	released.ENIs = append([]ENI(nil), in.ENIs...)
+	released.ENIs[5].Slots = nil
+	keep, drop := peakGrowthCalls(t, in), peakGrowthCalls(t, released)
+	s := newState(in)
+	if model0, model5 := s.peakCallsAfter("eni-05", 0), s.peakCallsAfter("eni-05", 5); model0 != keep || model5 != drop {
+		t.Errorf("peakCallsAfter %d kept, %d released; the peak played takes %d and %d", model0, model5, keep, drop)
+	}
+	if keep >= drop {
+		t.Fatalf("the peak takes %d calls with eni-05's addresses kept, %d released; want more released", keep, drop)
+	}
+	if p := Next(in); p.Action == Release {
+		t.Errorf("released %d from %s (%s); want eni-05's addresses kept", len(p.Release), p.ENI, p.Reason)
 	}
 }

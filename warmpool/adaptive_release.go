@@ -147,9 +147,9 @@ func (s *state) idleAbove(d demandTarget, level int) time.Duration {
 
 // releaseBand is the least surplus beyond keep worth a release call, in
 // addresses: baseBand, but MinBand in secondary-IP mode between the peaks
-// of a recurring job that wanted more than the node holds, and more than
-// it has, up to Limits.MaxPods (demandTarget.betweenJobs with the node's
-// holdings as the level, unlike the chunk's: so the rule holds while
+// of a recurring job whose wanted addresses, capped at Limits.MaxPods,
+// exceed what the node holds (demandTarget.betweenJobs with the node's
+// holdings as the level, unlike the chunk's, so the rule holds while
 // releases bring the node down, each one worth its call). The next peak
 // takes its growth call whatever is kept, so a release pays for its own
 // call only. Such a surplus is what an emptied ENI sized by the peaks,

@@ -81,12 +81,12 @@ type state struct {
 	// (max pods reached, subnet full, throttled, no slots per ENI).
 	stalled bool
 	// fillWhole: the adaptive policy in secondary-IP mode. A new ENI, the
-	// first ENI of a node that holds no address, or an attached ENI holding
-	// no address (while the node fills, or with no peak above what the
-	// node holds that came back to size it by, or without
-	// Demand.Bindings), gets all its slots at once (one call per ENI's worth of
-	// addresses); other assigns go up to what the pool wanted held at
-	// recent peaks that came back (History.wantAgain).
+	// first ENI of a node that holds no address, or an attached ENI
+	// holding no address (while the node fills, or with no peak above
+	// what the node holds that came back to size it by, or without
+	// Demand.Bindings), gets all its slots at once (one call per ENI's
+	// worth of addresses); other assigns go up to what the pool wanted
+	// held at recent peaks that came back (History.wantAgain).
 	fillWhole bool
 	// wantSized: the adaptive policy, not in prefix mode's no-/28
 	// fallback. An assign goes up to what the pool wanted held at recent

@@ -94,10 +94,9 @@ import (
 // Release: surplus goes only if it is at least the release band (MinBand,
 // and half an ENI's slots in secondary-IP mode but between the peaks of a
 // recurring job that wanted more than the node holds, within MaxPods),
-// ReleaseDelay after the
-// last growth (EarlyReleaseDelay in prefix mode, or once no more addresses
-// are assigned than in the minute before it), one release per
-// Config.ReleaseInterval, while pods are not leaving
+// ReleaseDelay after the last growth (EarlyReleaseDelay in prefix mode, or
+// once no more addresses are assigned than in the minute before it), one
+// release per Config.ReleaseInterval, while pods are not leaving
 // (cooldowns first end, DepartureQuiet; and an ENI whose pods are leaving
 // goes once they are gone, in one call), not while a node within FillSpan
 // of its first pod still sees pods arrive, nor within FillSpan of the last
@@ -105,9 +104,10 @@ import (
 // are coming; a restarted daemon's node with pods releases as before), and
 // only if it saves ReleaseWorth per call (between a recurring job's peaks,
 // a release below half an ENI that makes the next peak take an assign
-// call more must save twice that on what it gives back): the surplus times how long it has been idle (since demand last
-// needed it, and since the last growth), or, where demand came back at
-// intervals, how long until the next time is due; for single addresses
+// call more must save twice that on what it gives back): the surplus
+// times how long it has been idle (since demand last needed it, and since
+// the last growth), or, where demand came back at intervals, how long
+// until the next time is due; for single addresses
 // demand counts both the addresses in use and what the pool wanted held
 // (Plan.Wanted: in use plus low), so a release that would leave the pool
 // short at a job that comes every few minutes waits, as it would be

@@ -96,9 +96,7 @@ import (
 // recurring job that wanted more than the node holds, within MaxPods),
 // ReleaseDelay after the last growth (EarlyReleaseDelay in prefix mode, or
 // once no more addresses are assigned than in the minute before it), one
-// release per Config.ReleaseInterval (within it, only a follow-up worth
-// FollowUpWorth: a burst's whole ENIs go back in consecutive pool cycles,
-// not one per interval; an ENI deletion waits), while pods are not leaving
+// release per Config.ReleaseInterval, while pods are not leaving
 // (cooldowns first end, DepartureQuiet; and an ENI whose pods are leaving
 // goes once they are gone, in one call), not while a node within FillSpan
 // of its first pod still sees pods arrive, nor within FillSpan of the last
@@ -122,9 +120,8 @@ import (
 // The memory fades with time alone: the caller plans again every
 // VPCIP_POOL_INTERVAL, whatever Plan.Until says. The windows, delays and
 // memories below (RateWindow, ChunkSpan, BurstMemory, ChunkMemory,
-// ReachMemory, ReleaseDelay, EarlyReleaseDelay, ENIDeleteDelay,
-// DepartureQuiet, ReleaseWorth, FollowUpWorth, FillSpan, and History's
-// minutes) are for the default release interval (30 s); a
+// ReachMemory, ReleaseDelay, EarlyReleaseDelay, ENIDeleteDelay, DepartureQuiet, ReleaseWorth, FillSpan,
+// and History's minutes) are for the default release interval (30 s); a
 // shorter Config.ReleaseInterval shrinks them all in proportion (tests and
 // demos see the same behaviour compressed: 2 s makes a minute 4 s). The
 // cloud's latencies (AssignLatency, ENILatency) and a burst's spans
@@ -205,13 +202,6 @@ const (
 	// 6 minutes), so bursts are given back soon after and small dips not
 	// at all.
 	ReleaseWorth = 30 * time.Minute
-	// FollowUpWorth is what a release within Config.ReleaseInterval of
-	// the previous one must save, in address-time (four releases'
-	// worth): a burst's surplus spread over several ENIs goes back in
-	// consecutive pool cycles, one call an ENI as it would anyway, not
-	// one ENI per interval, while a smaller release that demand may soon
-	// take back waits the interval out.
-	FollowUpWorth = 4 * ReleaseWorth
 	// MinBand is the least surplus worth a release call, in addresses.
 	MinBand = 2
 	// MinWarm is the least margin: addresses kept free for the next pod.

@@ -14,17 +14,16 @@ import (
 // interval allows.
 func (s *state) adaptiveShrink(d demandTarget) (Plan, bool) {
 	held := s.pool.available + s.pool.cooling
-	if s.growthDelayUntil().After(s.in.Now) {
+	if s.delayUntil().After(s.in.Now) {
 		return Plan{}, false
 	}
-	followUp := s.delayUntil().After(s.in.Now) // within the release interval: FollowUpWorth
 	minAge := s.in.Config.ENIMinAge
 	if minAge <= 0 {
 		minAge = DefaultENIMinAge
 	}
 	for _, i := range s.order {
 		e, ep := &s.in.ENIs[i], s.enis[i]
-		if followUp || e.Primary || ep.assigned > 0 || ep.cooling > 0 || s.in.Now.Before(e.Attached.Add(minAge)) ||
+		if e.Primary || ep.assigned > 0 || ep.cooling > 0 || s.in.Now.Before(e.Attached.Add(minAge)) ||
 			len(e.Slots) > 0 || s.in.Now.Before(s.in.LastGrow.Add(scaled(s.in, ENIDeleteDelay))) {
 			continue
 		}
@@ -96,14 +95,7 @@ func (s *state) adaptiveShrink(d demandTarget) (Plan, bool) {
 		s.in.Demand.History.within(s.in.Now, scaled(s.in, DepartureQuiet)) == 0 {
 		return Plan{}, false // pods are leaving: an ENI they still hold goes once out of cooldown, in one call
 	}
-	why := "surplus"
-	if followUp {
-		if float64(n)*s.idleAbove(d, held-n).Hours() < scaled(s.in, FollowUpWorth).Hours() {
-			return Plan{}, false
-		}
-		why = "surplus, following the last release"
-	}
-	return Plan{Action: Release, ENI: from, Release: rel, Reason: why + ": release " + count(n, "address") + " from " + from +
+	return Plan{Action: Release, ENI: from, Release: rel, Reason: "surplus: release " + count(n, "address") + " from " + from +
 		" (" + d.describe() + ", " + s.poolText() + ")"}, true
 }
 
@@ -224,32 +216,26 @@ func (s *state) peakCallsAfter(from string, n int) int {
 	return calls
 }
 
-// delayUntil is when any release is allowed: growthDelayUntil and
-// Config.ReleaseInterval after the last release. Before it but after
-// growthDelayUntil, only a release worth FollowUpWorth.
+// delayUntil is when shrinking is allowed: ReleaseDelay (or
+// EarlyReleaseDelay) after the last growth and Config.ReleaseInterval
+// after the last release.
 func (s *state) delayUntil() time.Time {
 	interval := s.in.Config.ReleaseInterval
 	if interval <= 0 {
 		interval = DefaultReleaseInterval
 	}
-	t := s.growthDelayUntil()
+	var t time.Time
+	if !s.in.LastGrow.IsZero() {
+		delay := ReleaseDelay
+		if was, ok := s.in.Demand.History.before(s.in.LastGrow); s.prefixes || ok && s.pool.assigned <= was {
+			delay = EarlyReleaseDelay
+		}
+		t = s.in.LastGrow.Add(scaled(s.in, delay))
+	}
 	if !s.in.LastRelease.IsZero() {
 		t = latest(t, s.in.LastRelease.Add(interval))
 	}
 	return t
-}
-
-// growthDelayUntil is ReleaseDelay (or EarlyReleaseDelay) after the last
-// growth; zero if the pool never grew.
-func (s *state) growthDelayUntil() time.Time {
-	if s.in.LastGrow.IsZero() {
-		return time.Time{}
-	}
-	delay := ReleaseDelay
-	if was, ok := s.in.Demand.History.before(s.in.LastGrow); s.prefixes || ok && s.pool.assigned <= was {
-		delay = EarlyReleaseDelay
-	}
-	return s.in.LastGrow.Add(scaled(s.in, delay))
 }
 
 // adaptiveUntil is when Next may plan a shrink without any change: the

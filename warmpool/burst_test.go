@@ -2,7 +2,6 @@ package warmpool
 
 import (
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 )
@@ -525,72 +524,5 @@ func TestBetweenJobsAtMaxPods(t *testing.T) {
 	}
 	if p := Next(in); p.Action == Release {
 		t.Errorf("released %d from %s (%s); want eni-05's addresses kept", len(p.Release), p.ENI, p.Reason)
-	}
-}
-
-// TestBurstSurplusGoesBackInConsecutiveCycles: on a c5.18xlarge-like node
-// of 49 long-lived pods, a burst of 120 spreads over more ENIs; once its
-// pods are gone and out of cooldown, an ENI's 49 surplus addresses,
-// idle 3 minutes since the growth (2.5 address-hours, FollowUpWorth's 2
-// and more), go back right after the previous release, not one ENI per
-// release interval: as many calls, fewer idle address-minutes. A smaller
-// surplus (17 addresses) waits the interval out.
-func TestBurstSurplusGoesBackInConsecutiveCycles(t *testing.T) {
-	s := newSim(c5Large, Config{Adaptive: true})
-	var ev []podEvent
-	for i := range 49 {
-		ev = append(ev, podEvent{t0.Add(time.Duration(i) * 10 * time.Second), 1})
-	}
-	burst := t0.Add(20 * time.Minute)
-	for i := range 120 {
-		ev = append(ev, podEvent{burst.Add(time.Duration(i) * 10 * time.Millisecond), 1})
-	}
-	for i := range 120 {
-		ev = append(ev, podEvent{burst.Add(2*time.Minute + time.Duration(i)*time.Millisecond), -1})
-	}
-	var releases []Plan
-	for _, p := range replay(t, s, ev, burst.Add(15*time.Minute)) {
-		if p.Action == Release && p.Until.After(burst) {
-			releases = append(releases, p)
-		}
-	}
-	enis, followUps := map[string]bool{}, 0
-	for i, p := range releases {
-		enis[p.ENI] = true
-		if i == 0 {
-			continue
-		}
-		gap := p.Until.Sub(releases[i-1].Until)
-		switch n := addresses(p.Release); {
-		case n == c5Large.SlotsPerENI && gap < DefaultReleaseInterval && strings.HasPrefix(p.Reason, "surplus, following the last release: "):
-			followUps++
-		case n == c5Large.SlotsPerENI || gap < DefaultReleaseInterval:
-			t.Errorf("release %d of %d addresses came %v after the one before (%s); want a follow-up within %v for a whole ENI's, the interval for less",
-				i, n, gap, p.Reason, DefaultReleaseInterval)
-		}
-	}
-	if followUps < 2 || len(enis) != len(releases) {
-		t.Errorf("%d releases from %d ENIs, %d of them follow-ups; want one call an ENI, at least 2 follow-ups", len(releases), len(enis), followUps)
-	}
-	if c := Summarize(s.in); c.Total > 49+c5Large.SlotsPerENI {
-		t.Errorf("after the burst: %+v; want at most %d held", c, 49+c5Large.SlotsPerENI)
-	}
-}
-
-// TestNoFollowUpWorthLess: between the peaks of a job every 20 minutes, 4
-// surplus addresses (10 free, keep 6) idle until the next peak, about 17
-// minutes away, are worth a release call (68 address-minutes, ReleaseWorth
-// 30) but not a follow-up (FollowUpWorth 120): 2 minutes after the last
-// release they go, 5 seconds after it they wait out the interval.
-func TestNoFollowUpWorthLess(t *testing.T) {
-	node := func(lastRelease time.Duration) Input {
-		return afterJobs(true, []time.Duration{24 * time.Minute, 4 * time.Minute}, 149, 160, lastRelease,
-			slotsOf(0x0a400000, 49, 49, 0), slotsOf(0x0a400100, 10, 0, 0), nil, nil)
-	}
-	if p := Next(node(2 * time.Minute)); p.Action != Release {
-		t.Fatalf("2 minutes after a release: %v (%s); want a release", p.Action, p.Reason)
-	}
-	if p := Next(node(5 * time.Second)); p.Action != Nothing {
-		t.Errorf("5 s after a release: %v (%s); want Nothing until the interval is over", p.Action, p.Reason)
 	}
 }

@@ -110,12 +110,12 @@ func (s *sim) apply(p Plan) error {
 		e.Slots = append(e.Slots, s.newSlots(p.Count, p.Prefixes)...)
 		s.in.LastGrow = s.in.Now
 	case Release:
+		if err := s.checkReleaseDue(); err != nil {
+			return err
+		}
 		e := s.eni(p.ENI)
 		if e == nil || len(p.Release) == 0 {
 			return fmt.Errorf("Release %v on ENI %q", p.Release, p.ENI)
-		}
-		if err := s.checkReleaseDue(); err != nil && !s.followUp(p) {
-			return err
 		}
 		for _, r := range p.Release {
 			i := slices.IndexFunc(e.Slots, func(sl Slot) bool { return sl.Prefix == r })
@@ -152,14 +152,6 @@ func (s *sim) apply(p Plan) error {
 		return fmt.Errorf("apply of %v", p.Action)
 	}
 	return nil
-}
-
-// followUp reports whether p is a release the adaptive policy may make
-// within the release interval: one that says it follows the last release
-// (worth FollowUpWorth, which TestBurstSurplusGoesBackInConsecutiveCycles
-// and TestNoFollowUpWorthLess check). An ENI deletion never is.
-func (s *sim) followUp(p Plan) bool {
-	return s.in.Config.Adaptive && p.Action == Release && strings.HasPrefix(p.Reason, "surplus, following the last release: ")
 }
 
 func (s *sim) checkReleaseDue() error {

@@ -133,6 +133,7 @@ type Pool struct {
 	mu           sync.Mutex // guards the fields below
 	refusals     []warmpool.Refusal
 	strikes      map[warmpool.RefusalKind]int // consecutive refusals, for backoff
+	shrinkHold   time.Time                    // no release or ENI deletion before: a refused one's backoff, or throttling's
 	lastRelease  time.Time
 	lastGrow     time.Time              // release pacing after growth (warmpool.Input.LastGrow)
 	history      warmpool.History       // arrivals and levels, for the adaptive policy
@@ -240,6 +241,11 @@ func (p *Pool) Cycle(ctx context.Context) time.Duration {
 		if plan.Action == warmpool.CreateENI && len(due) > 0 {
 			due = due[1:]
 		}
+		if (plan.Action == warmpool.Release || plan.Action == warmpool.DeleteENI) && now.Before(p.shrinkHold) {
+			// warmpool's refusals hold growth only: a shrink refused
+			// or throttled waits here until its backoff ends.
+			return min(next, max(p.shrinkHold.Sub(now), 10*time.Millisecond))
+		}
 		p.o.Logger.Info("pool action", "action", plan.Action.String(), "eni", plan.ENI, "count", plan.Count,
 			"prefixes", plan.Prefixes, "release", plan.Release, "reason", plan.Reason)
 		ctx := provider.WithPriority(ctx, planPriority(in, plan))
@@ -299,9 +305,19 @@ func (p *Pool) Cycle(ctx context.Context) time.Duration {
 				p.o.Logger.Warn("EC2 re-read after a stale-view error failed", "err", rerr)
 			}
 		}
-		if wait, ok := p.refuse(err, plan, now); !ok {
+		wait, ok := p.refuse(err, plan, now)
+		if !ok {
 			p.o.Logger.Warn("pool action failed", "action", plan.Action.String(), "eni", plan.ENI, "err", err, "retryIn", wait.String())
 			return wait
+		}
+		if errors.Is(err, provider.ErrThrottled) || plan.Action == warmpool.Release || plan.Action == warmpool.DeleteENI {
+			// Throttled, the next call would add to the account's bucket;
+			// a refused shrink would be planned again as it was (refusals
+			// change growth only). Either ends the cycle, and shrinks wait
+			// out the backoff; other growth refusals change the next plan
+			// (a smaller request, single addresses), which goes at once.
+			p.shrinkHold = now.Add(wait)
+			return min(next, max(wait, 10*time.Millisecond))
 		}
 	}
 	return next

@@ -294,3 +294,51 @@ func TestENILimitRefusalLearnsTheENIsEC2Holds(t *testing.T) {
 		t.Errorf("%d ENIs created after EC2 refused the first at its limit, want at most that one", extra)
 	}
 }
+
+// TestCycleBacksOffAThrottledRelease: EC2 throttles the release of a
+// surplus (RequestLimitExceeded on UnassignPrivateIpAddresses): the cycle
+// stops after the first refused release and waits out its backoff, rather
+// than asking again at once up to its step limit, which adds to the
+// throttling of the account's bucket; a cycle within the backoff makes no
+// call, and the release goes once the throttling ends.
+func TestCycleBacksOffAThrottledRelease(t *testing.T) {
+	r := newRig(t, Options{Config: warmpool.Config{WarmIPTarget: 2}})
+	ctx := context.Background()
+	r.pool.Cycle(ctx)
+	// 6 addresses more on the primary ENI, assigned behind the pool's back:
+	// a surplus under WARM_IP_TARGET=2.
+	primary := r.store.ENIs()[0].ID
+	if _, err := r.pool.o.Provider.AssignAddresses(ctx, primary, 6, false); err != nil {
+		t.Fatal(err)
+	}
+	enis, err := r.pool.o.Provider.ENIs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.store.Cloud().Sync(enis, r.clock.Now())
+	r.clock.Advance(2 * time.Minute) // beyond the release interval after the growth
+	r.cloud.Cloud.Faults().SetErrorRate("UnassignPrivateIpAddresses", 1, "RequestLimitExceeded")
+	next := r.pool.Cycle(ctx)
+	first := r.calls("UnassignPrivateIpAddresses")
+	if first == 0 {
+		t.Fatalf("setup: no release asked for (%+v)", warmpool.Summarize(r.pool.Input(r.clock.Now())))
+	}
+	if next < 500*time.Millisecond {
+		t.Errorf("Cycle returned %v after a throttled release; want its backoff, at least 0.5 s (the first throttling backoff, 1 s jittered over [d/2, d])", next)
+	}
+	// One refused release: the provider's own retries within
+	// MaxThrottleWait (1 s in the rig), not another round per cycle step.
+	perRelease := first
+	r.clock.Advance(100 * time.Millisecond)
+	r.pool.Cycle(ctx)
+	if got := r.calls("UnassignPrivateIpAddresses"); got != first {
+		t.Errorf("a cycle within the backoff called UnassignPrivateIpAddresses again (%d → %d)", first, got)
+	}
+	t.Logf("%d UnassignPrivateIpAddresses requests for one throttled release", perRelease)
+	r.cloud.Cloud.Faults().Reset()
+	r.clock.Advance(3 * time.Minute)
+	r.pool.Cycle(ctx)
+	if sum := warmpool.Summarize(r.pool.Input(r.clock.Now())); sum.Available > 2+1 {
+		t.Errorf("after the throttling ended: %+v; want the surplus released", sum)
+	}
+}

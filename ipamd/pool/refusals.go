@@ -42,9 +42,9 @@ var refusalKinds = []struct {
 	{provider.ErrAddressLimit, warmpool.RefusedAddressLimit},
 }
 
-// refuse turns a cloud error into a warmpool.Refusal with backoff. It
-// returns false, with the wait before the next cycle, for errors that are no
-// refusal.
+// refuse turns a cloud error into a warmpool.Refusal with backoff, and
+// returns that backoff (true); for errors that are no refusal it returns
+// false, with the wait before the next cycle.
 func (p *Pool) refuse(err error, plan warmpool.Plan, now time.Time) (time.Duration, bool) {
 	subnet := p.o.Node.SubnetID()
 	p.mu.Lock()
@@ -74,7 +74,7 @@ func (p *Pool) refuse(err error, plan warmpool.Plan, now time.Time) (time.Durati
 		}), r)
 		p.o.Logger.Warn("cloud refused pool growth", "action", plan.Action.String(), "eni", plan.ENI, "refusal", RefusalText(k.kind, subnet),
 			"err", err, "retryAfter", wait)
-		return 0, true
+		return wait, true
 	}
 	p.strikes[0]++
 	return backoff(genericBackoff, p.strikes[0]), false

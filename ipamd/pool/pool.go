@@ -133,7 +133,6 @@ type Pool struct {
 	mu           sync.Mutex // guards the fields below
 	refusals     []warmpool.Refusal
 	strikes      map[warmpool.RefusalKind]int // consecutive refusals, for backoff
-	shrinkHold   time.Time                    // no release or ENI deletion before: a refused one's backoff, or throttling's
 	lastRelease  time.Time
 	lastGrow     time.Time              // release pacing after growth (warmpool.Input.LastGrow)
 	history      warmpool.History       // arrivals and levels, for the adaptive policy
@@ -147,6 +146,9 @@ type Pool struct {
 	prefixNo   int        // /28 requests sent that EC2 refused, InsufficientCidrBlocks (Cycle's goroutine only)
 	started    time.Time  // when New ran, on Options.Clock
 	deferred   []deferred // growth whose place in the fleet's budget is held (Cycle's goroutine only)
+	// shrinkHold: no release or ENI deletion before it, the backoff of a
+	// refused one or of throttling (Cycle's goroutine only).
+	shrinkHold time.Time
 }
 
 // deferred is a growth plan whose EC2 call the fleet's shared budget holds

@@ -72,7 +72,7 @@ func (p *Pool) refuse(err error, plan warmpool.Plan, now time.Time) (time.Durati
 		p.refusals = append(slices.DeleteFunc(p.refusals, func(o warmpool.Refusal) bool {
 			return !o.Until.After(now) || (o.Kind == r.Kind && o.ENI == r.ENI)
 		}), r)
-		p.o.Logger.Warn("cloud refused pool growth", "action", plan.Action.String(), "eni", plan.ENI, "refusal", RefusalText(k.kind, subnet),
+		p.o.Logger.Warn("cloud refused pool action", "action", plan.Action.String(), "eni", plan.ENI, "refusal", RefusalText(k.kind, subnet),
 			"err", err, "retryAfter", wait)
 		return wait, true
 	}

@@ -316,6 +316,36 @@ func TestIdleAhead(t *testing.T) {
 	}
 }
 
+// TestIdleAheadOverdue: demand that rose above a level after gaps of 2,
+// 4, 6, 8 and 10 minutes and has now been away 7 minutes is expected back
+// within the gaps still possible (8 and 10 minutes: 1 or 3 more, the
+// upper median of which is taken), not after as long again as it has been away;
+// away longer than every gap seen, the pattern is broken and as long again
+// is expected.
+func TestIdleAheadOverdue(t *testing.T) {
+	var h History
+	at := t0
+	rise := func() {
+		h = h.Record(at).Observe(at, 20)
+		at = at.Add(time.Minute)
+	}
+	rise()
+	for _, gap := range []int{2, 4, 6, 8, 10} {
+		at = at.Add(time.Duration(gap) * time.Minute)
+		rise()
+	}
+	last := at // the end of the last minute above the level
+	if got, want := h.idleAhead(last.Add(7*time.Minute), 10, 0), 3*time.Minute; got != want {
+		t.Errorf("7 minutes after: %v; want the median of the 1 and 3 minutes left of the 8- and 10-minute gaps, %v", got, want)
+	}
+	if got, want := h.idleAhead(last.Add(3*time.Minute), 10, 0), 5*time.Minute; got != want {
+		t.Errorf("3 minutes after: %v; want the upper median of the 1, 3, 5 and 7 minutes left, %v", got, want)
+	}
+	if got, want := h.idleAhead(last.Add(11*time.Minute), 10, 0), 11*time.Minute; got != want {
+		t.Errorf("11 minutes after: %v; want as long again as idle (longer than every gap), %v", got, want)
+	}
+}
+
 // TestAdaptiveTimeScale: with a release interval 15 times shorter (the
 // demo's 2 s) and pods coming and going 15 times sooner, the pool gives
 // back a burst's addresses 15 times sooner, give or take the cloud's

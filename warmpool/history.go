@@ -132,9 +132,10 @@ func (h History) burstPeaks() []peak {
 // use (since the last minute that did, or the oldest minute remembered;
 // BurstMemory without any), at most since when since is above 0. If demand
 // went above level and back more than once (a job every few minutes), the
-// next rise is expected after the median gap between those episodes: the
-// rest of it while idle is shorter; else as long again as idle (a pattern
-// broken, or none).
+// next rise is expected after the median of what the gaps between those
+// episodes longer than idle have left (a jittered job past its median gap
+// is due soon); with no gap longer than idle (a pattern broken, or none),
+// as long again as idle.
 func (h History) idleAhead(now time.Time, level int, since time.Duration) time.Duration {
 	return h.idleAheadOf(now, level, since, func(p peak) int { return p.inUse })
 }
@@ -173,11 +174,19 @@ func (h History) idleAheadOf(now time.Time, level int, since time.Duration, of f
 	if len(gaps) == 0 {
 		return idle
 	}
-	slices.Sort(gaps)
-	if g := gaps[len(gaps)/2]; idle < g {
-		return g - idle
+	// Only the gaps longer than idle are what the present one can still
+	// turn out to be.
+	var left []time.Duration
+	for _, g := range gaps {
+		if g > idle {
+			left = append(left, g-idle)
+		}
 	}
-	return idle
+	if len(left) == 0 {
+		return idle
+	}
+	slices.Sort(left)
+	return left[len(left)/2]
 }
 
 // filling reports whether now is within d of the first arrival recorded

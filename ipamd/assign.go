@@ -58,12 +58,22 @@ func (s *apiServer) Demand() int { return int(s.waiting.Load()) }
 // pool is empty it kicks the loop and waits up to VPCIP_ADD_WAIT for an
 // address, then answers CodeNoAddress with the cause. Before the daemon is
 // ready (checkpoint loaded and first reconcile done) it waits the same bound,
-// then answers CodeNotReady.
+// then answers CodeNotReady. It waits no later than req.Deadline, and an
+// address it would hand out after that, or once the caller has gone (ctx
+// done: the plugin gave up, e.g. while the daemon was stopped or slow), is
+// not assigned: nothing would hold it, and the runtime's DEL may already
+// have come and gone. The caller then gets CodeNotReady, if still there.
 func (s *apiServer) Assign(ctx context.Context, req api.AssignRequest) (api.Assignment, error) {
 	start := time.Now()
 	defer func() { s.metrics.addWait.Observe(time.Since(start).Seconds()) }()
+	caller := ctx
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.AddWait)
 	defer cancel()
+	if !req.Deadline.IsZero() {
+		var cancelDeadline context.CancelFunc
+		ctx, cancelDeadline = context.WithDeadline(ctx, req.Deadline)
+		defer cancelDeadline()
+	}
 	select {
 	case <-s.life.ready:
 	case <-s.life.closing:
@@ -83,6 +93,9 @@ func (s *apiServer) Assign(ctx context.Context, req api.AssignRequest) (api.Assi
 	}()
 	var tick *time.Ticker
 	for {
+		if err := callerGone(caller, req.Deadline); err != nil {
+			return api.Assignment{}, s.abandoned(req, err, netip.Addr{})
+		}
 		changed := s.store.Changed()
 		a, existing, err := s.store.AssignIn(req.Key, req.Pod, req.Netns, s.now())
 		if err == nil {
@@ -91,6 +104,13 @@ func (s *apiServer) Assign(ctx context.Context, req api.AssignRequest) (api.Assi
 					s.store.Unassign(req.Key)
 					return api.Assignment{}, &api.Error{Code: api.CodeInternal,
 						Message: fmt.Sprintf("vpcipd: cannot record the assignment of %s in the checkpoint: %v", a.Address, perr)}
+				}
+				if err := callerGone(caller, req.Deadline); err != nil {
+					s.store.Unassign(req.Key)
+					if perr := s.ckpt.persist(); perr != nil {
+						s.log.Error("checkpoint write after undoing an abandoned assignment failed; the next write records it", "key", req.Key.String(), "address", a.Address, "err", perr)
+					}
+					return api.Assignment{}, s.abandoned(req, err, a.Address)
 				}
 				s.log.Debug("assigned", "key", req.Key.String(), "pod", req.Pod.Namespace+"/"+req.Pod.Name, "address", a.Address, "eni", a.ENIID)
 			}
@@ -124,6 +144,30 @@ func (s *apiServer) Assign(ctx context.Context, req api.AssignRequest) (api.Assi
 			return api.Assignment{}, s.refused(req, e)
 		}
 	}
+}
+
+// callerGone reports why an ADD's answer would reach nobody: its caller
+// closed the connection (ctx done) or deadline (the request's; zero: none)
+// has passed. nil: the caller still waits.
+func callerGone(ctx context.Context, deadline time.Time) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("the plugin closed its connection (%w)", err)
+	}
+	if !deadline.IsZero() && !time.Now().Before(deadline) {
+		return fmt.Errorf("the plugin's deadline %s has passed", deadline.Format(time.RFC3339Nano))
+	}
+	return nil
+}
+
+// abandoned logs an ADD whose caller stopped waiting (why) and returns the
+// error to answer with; addr is the address undone (invalid: none taken).
+func (s *apiServer) abandoned(req api.AssignRequest, why error, addr netip.Addr) error {
+	msg := "vpcipd: no address assigned: " + why.Error()
+	if addr.IsValid() {
+		msg = fmt.Sprintf("vpcipd: assignment of %s undone: %v", addr, why)
+	}
+	s.log.Warn("ADD abandoned by its caller: nothing assigned", "key", req.Key.String(), "pod", req.Pod.Namespace+"/"+req.Pod.Name, "undone", addr, "why", why)
+	return &api.Error{Code: api.CodeNotReady, Message: msg}
 }
 
 // flushBeforeUse removes the conntrack entries of an address handed out

@@ -63,6 +63,47 @@ func TestB30IdempotentADD(t *testing.T) {
 	n.checkInvariants()
 }
 
+// TestADDAbandonedByItsCallerAssignsNothing: an ADD the daemon gets to only
+// after its plugin gave up (the daemon was stopped or slow: the request's
+// deadline has passed, or its connection is closed) assigns nothing, as the
+// runtime's DEL may already have come and gone and nothing would give the
+// address back; a repeated ADD of a key that holds its address still gets it.
+func TestADDAbandonedByItsCallerAssignsNothing(t *testing.T) {
+	c := startCloud(t)
+	n := newNode(t, c, itypeSmall, nil)
+	n.start()
+	late := api.AssignRequest{Key: key("late"), Pod: api.Pod{Namespace: "default", Name: "p-late"}, Deadline: time.Now().Add(-time.Second)}
+	_, err := n.client.Assign(context.Background(), late)
+	var e *api.Error
+	if !errors.As(err, &e) || e.Code != api.CodeNotReady || !strings.Contains(e.Message, "deadline") {
+		t.Errorf("ADD past its deadline: %v; want CodeNotReady naming the deadline", err)
+	}
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	for range 20 { // a plugin without a deadline: only its closed connection tells (once was a coin toss against the ready wait)
+		if _, err := n.d.api.Assign(gone, api.AssignRequest{Key: key("gone"), Pod: api.Pod{Namespace: "default", Name: "p-gone"}}); err == nil {
+			t.Fatal("ADD whose caller has gone was answered with an address")
+		}
+	}
+	for _, c := range []string{"late", "gone"} {
+		if a, ok := n.d.store.Get(key(c)); ok {
+			t.Errorf("%s holds %s after an abandoned ADD", c, a.Address)
+		}
+	}
+	held := n.mustAdd("held")
+	again, err := n.d.api.Assign(context.Background(), api.AssignRequest{Key: key("held"), Pod: api.Pod{Namespace: "default", Name: "p-held"}, Deadline: time.Now().Add(time.Minute)})
+	if err != nil || again.Address != held.Address {
+		t.Errorf("repeated ADD(held) = %v, %v; want %s", again.Address, err, held.Address)
+	}
+	if _, err := n.d.api.Assign(gone, api.AssignRequest{Key: key("held"), Pod: api.Pod{Namespace: "default", Name: "p-held"}}); err == nil {
+		t.Error("repeated ADD(held) with its caller gone was answered")
+	}
+	if a, ok := n.d.store.Get(key("held")); !ok || a.Address != held.Address {
+		t.Errorf("held lost %s after a repeated ADD whose caller had gone", held.Address)
+	}
+	n.checkInvariants()
+}
+
 // TestB14DELUnknownKeyIsSuccess: DEL of a key never ADDed succeeds and
 // touches nothing.
 func TestB14DELUnknownKeyIsSuccess(t *testing.T) {

@@ -55,6 +55,13 @@ type AssignRequest struct {
 	Key     Key    `json:"key"`
 	Pod     Pod    `json:"pod"`
 	Netns   string `json:"netns,omitempty"`
+	// Deadline is when the caller stops waiting for the answer (wall
+	// clock; zero: none). The daemon waits for an address no longer, and
+	// an address it would hand out later is not assigned (or is undone):
+	// nothing would hold it, as the plugin has given up and its runtime's
+	// DEL may already have come. Client.Assign sets it from the context's
+	// deadline, a little before it.
+	Deadline time.Time `json:"deadline,omitzero"`
 }
 
 // Assignment is an address held by one Key, with what the plugin needs to wire

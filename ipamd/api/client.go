@@ -25,6 +25,10 @@ var ErrUnreachable = errors.New("vpcipd unreachable")
 // asked (HTTP 404 without CodeNotFound): one older than the call.
 var ErrNoEndpoint = errors.New("vpcipd has no such endpoint")
 
+// AnswerMargin is the most time Client.Assign leaves between the deadline
+// it asks the daemon to answer by and the one it waits until.
+const AnswerMargin = 250 * time.Millisecond
+
 // Client calls vpcipd over its unix socket with net/http, one connection
 // per call (no keep-alive: the plugin is a new process for every CNI call,
 // and a kept connection the daemon has closed would fail the next POST).
@@ -63,9 +67,17 @@ func NewClient(socket string, timeout time.Duration) *Client {
 }
 
 // Assign asks for the Key's address. Errors are *Error (daemon refusal) or
-// wrap ErrUnreachable.
+// wrap ErrUnreachable. Unless req has a Deadline, it gets the call's (ctx's
+// or the client's timeout, the earlier) less a tenth of the time left, at
+// most AnswerMargin: an answer the daemon sends by then reaches the caller
+// before it gives up.
 func (c *Client) Assign(ctx context.Context, req AssignRequest) (Assignment, error) {
 	req.Version = Version
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	if dl, ok := ctx.Deadline(); ok && req.Deadline.IsZero() {
+		req.Deadline = dl.Add(-min(AnswerMargin, time.Until(dl)/10))
+	}
 	var out Assignment
 	err := c.do(ctx, "POST", "/v1/assign", req, &out)
 	return out, err

@@ -18,7 +18,7 @@ func (s *apiServer) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/assign", func(w http.ResponseWriter, r *http.Request) {
 		var req api.AssignRequest
-		if !decode(w, r, &req, func() error { return checkKeyed(req.Version, req.Key) }) {
+		if !decode(w, r, &req, func() error { return errors.Join(checkKeyed(req.Version, req.Key), req.Pod.Check()) }) {
 			return
 		}
 		a, err := s.Assign(r.Context(), req)
@@ -107,22 +107,8 @@ func checkKeyed(version string, key api.Key) error {
 	if err := checkVersion(version); err != nil {
 		return err
 	}
-	if key.Network == "" || key.ContainerID == "" || key.IfName == "" {
-		return fmt.Errorf("incomplete attachment key %q: network, container ID and ifname are required", key.String())
-	}
-	// Bounds well above what runtimes send (64-hex sandbox ids, 15-byte
-	// interface names), so one request cannot grow the checkpoint by megabytes.
-	if len(key.Network) > maxKeyField || len(key.ContainerID) > maxKeyField || len(key.IfName) > maxIfName {
-		return fmt.Errorf("attachment key too long: network and container ID take at most %d bytes, ifname %d (CNI spec: an interface name)", maxKeyField, maxIfName)
-	}
-	return nil
+	return key.Check()
 }
-
-// Key field bounds, in bytes.
-const (
-	maxKeyField = 256
-	maxIfName   = 15 // the kernel's IFNAMSIZ − 1
-)
 
 // checkGC accepts a GC of one named network whose valid keys belong to it.
 func checkGC(req api.GCRequest) error {

@@ -16,6 +16,28 @@ import (
 // exist or is not a network namespace: nothing inside is left to clean up.
 var ErrNetnsGone = errors.New("pod netns is gone")
 
+// ErrNotNetns is wrapped by OpenNetns when the path is a namespace of
+// another kind (a runtime's bug: /proc/<pid>/ns/uts passes ns.GetNS, which
+// checks only for nsfs, and then fails every setns into it).
+var ErrNotNetns = errors.New("not a network namespace")
+
+// OpenNetns opens the network namespace at path: ns.GetNS, then the
+// kernel's word that it is one (ioctl NS_GET_NSTYPE, Linux 4.11; a kernel
+// without it is taken at GetNS's word). Errors wrap ns.NSPathNotExistErr or
+// ns.NSPathNotNSErr (GetNS's), ErrNotNetns, or the failure to open it.
+func OpenNetns(path string) (ns.NetNS, error) {
+	n, err := ns.GetNS(path)
+	if err != nil {
+		return nil, err
+	}
+	typ, err := unix.IoctlRetInt(int(n.Fd()), unix.NS_GET_NSTYPE)
+	if err == nil && typ != unix.CLONE_NEWNET {
+		n.Close()
+		return nil, fmt.Errorf("%s: %w (namespace type %#x)", path, ErrNotNetns, typ)
+	}
+	return n, nil
+}
+
 // ErrNotOwned is wrapped when the pod netns holds an interface of the
 // requested name that is not the given sandbox's: not a veth, or a veth
 // whose node end does not carry the sandbox's alias (routing.SandboxAlias;
@@ -64,11 +86,11 @@ func Teardown(podNSPath, owner string, a Attachment) error {
 // netns wraps ErrNetnsGone; any other failure to open it (EPERM) is an
 // error.
 func DeletePodInterface(path, ifName, owner string) ([]netip.Addr, error) {
-	podNS, err := ns.GetNS(path)
+	podNS, err := OpenNetns(path)
 	if err != nil {
 		var notExist ns.NSPathNotExistErr
 		var notNS ns.NSPathNotNSErr
-		if errors.As(err, &notExist) || errors.As(err, &notNS) {
+		if errors.As(err, &notExist) || errors.As(err, &notNS) || errors.Is(err, ErrNotNetns) {
 			return nil, fmt.Errorf("%w: %v", ErrNetnsGone, err)
 		}
 		return nil, fmt.Errorf("open pod netns %s: %w", path, err)

@@ -181,7 +181,7 @@ func openNetns(path string) (hostNS, podNS ns.NetNS, err error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("open node netns: %w", err)
 	}
-	podNS, err = ns.GetNS(path)
+	podNS, err = datapath.OpenNetns(path)
 	if err != nil {
 		hostNS.Close()
 		return nil, nil, fmt.Errorf("open pod netns %s: %w", path, err)

@@ -10,7 +10,6 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
-	"github.com/containernetworking/plugins/pkg/ns"
 
 	"github.com/vpcip/vpcip/cni/datapath"
 	"github.com/vpcip/vpcip/ipamd/api"
@@ -50,7 +49,7 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 		problems = append(problems, in.checkEgress4(&att)...)
 	}
 
-	podNS, err := ns.GetNS(args.Netns)
+	podNS, err := datapath.OpenNetns(args.Netns)
 	if err != nil {
 		return types.NewError(types.ErrInvalidNetNS, fmt.Sprintf("open pod netns %s: %v", args.Netns, err), "")
 	}

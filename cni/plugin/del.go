@@ -34,12 +34,17 @@ import (
 // keeps the address held and fails the DEL, which the runtime retries.
 //
 // A config whose network name cannot be read is an error (code 7): without
-// it the attachment key cannot be formed.
+// it the attachment key cannot be formed. A key the daemon refuses
+// (api.Key.Check: a container ID or network name over 256 bytes) can hold
+// nothing, as every ADD of it was refused: its DEL succeeds at once.
 //
 // An IPv6 attachment's IPv4 egress address (egress4.go) is released last,
 // once its host veth is gone, whatever the daemon answered.
 func (p *Plugin) Del(args *skel.CmdArgs) (rerr error) {
 	in, err := start("DEL", args, true)
+	if errors.Is(err, errKeyHoldsNothing) {
+		return nil
+	}
 	if err != nil {
 		return err
 	}

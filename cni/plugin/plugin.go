@@ -78,6 +78,10 @@ func start(cmd string, args *skel.CmdArgs, lenient bool) (*invocation, error) {
 		client: api.NewClient(conf.IPAMDSocket, conf.Timeouts.longest()),
 		close:  closeLog,
 	}
+	if err := in.key.Check(); err != nil && (cmd == "ADD" || cmd == "DEL" || cmd == "CHECK") {
+		closeLog()
+		return nil, keyError(cmd, err, log)
+	}
 	if cmd == "ADD" || cmd == "DEL" || cmd == "CHECK" {
 		// One attachment's invocations, and those of the sandboxes of
 		// one pod, take turns (lockAttachment), waiting as long as the
@@ -155,6 +159,28 @@ func (in *invocation) owners(asg *api.Assignment) []string {
 	}
 	slices.Sort(out)
 	return slices.Compact(out)
+}
+
+// errKeyHoldsNothing is start's answer to a DEL whose attachment key the
+// daemon refuses (api.Key.Check): no ADD of it can have succeeded, so the
+// DEL has nothing to remove and succeeds.
+var errKeyHoldsNothing = errors.New("attachment key refused by vpcipd: nothing can be held under it")
+
+// keyError is the CNI error for a key api.Key.Check refused: code 7 for the
+// config's network name, 4 for CNI_CONTAINERID or CNI_IFNAME; for DEL,
+// errKeyHoldsNothing.
+func keyError(cmd string, err error, log *slog.Logger) error {
+	if cmd == "DEL" {
+		log.Warn("nothing to delete: no ADD of this attachment key can have succeeded", "error", err)
+		return fmt.Errorf("%w: %v", errKeyHoldsNothing, err)
+	}
+	code := uint(types.ErrInvalidEnvironmentVariables)
+	var ke *api.KeyError
+	if errors.As(err, &ke) && ke.Field == "network" {
+		code = types.ErrInvalidNetworkConfig
+	}
+	log.Error("attachment key refused", "error", err)
+	return types.NewError(code, fmt.Sprintf("%s: %v", cmd, err), "")
 }
 
 // openLog opens the plugin's log (pluginLogFile): JSON lines appended to the

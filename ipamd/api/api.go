@@ -41,11 +41,73 @@ type Key struct {
 
 func (k Key) String() string { return k.Network + "/" + k.ContainerID + "/" + k.IfName }
 
+// Key field bounds, in bytes: well above what runtimes send (64-hex sandbox
+// IDs, short network names), so one request cannot grow the checkpoint by
+// megabytes; an interface name is the kernel's IFNAMSIZ − 1.
+const (
+	MaxKeyField = 256
+	MaxIfName   = 15
+)
+
+// KeyError is Key.Check's refusal: Field ("network", "containerID" or
+// "ifName") is missing or too long.
+type KeyError struct {
+	Field string
+	Key   Key
+	Msg   string
+}
+
+func (e *KeyError) Error() string {
+	return "attachment key " + e.Key.String() + ": " + e.Field + " " + e.Msg
+}
+
+// Check reports a Key the daemon refuses (a *KeyError): a field missing, a
+// network name or container ID over MaxKeyField bytes, an interface name
+// over MaxIfName. Such a key can hold no address.
+func (k Key) Check() error {
+	for _, f := range []struct {
+		name, v string
+		max     int
+	}{{"network", k.Network, MaxKeyField}, {"containerID", k.ContainerID, MaxKeyField}, {"ifName", k.IfName, MaxIfName}} {
+		switch {
+		case f.v == "":
+			return &KeyError{Field: f.name, Key: k, Msg: "is required"}
+		case len(f.v) > f.max:
+			return &KeyError{Field: f.name, Key: Key{Network: trunc(k.Network), ContainerID: trunc(k.ContainerID), IfName: trunc(k.IfName)},
+				Msg: fmt.Sprintf("is %d bytes, more than %d", len(f.v), f.max)}
+		}
+	}
+	return nil
+}
+
+// trunc shortens s for an error message.
+func trunc(s string) string {
+	if len(s) > 40 {
+		return s[:40] + "…"
+	}
+	return s
+}
+
 // Pod is the Kubernetes pod an attachment belongs to, from CNI_ARGS.
 type Pod struct {
 	Namespace string `json:"namespace,omitempty"`
 	Name      string `json:"name,omitempty"`
 	UID       string `json:"uid,omitempty"`
+}
+
+// MaxPodField bounds each Pod field, in bytes: Kubernetes' longest name (a
+// DNS subdomain, 253); a namespace (63) and a UID (36) are shorter.
+const MaxPodField = 253
+
+// Check refuses a Pod with a field over MaxPodField bytes: no Kubernetes
+// object has one, and the daemon records Pod in its checkpoint.
+func (p Pod) Check() error {
+	for _, f := range []struct{ name, v string }{{"namespace", p.Namespace}, {"name", p.Name}, {"uid", p.UID}} {
+		if len(f.v) > MaxPodField {
+			return fmt.Errorf("pod %s is %d bytes, more than %d (Kubernetes: a DNS subdomain)", f.name, len(f.v), MaxPodField)
+		}
+	}
+	return nil
 }
 
 // AssignRequest asks for a pod address. Asking twice with the same Key gets

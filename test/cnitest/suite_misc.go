@@ -164,6 +164,51 @@ func testMalformed(t *testing.T, e *Env) {
 			}
 		}
 	}
+	// An attachment key the daemon refuses (api.Key.Check), and a netns
+	// path naming another kind of namespace: ADD and CHECK get the spec's
+	// code, and DEL succeeds, as nothing can have been added (a DEL that
+	// always failed would keep the runtime from ever removing the sandbox).
+	long := strings.Repeat("a", 300)
+	refused := []struct {
+		name  string
+		stdin []byte
+		env   map[string]string
+		code  uint
+		skip  string
+	}{
+		{"container ID over 256 bytes", good, map[string]string{"CNI_CONTAINERID": long}, types.ErrInvalidEnvironmentVariables, ""},
+		{"network name over 256 bytes", with("name", long), nil, types.ErrInvalidNetworkConfig, ""},
+		// skel refuses it for DEL too, before the plugin runs: the kernel
+		// cannot have made such an interface.
+		{"ifname over 15 bytes", good, map[string]string{"CNI_IFNAME": "eth0123456789abc"}, types.ErrInvalidEnvironmentVariables, "DEL"},
+		{"netns of another kind", good, map[string]string{"CNI_NETNS": "/proc/self/ns/uts"}, types.ErrInvalidNetNS, "CHECK"},
+	}
+	for _, c := range refused {
+		for _, cmd := range []string{"ADD", "CHECK", "DEL"} {
+			if c.skip == cmd {
+				continue
+			}
+			env := e.addEnv(p)
+			env["CNI_COMMAND"] = cmd
+			for k, v := range c.env {
+				env[k] = v
+			}
+			out, stderr, err := e.Exec(t, env, c.stdin)
+			switch {
+			case cmd == "DEL" && err != nil:
+				t.Errorf("DEL %s: %v %s; want success (nothing can be held)", c.name, err, out)
+			case cmd != "DEL" && err == nil:
+				t.Errorf("%s %s: succeeded", cmd, c.name)
+			case cmd != "DEL":
+				if got := execError(t, out); got.Code != c.code {
+					t.Errorf("%s %s: code %d %q, want code %d", cmd, c.name, got.Code, got.Msg, c.code)
+				}
+			}
+			if bytes.Contains(stderr, []byte("panic")) {
+				t.Errorf("%s %s: panicked:\n%s", cmd, c.name, stderr)
+			}
+		}
+	}
 	if _, held := e.Held(t, p); held {
 		t.Errorf("a malformed invocation reached the daemon and holds an address")
 	}

@@ -235,6 +235,11 @@ func decodeField(c *Config, key string, val json.RawMessage) error {
 	return nil
 }
 
+// MaxTimeout bounds each of the config's timeouts: no runtime waits an
+// hour for one CNI call (containerd's and CRI-O's own bounds are minutes),
+// and the plugin adds its own margins to them.
+const MaxTimeout = time.Hour
+
 func decodeTimeouts(t *Timeouts, val json.RawMessage) error {
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal(val, &raw); err != nil {
@@ -251,6 +256,9 @@ func decodeTimeouts(t *Timeouts, val json.RawMessage) error {
 		}
 		if *dst < 0 {
 			return fmt.Errorf("%s: must not be negative", k)
+		}
+		if time.Duration(*dst) > MaxTimeout {
+			return fmt.Errorf("%s: %v is longer than %v", k, time.Duration(*dst), MaxTimeout)
 		}
 	}
 	return nil

@@ -77,6 +77,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{"bad log level", `{"cniVersion":"1.0.0","name":"n","type":"t","pluginLogLevel":"loud"}`, types.ErrInvalidNetworkConfig, `"pluginLogLevel"`},
 		{"bad timeout", `{"cniVersion":"1.0.0","name":"n","type":"t","timeouts":{"assign":"soon"}}`, types.ErrInvalidNetworkConfig, `"timeouts": assign`},
 		{"timeout too long", `{"cniVersion":"1.0.0","name":"n","type":"t","timeouts":{"assign":1e300}}`, types.ErrInvalidNetworkConfig, `assign: 1e+300 seconds is too long`},
+		{"timeout over an hour", `{"cniVersion":"1.0.0","name":"n","type":"t","timeouts":{"assign":9223372036}}`, types.ErrInvalidNetworkConfig, `assign: 2562047h47m16s is longer than 1h0m0s`},
 		{"negative timeout", `{"cniVersion":"1.0.0","name":"n","type":"t","timeouts":{"gc":"-1s"}}`, types.ErrInvalidNetworkConfig, `gc: must not be negative`},
 		{"timeouts not object", `{"cniVersion":"1.0.0","name":"n","type":"t","timeouts":3}`, types.ErrInvalidNetworkConfig, `"timeouts"`},
 		{"attachments wrong", `{"cniVersion":"1.1.0","name":"n","type":"t","cni.dev/valid-attachments":{}}`, types.ErrInvalidNetworkConfig, `valid-attachments`},

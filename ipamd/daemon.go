@@ -141,7 +141,7 @@ func New(o Options) (*Daemon, error) {
 		return nil, err
 	}
 	d.pool, d.api.pool = p, p
-	d.view = &statusView{cfg: cfg, store: store, node: d.node, pool: p, hosts: d.hosts, life: d.life, placement: d.api.placement,
+	d.view = &statusView{cfg: cfg, store: store, node: d.node, pool: p, hosts: d.hosts, life: d.life, placement: d.api.placement, ckpt: d.ckpt,
 		now: o.Clock, version: o.Version, started: o.Clock(), kube: o.Kubernetes}
 	d.api.view = d.view
 	gone := &goneReleaser{facts: o.Pods, hosts: d.hosts, store: store, log: o.Logger, metrics: o.Metrics, now: o.Clock}

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/vpcip/vpcip/ipamd/checkpoint"
@@ -40,6 +41,24 @@ type checkpointer struct {
 	// unknown are the loaded file's fields this build does not know
 	// (checkpoint.State.Unknown), written back with every write.
 	unknown map[string]json.RawMessage
+
+	failed atomic.Pointer[writeFailure] // the last write's failure; nil once a write succeeds
+}
+
+// writeFailure is a checkpoint write that failed, and when.
+type writeFailure struct {
+	err error
+	at  time.Time
+}
+
+// failure is the outstanding write failure, nil once a later write
+// succeeded: every ADD fails meanwhile (it records an assignment before
+// answering). Any goroutine.
+func (c *checkpointer) failure() *writeFailure {
+	if c == nil {
+		return nil
+	}
+	return c.failed.Load()
 }
 
 // load loads the checkpoint into the (empty) datastore. A damaged file is
@@ -131,9 +150,15 @@ func (c *checkpointer) persist() error {
 		c.log.Warn("checkpoint written but its directory could not be synced; kept as written", "path", c.path, "err", err)
 	} else if err != nil {
 		c.metrics.checkpoints.WithLabelValues("error").Inc()
+		if c.failed.Swap(&writeFailure{err: err, at: c.now()}) == nil {
+			c.log.Error("checkpoint cannot be written: ADDs fail until it can (written again at each ADD, DEL and reconciliation)", "path", c.path, "err", err)
+		}
 		return err
 	}
 	c.metrics.checkpoints.WithLabelValues("ok").Inc()
 	c.savedGen = gen
+	if c.failed.Swap(nil) != nil {
+		c.log.Info("checkpoint written again after failed writes", "path", c.path)
+	}
 	return nil
 }

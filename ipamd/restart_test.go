@@ -470,3 +470,35 @@ func TestCheckpointKeepsFieldsItDoesNotKnow(t *testing.T) {
 		t.Errorf("checkpoint rewritten by this daemon dropped a field it does not know (or lacks c2): %s", got)
 	}
 }
+
+// TestUnwritableCheckpointMakesTheDaemonNotReady: while the checkpoint
+// cannot be written (a read-only or full disk), every ADD fails, so the
+// daemon reports not ready with the reason (CNI STATUS then fails with 50
+// and the readiness probe with 503) rather than ready with ADDs failing;
+// once a write succeeds again (the next reconciliation retries it), it is
+// ready and ADDs work.
+func TestUnwritableCheckpointMakesTheDaemonNotReady(t *testing.T) {
+	c := startCloud(t)
+	n := newNode(t, c, itypeSmall, nil)
+	n.start()
+	n.mustAdd("c1")
+	setSave := func(save func(string, checkpoint.State) error) {
+		n.d.ckpt.mu.Lock()
+		n.d.ckpt.save = save
+		n.d.ckpt.mu.Unlock()
+	}
+	setSave(func(string, checkpoint.State) error { return fmt.Errorf("open checkpoint: read-only file system") })
+	if _, err := n.add("c2"); err == nil {
+		t.Fatal("ADD succeeded with an unwritable checkpoint")
+	}
+	st := n.status()
+	if st.Ready || !strings.Contains(st.Reason, "read-only file system") || !strings.Contains(st.Reason, "every ADD fails") {
+		t.Errorf("status with an unwritable checkpoint: ready %v, reason %q; want not ready naming the failure", st.Ready, st.Reason)
+	}
+	setSave(checkpoint.Save)
+	n.reconcile()
+	if st := n.status(); !st.Ready || st.Reason != "" {
+		t.Errorf("status after the checkpoint was written again: ready %v, reason %q; want ready", st.Ready, st.Reason)
+	}
+	n.mustAdd("c2")
+}

@@ -43,13 +43,15 @@ type statusView struct {
 	// placement is the latest ENI placement decision (Options.Placement).
 	placement func() podsubnet.Decision
 	kube      func() introspect.Kubernetes // nil: no Kubernetes part
+	ckpt      *checkpointer
 }
 
 // snapshot is the node's status now, without Held (see published).
 func (v *statusView) snapshot() nodestatus.Snapshot {
 	now := v.now()
 	self, lim := v.node.get()
-	st := api.Status{Version: api.Version, Ready: v.life.readyOK.Load(), Reason: v.reason(now, self.SubnetID), Counts: v.counts(now, lim)}
+	ready := v.life.readyOK.Load() && v.ckpt.failure() == nil
+	st := api.Status{Version: api.Version, Ready: ready, Reason: v.reason(now, self.SubnetID), Counts: v.counts(now, lim)}
 	snap := nodestatus.Snapshot{Time: now, Instance: self, Limits: lim, Status: st, PrefixMode: slotSize(v.cfg, lim) > 1,
 		Placement: v.placement(), Version: v.version, CheckpointSchema: checkpoint.Version}
 	if w, ok := v.hosts.witnessState(); ok {
@@ -150,6 +152,11 @@ func (v *statusView) reason(now time.Time, subnet string) string {
 		return v.life.notReadyReason()
 	}
 	var parts []string
+	if f := v.ckpt.failure(); f != nil {
+		// Not ready: no ADD can be answered (CNI STATUS fails with 50, the
+		// readiness probe with 503) until a write succeeds again.
+		parts = append(parts, fmt.Sprintf("checkpoint %s cannot be written since %s: %v (every ADD fails until it can)", v.ckpt.path, f.at.UTC().Format(time.RFC3339), f.err))
+	}
 	for _, r := range v.pool.Refusals(now) {
 		parts = append(parts, "degraded: "+pool.RefusalText(r.Kind, subnet))
 	}

@@ -239,6 +239,13 @@ func TestBadRequestsAnswerInvalid(t *testing.T) {
 			t.Errorf("Assign(%.80s) = %v, want invalid-request", k.String(), err)
 		}
 	}
+	for _, p := range []api.Pod{{Name: strings.Repeat("n", 60000)}, {Namespace: strings.Repeat("n", 254)}, {UID: huge}} {
+		_, err := n.client.Assign(ctx, api.AssignRequest{Key: key("c1"), Pod: p})
+		var e *api.Error
+		if !errors.As(err, &e) || e.Code != api.CodeInvalid {
+			t.Errorf("Assign with pod %.40v… = %v, want invalid-request", p, err)
+		}
+	}
 	if len(n.d.store.Assignments()) != 0 {
 		t.Error("a bad request assigned an address")
 	}

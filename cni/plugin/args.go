@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/vpcip/vpcip/ipamd/api"
 )
 
 // PodArgs are the Kubernetes keys a runtime passes in CNI_ARGS
@@ -24,7 +26,8 @@ const maxArgsBytes = 64 << 10
 // (IgnoreUnknown, K8S_POD_UID on old runtimes, anything a runtime adds) are
 // ignored; an empty string gives zero PodArgs. A pair without '=' or with an
 // empty key is an error with CNI code 4 (invalid environment variables)
-// naming the pair.
+// naming the pair, as is a pod namespace, name or UID over
+// api.MaxPodField bytes.
 func ParseArgs(s string) (PodArgs, error) {
 	var a PodArgs
 	if len(s) > maxArgsBytes {
@@ -53,6 +56,9 @@ func ParseArgs(s string) (PodArgs, error) {
 		case "K8S_POD_INFRA_CONTAINER_ID":
 			a.InfraContainerID = v
 		}
+	}
+	if err := (api.Pod{Namespace: a.Namespace, Name: a.Name, UID: a.UID}).Check(); err != nil {
+		return PodArgs{}, types.NewError(types.ErrInvalidEnvironmentVariables, "CNI_ARGS: "+err.Error(), "")
 	}
 	return a, nil
 }

@@ -27,6 +27,9 @@ func TestParseArgs(t *testing.T) {
 		{"pair without equals", "K8S_POD_NAME=p;garbage", PodArgs{}, types.ErrInvalidEnvironmentVariables},
 		{"empty key", "=v", PodArgs{}, types.ErrInvalidEnvironmentVariables},
 		{"huge", strings.Repeat("A=1;", 20000), PodArgs{}, types.ErrInvalidEnvironmentVariables},
+		{"pod name of 253 bytes", "K8S_POD_NAME=" + strings.Repeat("n", 253), PodArgs{Name: strings.Repeat("n", 253)}, 0},
+		{"pod name over 253 bytes", "K8S_POD_NAME=" + strings.Repeat("n", 254), PodArgs{}, types.ErrInvalidEnvironmentVariables},
+		{"pod UID over 253 bytes", "K8S_POD_UID=" + strings.Repeat("u", 60000), PodArgs{}, types.ErrInvalidEnvironmentVariables},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -74,11 +74,19 @@ func (s *apiServer) Assign(ctx context.Context, req api.AssignRequest) (api.Assi
 		ctx, cancelDeadline = context.WithDeadline(ctx, req.Deadline)
 		defer cancelDeadline()
 	}
+	if err := callerGone(caller, req.Deadline); err != nil {
+		return api.Assignment{}, s.abandoned(req, err, netip.Addr{})
+	}
 	select {
 	case <-s.life.ready:
 	case <-s.life.closing:
 		return api.Assignment{}, &api.Error{Code: api.CodeNotReady, Message: "vpcipd is shutting down"}
 	case <-ctx.Done():
+		if err := callerGone(caller, time.Time{}); err != nil {
+			return api.Assignment{}, s.abandoned(req, err, netip.Addr{})
+		}
+		// At req.Deadline the plugin is still there for a while
+		// (Client.Assign's margin): tell it why.
 		s.metrics.noAddress.WithLabelValues("not-ready").Inc()
 		return api.Assignment{}, &api.Error{Code: api.CodeNotReady, Message: "vpcipd is not ready: " + s.view.status().Reason}
 	}

@@ -22,7 +22,9 @@ import (
 // new pod's (B13). An attachment whose host state could not be removed
 // stays held for the next GC, and the GC fails (code 999) naming it; so does
 // one whose address the host routes to another sandbox's veth (that
-// sandbox sends from it: released, it would go to a third pod).
+// sandbox sends from it: released, it would go to a third pod), unless the
+// key no longer holds the address at vpcipd (released since the plan, and
+// handed to that sandbox): then there is nothing left to collect.
 //
 // A vpcipd that predates the plan gets the one-step GC (/v1/gc: release,
 // then removal), as before. A config without the list is an error
@@ -55,6 +57,13 @@ func (p *Plugin) GC(args *skel.CmdArgs) error {
 	kept := slices.Clone(in.conf.ValidAttachments)
 	for _, asg := range plan.Released {
 		if err := removeHostSide(in, asg.Address, asg.Key, in.recordedVeths(asg)...); err != nil {
+			if errors.Is(err, errRoutedElsewhere) && !in.stillHolds(ctx, asg) {
+				// Released since the plan (its DEL, or the daemon's own
+				// check that its pod is gone), and the address taken by
+				// a new sandbox: nothing of it is left to collect.
+				in.log.Info("stale attachment released since the GC plan; its address is another sandbox's now", "key", asg.Key.String(), "address", asg.Address.String())
+				continue
+			}
 			errs = append(errs, fmt.Errorf("%s (%v) kept for the next GC: %w", asg.Key, asg.Address, err))
 			kept = append(kept, types.GCAttachment{ContainerID: asg.Key.ContainerID, IfName: asg.Key.IfName})
 			continue
@@ -79,6 +88,22 @@ func (p *Plugin) GC(args *skel.CmdArgs) error {
 			released, len(plan.Released), err), "")
 	}
 	return nil
+}
+
+// stillHolds reports whether asg's key holds its address at vpcipd now;
+// true when the daemon cannot tell (the attachment then stays for the
+// next GC, as before).
+func (in *invocation) stillHolds(ctx context.Context, asg api.Assignment) bool {
+	now, err := in.client.Check(ctx, api.CheckRequest{Key: asg.Key})
+	var ae *api.Error
+	switch {
+	case err == nil:
+		return now.Address == asg.Address
+	case errors.As(err, &ae) && ae.Code == api.CodeNotFound:
+		return false
+	default:
+		return true
+	}
 }
 
 // gcOneStep is the GC of a vpcipd without /v1/gc/plan: it releases every

@@ -62,6 +62,25 @@ type FakeDaemon struct {
 	// afterRelease runs after each release is recorded, before it is
 	// answered, outside mu (a test's way to hand the address out at once).
 	afterRelease func(api.ReleaseRequest)
+	// afterGCPlan runs after each GC plan is made, before it is answered,
+	// outside mu (a test's way to change things under a GC in progress).
+	afterGCPlan func()
+}
+
+// AfterGCPlan sets fn to run after each /v1/gc/plan is made and before it
+// is answered (nil: none); the GC that asked waits meanwhile.
+func (d *FakeDaemon) AfterGCPlan(fn func()) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.afterGCPlan = fn
+}
+
+// Release gives k's address back as vpcipd does on its own (its check that
+// the pod is gone, or the pod's deletion in the Kubernetes API).
+func (d *FakeDaemon) Release(k api.Key) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.releaseLocked(k)
 }
 
 // BeforeAssign sets fn to run before each assign is answered (nil: none);
@@ -209,7 +228,7 @@ func (d *FakeDaemon) handle(fn handlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 		d.mu.Lock()
-		hook, before, after := d.beforeAssign, d.beforeRelease, d.afterRelease
+		hook, before, after, afterPlan := d.beforeAssign, d.beforeRelease, d.afterRelease, d.afterGCPlan
 		old := d.noGCPlan && (r.URL.Path == "/v1/gc/plan" || r.URL.Path == "/v1/gc/release")
 		d.mu.Unlock()
 		if old {
@@ -259,6 +278,9 @@ func (d *FakeDaemon) handle(fn handlerFunc) http.HandlerFunc {
 			for _, rel := range rels {
 				after(rel)
 			}
+		}
+		if afterPlan != nil && aerr == nil && r.URL.Path == "/v1/gc/plan" {
+			afterPlan()
 		}
 		w.Header().Set("Content-Type", "application/json")
 		if aerr != nil {

@@ -250,3 +250,40 @@ func TestGCKeepsAddressRoutedToAnotherSandbox(t *testing.T) {
 	mustDel(t, e, keep)
 	AssertNodeClean(t, e)
 }
+
+// TestGCSkipsWhatWasReleasedSinceItsPlan: a stale attachment that vpcipd
+// released while the GC was under way (its own check that the pod is gone),
+// and whose address a new sandbox then took, is nothing to collect: the GC
+// succeeds and leaves the new sandbox's wiring alone. Before, it failed
+// (code 999) claiming the attachment was kept for the next GC.
+func TestGCSkipsWhatWasReleasedSinceItsPlan(t *testing.T) {
+	RequireRoot(t)
+	e, d := fakeEnv(t, secondaryENIPool())
+	e.Chain = false
+	stale := lostPod(t, e, "stale")
+	keep := e.NewPod(t, "keep")
+	e.MustAdd(t, keep)
+	d.AfterGCPlan(func() {
+		d.Release(e.key(stale))
+		// The address's next holder is wired to its own veth (keep's here).
+		ipCmd(t, "-n", e.Node.Name, "route", "replace", stale.Address.String()+"/32", "dev", e.HostVeth(keep), "scope", "link")
+	})
+	if err := e.GC(t, keep); err != nil {
+		t.Errorf("GC with a stale attachment released since its plan: %v (code %d), want success", err, CNICode(err))
+	}
+	d.AfterGCPlan(nil)
+	if _, route := HostRoute(t, e.Node.Name, stale.Address); !route {
+		t.Errorf("GC removed the route of %v to its new holder's veth", stale.Address)
+	}
+	a := mustHeld(t, e, keep)
+	AssertPodWired(t, e, keep, a.RouteTable, mtuOf(e, a))
+	ipCmd(t, "-n", e.Node.Name, "route", "del", stale.Address.String()+"/32")
+	DeleteNetns(stale.NetnsName)
+	_ = exec.Command("ip", "-n", e.Node.Name, "link", "del", e.HostVeth(stale)).Run()
+	for _, r := range PodRules(t, e.Node.Name, stale.Address) { // "512 to <addr>/32 main"
+		f := strings.Fields(r)
+		ipCmd(t, "-n", e.Node.Name, "rule", "del", "priority", f[0], f[1], f[2], "lookup", f[3])
+	}
+	mustDel(t, e, keep)
+	AssertNodeClean(t, e)
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
@@ -56,7 +57,27 @@ func (p *Plugin) GC(args *skel.CmdArgs) error {
 	// Attachments whose host state stays keep their IPv4 egress address.
 	kept := slices.Clone(in.conf.ValidAttachments)
 	for _, asg := range plan.Released {
-		if err := removeHostSide(in, asg.Address, asg.Key, in.recordedVeths(asg)...); err != nil {
+		// The pod's lock (lockAttachment): a new sandbox of the pod,
+		// whose ADD replaces the veth by the same name, must not have it
+		// deleted between removeHostSide's look at its owner and the
+		// deletion. Held by another invocation past gcLockWait: kept for
+		// the next GC, which is no failure.
+		var names []string
+		for _, v := range in.recordedVeths(asg) {
+			names = append(names, lockNames(asg.Key, v)...)
+		}
+		unlock, skipped, lerr := lockAttachment(lockDir(in.conf.IPAMDSocket), names, gcLockWait)
+		if lerr != nil {
+			in.log.Info("stale attachment busy (its pod's lock is held); kept for the next GC", "key", asg.Key.String(), "address", asg.Address.String(), "error", lerr)
+			kept = append(kept, types.GCAttachment{ContainerID: asg.Key.ContainerID, IfName: asg.Key.IfName})
+			continue
+		}
+		if skipped != nil {
+			in.log.Warn("running without the attachment lock", "key", asg.Key.String(), "error", skipped)
+		}
+		err := removeHostSide(in, asg.Address, asg.Key, in.recordedVeths(asg)...)
+		unlock()
+		if err != nil {
 			if errors.Is(err, errRoutedElsewhere) && !in.stillHolds(ctx, asg) {
 				// Released since the plan (its DEL, or the daemon's own
 				// check that its pod is gone), and the address taken by
@@ -89,6 +110,9 @@ func (p *Plugin) GC(args *skel.CmdArgs) error {
 	}
 	return nil
 }
+
+// gcLockWait is how long GC waits for a stale attachment's lock.
+const gcLockWait = 5 * time.Second
 
 // stillHolds reports whether asg's key holds its address at vpcipd now;
 // true when the daemon cannot tell (the attachment then stays for the

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/vpcip/vpcip/ipamd/api"
@@ -285,5 +286,58 @@ func TestGCSkipsWhatWasReleasedSinceItsPlan(t *testing.T) {
 		ipCmd(t, "-n", e.Node.Name, "rule", "del", "priority", f[0], f[1], f[2], "lookup", f[3])
 	}
 	mustDel(t, e, keep)
+	AssertNodeClean(t, e)
+}
+
+// TestGCWaitsForANewSandboxOfThePod: a GC of a pod's stale sandbox waits
+// while an ADD of the pod's new sandbox (the same host veth name) holds the
+// pod's lock, so it cannot delete the veth the ADD has just made in place of
+// the old one; once the ADD is done, the GC finishes and the new sandbox is
+// wired.
+func TestGCWaitsForANewSandboxOfThePod(t *testing.T) {
+	RequireRoot(t)
+	e, d := fakeEnv(t, FakePool(4))
+	e.Chain = false
+	old := lostPod(t, e, "recreated")
+	nu := sameSandboxPod(t, e, old)
+	entered, proceed := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	d.BeforeAssign(func(r api.AssignRequest) {
+		if r.Key == e.key(nu) {
+			once.Do(func() { close(entered) })
+			<-proceed
+		}
+	})
+	added := make(chan error, 1)
+	go func() { added <- e.Add(t, nu) }()
+	<-entered // the ADD holds the pod's lock, its veth made or being made
+	gcDone := make(chan error, 1)
+	go func() { gcDone <- e.GC(t, nu) }()
+	var gcErr error
+	finished := false
+	select {
+	case gcErr = <-gcDone:
+		finished = true
+		t.Errorf("GC finished (%v) while the ADD of the pod's new sandbox held the pod's lock", gcErr)
+	case <-time.After(time.Second):
+	}
+	close(proceed)
+	if err := <-added; err != nil {
+		t.Fatalf("ADD of the new sandbox: %v", err)
+	}
+	if !finished {
+		gcErr = <-gcDone
+	}
+	if gcErr != nil {
+		t.Errorf("GC after the ADD: %v", gcErr)
+	}
+	d.BeforeAssign(nil)
+	if _, held := d.Held()[e.key(old)]; held {
+		t.Errorf("the old sandbox still holds %v", old.Address)
+	}
+	a := mustHeld(t, e, nu)
+	AssertPodWired(t, e, nu, a.RouteTable, mtuOf(e, a))
+	DeleteNetns(old.NetnsName)
+	mustDel(t, e, nu)
 	AssertNodeClean(t, e)
 }

@@ -549,6 +549,15 @@ func (p *Pool) attached(e provider.ENI) {
 
 // releaseSlots unassigns free slots. They are marked under the datastore
 // lock first, so no ADD can take them while EC2 works (B23).
+//
+// A failed unassign may still have been applied: EC2 made the change and
+// its answer was lost, and the provider's retry then read "not assigned to
+// interface". So the slots stay marked, never handed out, until EC2's own
+// listing (Options.Resync) has shown which are still on the ENI: those are
+// assignable again, the others are forgotten with it. Without that listing
+// they are all forgotten (surplus given back, as far as the node knows; the
+// next resync adopts what EC2 still shows): handing out an address EC2 has
+// taken back would give it to a pod while EC2 gives it to another instance.
 func (p *Pool) releaseSlots(ctx context.Context, plan warmpool.Plan) error {
 	plan.Release = p.chooseRelease(ctx, plan)
 	marked := p.o.Store.Cloud().MarkRelease(plan.ENI, plan.Release, p.o.Clock())
@@ -556,10 +565,17 @@ func (p *Pool) releaseSlots(ctx context.Context, plan warmpool.Plan) error {
 		return errRaced
 	}
 	err := p.o.Provider.UnassignAddresses(ctx, plan.ENI, marked)
-	p.o.Store.Cloud().FinishRelease(plan.ENI, marked, err == nil)
 	if err != nil {
+		if rerr := p.resync(ctx); rerr != nil || p.o.Resync == nil {
+			p.o.Logger.Warn("release failed and EC2 could not confirm what the ENI still holds: its marked slots are forgotten until the next resync",
+				"eni", plan.ENI, "slots", len(marked), "err", err, "resyncErr", rerr)
+			p.o.Store.Cloud().FinishRelease(plan.ENI, marked, true)
+			return err
+		}
+		p.o.Store.Cloud().FinishRelease(plan.ENI, marked, false)
 		return err
 	}
+	p.o.Store.Cloud().FinishRelease(plan.ENI, marked, true)
 	p.noteHeld(plan.ENI, marked, false)
 	p.released()
 	return nil

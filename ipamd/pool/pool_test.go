@@ -2,6 +2,9 @@ package pool
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"net/netip"
 	"sync"
 	"testing"
 	"time"
@@ -10,6 +13,7 @@ import (
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 
+	"github.com/vpcip/vpcip/ipamd/api"
 	"github.com/vpcip/vpcip/ipamd/datastore"
 	"github.com/vpcip/vpcip/provider"
 	awsprovider "github.com/vpcip/vpcip/provider/aws"
@@ -340,5 +344,85 @@ func TestCycleBacksOffAThrottledRelease(t *testing.T) {
 	r.pool.Cycle(ctx)
 	if sum := warmpool.Summarize(r.pool.Input(r.clock.Now())); sum.Available > 2+1 {
 		t.Errorf("after the throttling ended: %+v; want the surplus released", sum)
+	}
+}
+
+// lostAnswer is the provider with UnassignPrivateIpAddresses's answer lost:
+// EC2 (vpcsim, through the SDK) applies the release, and the call returns
+// the error the provider's retry then gets (the addresses are not assigned
+// any more).
+type lostAnswer struct {
+	provider.Provider
+}
+
+func (l lostAnswer) UnassignAddresses(ctx context.Context, eniID string, addrs []netip.Prefix) error {
+	if err := l.Provider.UnassignAddresses(ctx, eniID, addrs); err != nil {
+		return err
+	}
+	return errors.New("api error InvalidParameterValue: Some of the specified addresses are not assigned to interface " + eniID)
+}
+
+// TestLostReleaseAnswerHandsOutNothingEC2TookBack: a release EC2 applied
+// but whose answer was lost leaves no address assignable that EC2 no longer
+// gives the node (handed to a pod, it could be another instance's by then):
+// with the resync, the datastore holds exactly what EC2 shows; without one,
+// the slots are forgotten. Before, they were free again at once.
+func TestLostReleaseAnswerHandsOutNothingEC2TookBack(t *testing.T) {
+	for _, withResync := range []bool{true, false} {
+		t.Run(map[bool]string{true: "resync", false: "no resync"}[withResync], func(t *testing.T) {
+			r := newRig(t, Options{Config: warmpool.Config{WarmIPTarget: 2}})
+			ctx := context.Background()
+			r.pool.o.Provider = lostAnswer{r.pool.o.Provider}
+			if withResync {
+				r.pool.o.Resync = func(ctx context.Context) error {
+					enis, err := r.pool.o.Provider.ENIs(ctx)
+					if err != nil {
+						return err
+					}
+					r.store.Cloud().Sync(enis, r.clock.Now())
+					return nil
+				}
+			}
+			r.pool.Cycle(ctx)
+			primary := r.store.ENIs()[0].ID
+			if _, err := r.pool.o.Provider.AssignAddresses(ctx, primary, 6, false); err != nil {
+				t.Fatal(err)
+			}
+			enis, err := r.pool.o.Provider.ENIs(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.store.Cloud().Sync(enis, r.clock.Now())
+			before := r.calls("UnassignPrivateIpAddresses")
+			r.clock.Advance(2 * time.Minute)
+			r.pool.Cycle(ctx)
+			if r.calls("UnassignPrivateIpAddresses") == before {
+				t.Fatalf("setup: no release asked for (%+v)", warmpool.Summarize(r.pool.Input(r.clock.Now())))
+			}
+			ec2 := map[netip.Addr]string{}
+			for _, e := range r.cloud.Cloud.NetworkInterfaces() {
+				for _, a := range e.SecondaryIPs {
+					ec2[a] = e.ID
+				}
+			}
+			for _, e := range r.store.ENIs() {
+				for _, s := range e.Slots {
+					if ec2[s.Addr()] != e.ID {
+						t.Errorf("the datastore has %v on %s, which EC2 took back (lost answer)", s, e.ID)
+					}
+				}
+			}
+			// What an ADD gets now is the node's in EC2.
+			for i := range 12 {
+				k := api.Key{Network: "vpcip", ContainerID: fmt.Sprintf("c%d", i), IfName: "eth0"}
+				a, _, err := r.store.AssignIn(k, api.Pod{}, "", r.clock.Now())
+				if err != nil {
+					break
+				}
+				if ec2[a.Address] != a.ENIID {
+					t.Errorf("ADD got %v on %s, which EC2 does not give this node", a.Address, a.ENIID)
+				}
+			}
+		})
 	}
 }

@@ -160,6 +160,9 @@ func (v *statusView) reason(now time.Time, subnet string) string {
 	for _, r := range v.pool.Refusals(now) {
 		parts = append(parts, "degraded: "+pool.RefusalText(r.Kind, subnet))
 	}
+	if f, ok := v.pool.LastFailure(now); ok {
+		parts = append(parts, fmt.Sprintf("degraded: pool %s failed: %v (retried after %s)", f.Action, f.Err, f.Until.UTC().Format(time.RFC3339)))
+	}
 	errs := v.hosts.failures()
 	ids := make([]string, 0, len(errs))
 	for id := range errs {

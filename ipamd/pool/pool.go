@@ -149,6 +149,30 @@ type Pool struct {
 	// shrinkHold: no release or ENI deletion before it, the backoff of a
 	// refused one or of throttling (Cycle's goroutine only).
 	shrinkHold time.Time
+	// growHold: no assign or ENI creation before it, the backoff of one
+	// that failed with an error that is no refusal (UnauthorizedOperation,
+	// InternalError, an invalid parameter: warmpool would plan the same
+	// call again) (Cycle's goroutine only).
+	growHold time.Time
+	// failure is the latest such error and when its backoff ends; zero
+	// once a growth succeeded (guarded by mu).
+	failure Failure
+}
+
+// Failure is a pool action that failed with a cloud error that is no
+// refusal warmpool plans around, and the end of its backoff.
+type Failure struct {
+	Action string    // warmpool action: assign, create_eni, release, delete_eni
+	Err    error     // the provider's error (EC2's code and message)
+	Until  time.Time // no such action is sent before it
+}
+
+// LastFailure is the latest unclassified failure of a pool action whose
+// backoff has not ended at now (ok false: none), for ADD errors and status.
+func (p *Pool) LastFailure(now time.Time) (Failure, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.failure, p.failure.Err != nil && p.failure.Until.After(now)
 }
 
 // deferred is a growth plan whose EC2 call the fleet's shared budget holds
@@ -248,6 +272,12 @@ func (p *Pool) Cycle(ctx context.Context) time.Duration {
 			// or throttled waits here until its backoff ends.
 			return min(next, max(p.shrinkHold.Sub(now), 10*time.Millisecond))
 		}
+		if (plan.Action == warmpool.Assign || plan.Action == warmpool.CreateENI) && now.Before(p.growHold) {
+			// A growth that failed with no refusal warmpool plans
+			// around would be planned again as it was: it waits out
+			// its backoff, whatever ADDs wait (B08).
+			return min(next, max(p.growHold.Sub(now), 10*time.Millisecond))
+		}
 		p.o.Logger.Info("pool action", "action", plan.Action.String(), "eni", plan.ENI, "count", plan.Count,
 			"prefixes", plan.Prefixes, "release", plan.Release, "reason", plan.Reason)
 		ctx := provider.WithPriority(ctx, planPriority(in, plan))
@@ -310,6 +340,19 @@ func (p *Pool) Cycle(ctx context.Context) time.Duration {
 		wait, ok := p.refuse(err, plan, now)
 		if !ok {
 			p.o.Logger.Warn("pool action failed", "action", plan.Action.String(), "eni", plan.ENI, "err", err, "retryIn", wait.String())
+			if errors.Is(err, provider.ErrNotFound) {
+				// A stale view, re-read above: the next plan is made on
+				// EC2's answer (an ENI missing twice is forgotten).
+				return wait
+			}
+			if plan.Action == warmpool.Release || plan.Action == warmpool.DeleteENI {
+				p.shrinkHold = now.Add(wait)
+			} else {
+				p.growHold = now.Add(wait)
+			}
+			p.mu.Lock()
+			p.failure = Failure{Action: plan.Action.String(), Err: err, Until: now.Add(wait)}
+			p.mu.Unlock()
 			return wait
 		}
 		if errors.Is(err, provider.ErrThrottled) || plan.Action == warmpool.Release || plan.Action == warmpool.DeleteENI {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -422,6 +423,48 @@ func TestLostReleaseAnswerHandsOutNothingEC2TookBack(t *testing.T) {
 				if ec2[a.Address] != a.ENIID {
 					t.Errorf("ADD got %v on %s, which EC2 does not give this node", a.Address, a.ENIID)
 				}
+			}
+		})
+	}
+}
+
+// TestCycleBacksOffAnUnclassifiedFailure: a growth EC2 fails with an error
+// that is no refusal warmpool plans around (UnauthorizedOperation: a role
+// without the permission; InternalError) waits out its backoff however
+// often cycles run (a waiting ADD kicks one every 100 ms), names the error
+// for ADDs and status (LastFailure), and goes once the backoff ends.
+// Before, every cycle sent the same call again: about 10 requests a second
+// per node for as long as pods waited.
+func TestCycleBacksOffAnUnclassifiedFailure(t *testing.T) {
+	for _, code := range []string{"UnauthorizedOperation", "InternalError"} {
+		t.Run(code, func(t *testing.T) {
+			r := newRig(t, Options{Config: warmpool.Config{WarmIPTarget: 3}, Pending: count(2)})
+			ctx := context.Background()
+			r.cloud.Cloud.Faults().SetErrorRate("AssignPrivateIpAddresses", 1, code)
+			for range 50 { // 5 s of kicks
+				r.pool.Cycle(ctx)
+				r.clock.Advance(100 * time.Millisecond)
+			}
+			got := r.calls("AssignPrivateIpAddresses")
+			t.Logf("%d AssignPrivateIpAddresses requests in 5 s of cycles every 100 ms", got)
+			// Backoffs of at least 0.5, 1 and 2 s (1 s doubling, jittered
+			// over [d/2, d]) fit at most 4 failed growths in 5 s, each
+			// with the provider's own retries of a 5xx (at most 4 tries).
+			if got == 0 || got > 4*4 {
+				t.Errorf("%d AssignPrivateIpAddresses requests in 5 s of cycles every 100 ms; want at most 16 (4 growths within their backoff)", got)
+			}
+			f, ok := r.pool.LastFailure(r.clock.Now())
+			if !ok || f.Action != "assign" || !strings.Contains(f.Err.Error(), code) {
+				t.Errorf("LastFailure = %+v, %v; want the assign's %s", f, ok, code)
+			}
+			r.cloud.Cloud.Faults().Reset()
+			r.clock.Advance(3 * time.Minute) // beyond the 2-minute cap
+			r.pool.Cycle(ctx)
+			if sum := warmpool.Summarize(r.pool.Input(r.clock.Now())); sum.Available < 3 {
+				t.Errorf("available %d once the failure ended, want ≥ 3", sum.Available)
+			}
+			if _, ok := r.pool.LastFailure(r.clock.Now()); ok {
+				t.Error("LastFailure still reported after a growth succeeded")
 			}
 		})
 	}

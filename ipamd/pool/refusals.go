@@ -86,6 +86,7 @@ func (p *Pool) grew() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.lastGrow = p.o.Clock()
+	p.failure = Failure{}
 	p.refusals = slices.DeleteFunc(p.refusals, func(r warmpool.Refusal) bool {
 		// A subnet refusal that caps the request size stays until it
 		// expires: asking for the refused size again would fail again.

@@ -487,8 +487,12 @@ func (s *state) adaptiveReach(d demandTarget) (Plan, bool) {
 		n = c // the subnet refused a larger request (growPlan)
 	}
 	if !s.prefixes && prefixMode(s.in) {
-		// The no-/28 fallback keeps the node's last open slot (growOn).
-		n = min(n, max(s.openSlots()-1, 0))
+		// In the no-/28 fallback an ENI for reach comes empty: its slots
+		// are for /28s once they can be had (16 addresses each), and
+		// growth asks for the single addresses pods and margin need. A
+		// minute of arrivals in single addresses filled ENIs whose slots
+		// then capped the node far below its /28 budget.
+		n = 0
 	}
 	return Plan{Action: CreateENI, Count: n, Prefixes: s.prefixes, Reason: "reach " + count(d.reach-reachable, "address") + " short (" +
 		d.describe() + ", " + s.poolText() + "): create ENI with " + count(n, "slot")}, true

@@ -265,3 +265,39 @@ func TestFallbackUnderRenewedRefusals(t *testing.T) {
 		}
 	}
 }
+
+// TestAdaptiveReachInTheFallbackComesEmpty: pods arriving every half second
+// while the subnet has no aligned /28: an ENI the adaptive policy attaches
+// for reach comes without addresses. Its slots are for /28s once they can be
+// had (16 addresses each); growth asks for the single addresses pods and
+// margin need. With a minute of arrivals in single addresses, three such
+// ENIs of 14 took an m5.xlarge's slots and capped it at 71 addresses, its
+// /28 budget being 896 (found by review).
+func TestAdaptiveReachInTheFallbackComesEmpty(t *testing.T) {
+	lim := Limits{MaxENIs: 4, SlotsPerENI: 14, PrefixSupported: true}
+	s := newSim(lim, Config{PrefixDelegation: true, Adaptive: true})
+	s.in.ENIs[0].Slots = s.newSlots(9, false)
+	for i := range 6 {
+		s.in.ENIs[0].Slots[i].Assigned = 1
+	}
+	for i := range 40 { // a pod every half second for 20 s
+		at := t0.Add(time.Duration(i) * 500 * time.Millisecond)
+		s.in.Demand.History = s.in.Demand.History.Record(at).Observe(at, min(i+1, 6))
+	}
+	s.in.Now = t0.Add(20 * time.Second)
+	s.in.Refusals = []Refusal{{Kind: RefusedNoPrefix, Until: t0.Add(10 * time.Minute)}}
+	for range 5 { // the assign pods and margin need, then the ENI for reach
+		p, done, err := s.step()
+		if err != nil || done {
+			t.Fatalf("step: %v (done %v)", err, done)
+		}
+		if p == nil || p.Action != CreateENI {
+			continue
+		}
+		if p.Count != 0 || p.Prefixes {
+			t.Errorf("an ENI for reach in the fallback with %d slots (prefixes %v), want none: %s", p.Count, p.Prefixes, p.Reason)
+		}
+		return
+	}
+	t.Fatalf("setup: no ENI for reach within 5 plans (last: %s)", Next(s.in).Reason)
+}

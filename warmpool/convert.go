@@ -23,9 +23,12 @@ import (
 // Config.ReleaseInterval, and never within an interval of a growth. A
 // single address a pod holds or that cools down is never released; it
 // is released once it is free, if the pool is still at target without
-// it. When no /28 can be had now (a refusal, the ENI and pod limits, or
-// only a new ENI would hold it), convert does nothing and the policy
-// plans as before: no pod waits for the conversion.
+// it. When every slot the node may have is taken (room on no ENI, no ENI
+// more allowed), one ENI's free single addresses are released so that
+// /28s take their slots (makeRoom), also when pods wait, which they
+// would for good otherwise. When no /28 can be had now (a refusal, the
+// pod limit, or only a new ENI would hold it), convert does nothing and
+// the policy plans as before.
 
 // convert returns the conversion's plan, or false when the policy plans
 // as before.
@@ -56,13 +59,75 @@ func (s *state) convert() (Plan, bool) {
 	case without.Action == Assign && without.Prefixes:
 		without.Reason = why + " count for nothing; " + without.Reason
 		return without, true
-	case without.Action == Assign || without.Action == CreateENI || without.Action == Wait:
-		return Plan{}, false // a /28 only on a new ENI, or none now: the policy plans with them
+	case without.Action == Wait:
+		return s.makeRoom(why, without) // growth stalled at a limit: room, if the slots are it
+	case without.Action == Assign || without.Action == CreateENI:
+		return Plan{}, false // a /28 only on a new ENI: the policy plans with them
 	}
 	if newState(in).isShort() {
-		return Plan{}, false // short at a static limit: they serve pods
+		// Short at a static limit: they serve pods, unless the limit is
+		// the node's slots, which /28s would fill 16 times better.
+		return s.makeRoom(why, without)
 	}
 	return s.releaseSpares(why, without)
+}
+
+// releaseDue is when a release of fallback singles is allowed, zero if
+// now: Config.ReleaseInterval after the last release and the last growth.
+func (s *state) releaseDue() time.Time {
+	interval := s.in.Config.ReleaseInterval
+	if interval <= 0 {
+		interval = DefaultReleaseInterval
+	}
+	var due time.Time
+	for _, t := range []time.Time{s.in.LastRelease, s.in.LastGrow} {
+		if !t.IsZero() && s.in.Now.Before(t.Add(interval)) {
+			due = latest(due, t.Add(interval))
+		}
+	}
+	return due
+}
+
+// makeRoom frees the slots of one ENI's free single addresses for /28s
+// when every slot the node may have is taken (no room on its ENIs, no ENI
+// more allowed) and Limits.MaxPods is not reached: a slot holds 16
+// addresses as a /28 and 1 as a single address, so a node of such slots
+// is capped far below its /28 budget. Its plan releases them (paced as
+// releaseSpares; when pods wait, also below the targets, as they would
+// wait for good otherwise); the next plan asks for /28s in the freed slots. false: another limit binds, or the pool plans as before.
+func (s *state) makeRoom(why string, other Plan) (Plan, bool) {
+	lim := s.in.Limits
+	if roomSlots(s.in) > 0 || len(s.in.ENIs) < lim.MaxENIs || s.maxPodsSlots(PrefixAddresses) == 0 {
+		return Plan{}, false
+	}
+	if !s.isShort() {
+		return s.releaseSpares(why+", the node's slots all taken", other)
+	}
+	// Short already: every spare of the ENI holding the most goes (the
+	// pool is short with or without them; a /28 in their slots is not).
+	var best []netip.Prefix
+	from := ""
+	for _, i := range s.order {
+		var rel []netip.Prefix
+		for _, sl := range s.in.ENIs[i].Slots {
+			if spareSlot(sl) {
+				rel = append(rel, sl.Prefix)
+			}
+		}
+		if len(rel) > len(best) {
+			best, from = rel, s.in.ENIs[i].ID
+		}
+	}
+	if len(best) == 0 {
+		return Plan{}, false
+	}
+	if due := s.releaseDue(); !due.IsZero() {
+		return Plan{Action: Nothing, Until: earliest(due, other.Until),
+			Reason: why + ", the node's slots all taken and pods short: release allowed at " + stamp(due) + " (" + s.poolText() + ")"}, true
+	}
+	slices.SortFunc(best, comparePrefix)
+	return Plan{Action: Release, ENI: from, Release: best,
+		Reason: why + ", the node's slots all taken and pods short: release " + count(len(best), "address") + " from " + from + " for /28s in their slots (" + s.poolText() + ")"}, true
 }
 
 // spareSlot reports a single address no pod holds and none cools down.
@@ -96,10 +161,6 @@ func (s *state) isShort() bool {
 // plan of the pool without them, whose Until a deferral keeps. false: none
 // can go.
 func (s *state) releaseSpares(why string, other Plan) (Plan, bool) {
-	interval := s.in.Config.ReleaseInterval
-	if interval <= 0 {
-		interval = DefaultReleaseInterval
-	}
 	var best []netip.Prefix
 	from := ""
 	for _, i := range s.order {
@@ -111,13 +172,7 @@ func (s *state) releaseSpares(why string, other Plan) (Plan, bool) {
 	if len(best) == 0 {
 		return Plan{}, false // each is needed for a target (MINIMUM_IP_TARGET counts them)
 	}
-	var due time.Time
-	for _, t := range []time.Time{s.in.LastRelease, s.in.LastGrow} {
-		if !t.IsZero() && s.in.Now.Before(t.Add(interval)) {
-			due = latest(due, t.Add(interval))
-		}
-	}
-	if !due.IsZero() {
+	if due := s.releaseDue(); !due.IsZero() {
 		return Plan{Action: Nothing, Until: earliest(due, other.Until),
 			Reason: why + ", the pool at target without them: release allowed at " + stamp(due) + " (" + s.poolText() + ")"}, true
 	}

@@ -132,3 +132,70 @@ func TestAdaptiveFallbackAsksForWhatIsNeeded(t *testing.T) {
 		t.Errorf("filling: %v of %d (prefixes %v): %s; past FillSpan the same node asks for %d (%s)", p.Action, p.Count, p.Prefixes, p.Reason, q.Count, q.Reason)
 	}
 }
+
+// TestFallbackSinglesAtTheSlotLimitMakeRoom: a prefix-mode node whose every
+// slot the fallback filled with a single address (2 ENIs of 4 slots, the ENI
+// limit, 6 held by pods), the refusal over, 3 pods waiting: the free single
+// addresses go so that /28s take their slots, and the pods get addresses.
+// Before, the node stayed capped at its 8 single addresses (a slot holds 16
+// as a /28) and the pods waited for good (found by review: an m5.xlarge
+// capped at 71 addresses, its /28 budget 896). Not short, it does the same,
+// paced as a release.
+func TestFallbackSinglesAtTheSlotLimitMakeRoom(t *testing.T) {
+	for _, pending := range []int{3, 0} {
+		s := newSim(Limits{MaxENIs: 2, SlotsPerENI: 4, PrefixSupported: true}, Config{PrefixDelegation: true, Adaptive: true})
+		s.in.ENIs[0].Slots = s.newSlots(4, false)
+		s.in.ENIs = append(s.in.ENIs, ENI{ID: "eni-01", Attached: t0.Add(-time.Hour)})
+		s.in.ENIs[1].Slots = s.newSlots(4, false)
+		for i := range 3 {
+			s.in.ENIs[0].Slots[i].Assigned = 1
+			s.in.ENIs[1].Slots[i].Assigned = 1
+		}
+		s.in.LastGrow = t0.Add(-time.Hour)
+		s.in.Refusals = []Refusal{{Kind: RefusedNoPrefix, Until: t0.Add(-time.Second)}}
+		s.in.Pending = pending
+		var plans []Plan
+		for range 40 {
+			p, done, err := s.step()
+			if err != nil {
+				t.Fatalf("pending %d: %v", pending, err)
+			}
+			if done {
+				break
+			}
+			if p != nil {
+				plans = append(plans, *p)
+			}
+		}
+		c := Summarize(s.in)
+		if _, free := singlesOf(s.in); free != 0 || c.Prefixes < 1 || s.in.Pending != 0 {
+			t.Errorf("pending %d: %d free single addresses, %d /28s, %d pods waiting; want 0, at least 1, 0; plans %v; next %s",
+				pending, free, c.Prefixes, s.in.Pending, tail(plans, 6), Next(s.in).Reason)
+		}
+		releases := 0
+		for _, p := range plans {
+			if p.Action == Release {
+				releases++
+			}
+		}
+		if releases > 2 {
+			t.Errorf("pending %d: %d releases for 2 free single addresses on 2 ENIs: %v", pending, releases, tail(plans, 6))
+		}
+	}
+}
+
+// slotConversion reports a release of single addresses followed by a /28
+// growth: the fallback's singles giving their slots to /28s at the slot
+// limit (makeRoom), which is no shrink the next plan undoes (16 addresses
+// a slot come for each 1 gone).
+func slotConversion(release, next Plan) bool {
+	if release.Action != Release || !next.Prefixes || len(release.Release) == 0 {
+		return false
+	}
+	for _, p := range release.Release {
+		if p.Bits() != 32 {
+			return false
+		}
+	}
+	return true
+}

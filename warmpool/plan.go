@@ -33,7 +33,8 @@ import (
 // Next never plans an action on an assigned or cooling address, never
 // deletes the primary ENI, and never plans growth that a later call would
 // shrink: a release or deletion is planned only if the targets still hold
-// after it.
+// after it, but for the fallback's free single addresses at the node's slot
+// limit, which go so that /28s take their slots (convert.go, makeRoom).
 func Next(in Input) Plan {
 	s := newState(in)
 	if p, ok := s.convert(); ok {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -45,6 +46,47 @@ type apiServer struct {
 	imds      *podIMDS
 
 	waiting atomic.Int64 // ADDs waiting for an address
+
+	keys keyLocks // one ADD of an attachment at a time (Assign)
+}
+
+// keyLocks serializes the ADDs of one attachment key: an ADD whose caller
+// gave up undoes its assignment after persisting it, and a repeated ADD of
+// the key (the runtime's retry) answered the same address meanwhile would
+// be left with an address the daemon no longer holds for it. Other keys
+// never wait on each other. The zero value is ready.
+type keyLocks struct {
+	mu    sync.Mutex
+	locks map[api.Key]*keyLock
+}
+
+type keyLock struct {
+	sync.Mutex
+	users int // holders and waiters; the entry goes with the last
+}
+
+// lock takes key's lock and returns its unlock.
+func (k *keyLocks) lock(key api.Key) func() {
+	k.mu.Lock()
+	if k.locks == nil {
+		k.locks = map[api.Key]*keyLock{}
+	}
+	l := k.locks[key]
+	if l == nil {
+		l = &keyLock{}
+		k.locks[key] = l
+	}
+	l.users++
+	k.mu.Unlock()
+	l.Lock()
+	return func() {
+		l.Unlock()
+		k.mu.Lock()
+		if l.users--; l.users == 0 {
+			delete(k.locks, key)
+		}
+		k.mu.Unlock()
+	}
 }
 
 var _ pool.Demand = (*apiServer)(nil)
@@ -69,6 +111,7 @@ func (s *apiServer) Assign(ctx context.Context, req api.AssignRequest) (api.Assi
 	caller := ctx
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.AddWait)
 	defer cancel()
+	flushCtx := ctx // a reused address's flush is not cut short by the deadline
 	if !req.Deadline.IsZero() {
 		var cancelDeadline context.CancelFunc
 		ctx, cancelDeadline = context.WithDeadline(ctx, req.Deadline)
@@ -77,6 +120,7 @@ func (s *apiServer) Assign(ctx context.Context, req api.AssignRequest) (api.Assi
 	if err := callerGone(caller, req.Deadline); err != nil {
 		return api.Assignment{}, s.abandoned(req, err, netip.Addr{})
 	}
+	defer s.keys.lock(req.Key)()
 	select {
 	case <-s.life.ready:
 	case <-s.life.closing:
@@ -123,7 +167,7 @@ func (s *apiServer) Assign(ctx context.Context, req api.AssignRequest) (api.Assi
 				s.log.Debug("assigned", "key", req.Key.String(), "pod", req.Pod.Namespace+"/"+req.Pod.Name, "address", a.Address, "eni", a.ENIID)
 			}
 			if a.Unflushed {
-				s.flushBeforeUse(ctx, a)
+				s.flushBeforeUse(flushCtx, a)
 			}
 			// Before the answer: an allowed pod's rule exists before its
 			// sandbox runs, and no rule of an earlier holder outlives it.

@@ -366,3 +366,51 @@ func TestGCPlanAndRelease(t *testing.T) {
 		t.Errorf("GCRelease released the valid %s", live.Key)
 	}
 }
+
+// TestAbandonedADDDoesNotUndoARepeatedADDsAnswer: an ADD whose caller gives
+// up while its checkpoint write is slow undoes its assignment; a repeated
+// ADD of the same key (the runtime's retry) waits for it rather than being
+// answered the same address meanwhile, which the undo would then take from
+// under its pod (found by review).
+func TestAbandonedADDDoesNotUndoARepeatedADDsAnswer(t *testing.T) {
+	c := startCloud(t)
+	n := newNode(t, c, itypeSmall, nil)
+	n.start()
+	gate, entered := make(chan struct{}), make(chan struct{}, 1)
+	n.d.ckpt.mu.Lock()
+	n.d.ckpt.save = func(p string, st checkpoint.State) error {
+		select {
+		case entered <- struct{}{}:
+			<-gate // the first write is slow
+		default:
+		}
+		return checkpoint.Save(p, st)
+	}
+	n.d.ckpt.mu.Unlock()
+	k := key("same")
+	pod := api.Pod{Namespace: "default", Name: "p-same"}
+	first := make(chan error, 1)
+	go func() {
+		_, err := n.d.api.Assign(context.Background(), api.AssignRequest{Key: k, Pod: pod, Deadline: time.Now().Add(300 * time.Millisecond)})
+		first <- err
+	}()
+	<-entered
+	second := make(chan api.Assignment, 1)
+	go func() {
+		a, err := n.d.api.Assign(context.Background(), api.AssignRequest{Key: k, Pod: pod, Deadline: time.Now().Add(time.Minute)})
+		if err != nil {
+			t.Errorf("repeated ADD: %v", err)
+		}
+		second <- a
+	}()
+	time.Sleep(400 * time.Millisecond) // past the first ADD's deadline
+	close(gate)
+	if err := <-first; err == nil {
+		t.Error("the ADD past its deadline was answered with an address")
+	}
+	a2 := <-second
+	if got, ok := n.d.store.Get(k); !ok || got.Address != a2.Address {
+		t.Errorf("the repeated ADD was answered %s, but the daemon holds %v for the key (held %v)", a2.Address, got.Address, ok)
+	}
+	n.checkInvariants()
+}

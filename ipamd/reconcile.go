@@ -121,6 +121,13 @@ func (r *reconciler) reconcile(ctx context.Context, authoritative bool) {
 	if r.life.stopping.Load() {
 		return
 	}
+	if r.ckpt.failure() != nil {
+		// Not ready while the checkpoint cannot be written, and a node
+		// not ready gets no ADD to write it: try again on this tick.
+		if err := r.ckpt.persist(); err != nil {
+			r.log.Warn("checkpoint still cannot be written", "err", err)
+		}
+	}
 	self, _ := r.node.get()
 	if !authoritative {
 		meta, err := r.prov.MetadataENIs(ctx)

@@ -502,3 +502,30 @@ func TestUnwritableCheckpointMakesTheDaemonNotReady(t *testing.T) {
 	}
 	n.mustAdd("c2")
 }
+
+// TestUnwritableCheckpointRecoversOnAQuietNode: a node made not ready by an
+// unwritable checkpoint gets no ADD (the runtime sees CNI STATUS fail), so
+// nothing else writes it: the reconciliation's tick does, in both modes,
+// and the node is ready again once the disk allows (found by review).
+func TestUnwritableCheckpointRecoversOnAQuietNode(t *testing.T) {
+	for name, env := range map[string]map[string]string{"ipv4": {}, "ipv6": ipv6Env()} {
+		t.Run(name, func(t *testing.T) {
+			env["VPCIP_RECONCILE_INTERVAL"] = "20ms"
+			c := startCloud(t)
+			n := newNode(t, c, itypeSmall, env)
+			n.start()
+			n.mustAdd("c1")
+			setSave := func(save func(string, checkpoint.State) error) {
+				n.d.ckpt.mu.Lock()
+				n.d.ckpt.save = save
+				n.d.ckpt.mu.Unlock()
+			}
+			setSave(func(string, checkpoint.State) error { return fmt.Errorf("read-only file system") })
+			if _, err := n.add("c2"); err == nil {
+				t.Fatal("ADD succeeded with an unwritable checkpoint")
+			}
+			setSave(checkpoint.Save)
+			eventually(t, "ready again without an ADD", func() bool { return n.status().Ready })
+		})
+	}
+}

@@ -130,14 +130,16 @@ const DefaultSubnetView = 10 * time.Minute
 type Pool struct {
 	o Options
 
-	mu           sync.Mutex // guards the fields below
-	refusals     []warmpool.Refusal
-	strikes      map[warmpool.RefusalKind]int // consecutive refusals, for backoff
-	lastRelease  time.Time
-	lastGrow     time.Time              // release pacing after growth (warmpool.Input.LastGrow)
-	history      warmpool.History       // arrivals and levels, for the adaptive policy
-	views        map[string]*subnetView // by subnet ID (Cycle's goroutine only)
-	namedRefused int                    // named assignments EC2 refused (Cycle's goroutine only)
+	mu       sync.Mutex // guards the fields below
+	refusals []warmpool.Refusal
+	strikes  map[warmpool.RefusalKind]int // consecutive refusals, for backoff (0: unclassified growth failures)
+	// shrinkStrikes: consecutive unclassified release or deletion failures.
+	shrinkStrikes int
+	lastRelease   time.Time
+	lastGrow      time.Time              // release pacing after growth (warmpool.Input.LastGrow)
+	history       warmpool.History       // arrivals and levels, for the adaptive policy
+	views         map[string]*subnetView // by subnet ID (Cycle's goroutine only)
+	namedRefused  int                    // named assignments EC2 refused (Cycle's goroutine only)
 	// noPrefixAt is when EC2 last refused a /28 (InsufficientCidrBlocks),
 	// or the subnet view last stood in for that refusal; zero once a /28
 	// was assigned since (Cycle's goroutine only).
@@ -154,21 +156,22 @@ type Pool struct {
 	// InternalError, an invalid parameter: warmpool would plan the same
 	// call again) (Cycle's goroutine only).
 	growHold time.Time
-	// failure is the latest such error and when its backoff ends; zero
-	// once a growth succeeded (guarded by mu).
+	// failure is the latest such growth error and when its backoff ends;
+	// zero once a growth succeeded (guarded by mu).
 	failure Failure
 }
 
-// Failure is a pool action that failed with a cloud error that is no
-// refusal warmpool plans around, and the end of its backoff.
+// Failure is a growth that failed with a cloud error that is no refusal
+// warmpool plans around, and the end of its backoff (a failed release only
+// holds releases: it is logged, and pods are not told of it).
 type Failure struct {
-	Action string    // warmpool action: assign, create_eni, release, delete_eni
+	Action string    // warmpool action: assign or create_eni
 	Err    error     // the provider's error (EC2's code and message)
 	Until  time.Time // no such action is sent before it
 }
 
-// LastFailure is the latest unclassified failure of a pool action whose
-// backoff has not ended at now (ok false: none), for ADD errors and status.
+// LastFailure is the latest unclassified failure of a growth whose backoff
+// has not ended at now (ok false: none), for ADD errors and status.
 func (p *Pool) LastFailure(now time.Time) (Failure, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -347,9 +350,9 @@ func (p *Pool) Cycle(ctx context.Context) time.Duration {
 			}
 			if plan.Action == warmpool.Release || plan.Action == warmpool.DeleteENI {
 				p.shrinkHold = now.Add(wait)
-			} else {
-				p.growHold = now.Add(wait)
+				return wait
 			}
+			p.growHold = now.Add(wait)
 			p.mu.Lock()
 			p.failure = Failure{Action: plan.Action.String(), Err: err, Until: now.Add(wait)}
 			p.mu.Unlock()
@@ -651,5 +654,6 @@ func (p *Pool) deleteENI(ctx context.Context, id string) error {
 func (p *Pool) released() {
 	p.mu.Lock()
 	p.lastRelease = p.o.Clock()
+	p.shrinkStrikes = 0
 	p.mu.Unlock()
 }

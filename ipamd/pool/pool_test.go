@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -441,9 +442,11 @@ func TestCycleBacksOffAnUnclassifiedFailure(t *testing.T) {
 			r := newRig(t, Options{Config: warmpool.Config{WarmIPTarget: 3}, Pending: count(2)})
 			ctx := context.Background()
 			r.cloud.Cloud.Faults().SetErrorRate("AssignPrivateIpAddresses", 1, code)
-			for range 50 { // 5 s of kicks
-				r.pool.Cycle(ctx)
-				r.clock.Advance(100 * time.Millisecond)
+			for i := range 50 { // 5 s of kicks
+				if i > 0 {
+					r.clock.Advance(100 * time.Millisecond)
+				}
+				r.pool.Cycle(ctx) // the last failure's backoff is in force after any cycle
 			}
 			got := r.calls("AssignPrivateIpAddresses")
 			t.Logf("%d AssignPrivateIpAddresses requests in 5 s of cycles every 100 ms", got)
@@ -468,4 +471,54 @@ func TestCycleBacksOffAnUnclassifiedFailure(t *testing.T) {
 			}
 		})
 	}
+}
+
+// demandCount is a Demand the test changes.
+type demandCount struct{ n atomic.Int64 }
+
+func (d *demandCount) Demand() int { return int(d.n.Load()) }
+
+// TestReleaseFailuresDoNotLengthenAGrowthHold: releases that keep failing
+// (a role without UnassignPrivateIpAddresses) count their strikes apart
+// from growth's: one transient growth failure afterwards is held its first
+// backoff (at most 1 s), not the cap of 2 minutes, while pods wait (found by
+// review).
+func TestReleaseFailuresDoNotLengthenAGrowthHold(t *testing.T) {
+	d := &demandCount{}
+	r := newRig(t, Options{Config: warmpool.Config{WarmIPTarget: 2}, Pending: d})
+	ctx := context.Background()
+	r.pool.Cycle(ctx)
+	primary := r.store.ENIs()[0].ID
+	if _, err := r.pool.o.Provider.AssignAddresses(ctx, primary, 6, false); err != nil {
+		t.Fatal(err)
+	}
+	enis, err := r.pool.o.Provider.ENIs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.store.Cloud().Sync(enis, r.clock.Now())
+	r.cloud.Cloud.Faults().SetErrorRate("UnassignPrivateIpAddresses", 1, "UnauthorizedOperation")
+	for range 8 {
+		r.clock.Advance(3 * time.Minute)
+		r.pool.Cycle(ctx)
+	}
+	for i := range 20 { // pods take every free address
+		k := api.Key{Network: "vpcip", ContainerID: fmt.Sprintf("c%d", i), IfName: "eth0"}
+		if _, _, err := r.store.AssignIn(k, api.Pod{}, "", r.clock.Now()); err != nil {
+			break
+		}
+	}
+	d.n.Store(3)
+	r.cloud.Cloud.Faults().SetErrorRate("AssignPrivateIpAddresses", 1, "InternalError")
+	r.pool.Cycle(ctx)
+	r.cloud.Cloud.Faults().SetErrorRate("AssignPrivateIpAddresses", 0, "")
+	for range 15 {
+		r.clock.Advance(100 * time.Millisecond)
+		r.pool.Cycle(ctx)
+		if sum := warmpool.Summarize(r.pool.Input(r.clock.Now())); sum.Available > 0 {
+			return
+		}
+	}
+	f, _ := r.pool.LastFailure(r.clock.Now())
+	t.Errorf("no growth 1.5 s after one transient growth failure: held %v more", f.Until.Sub(r.clock.Now()))
 }

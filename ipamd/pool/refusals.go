@@ -76,6 +76,12 @@ func (p *Pool) refuse(err error, plan warmpool.Plan, now time.Time) (time.Durati
 			"err", err, "retryAfter", wait)
 		return wait, true
 	}
+	if plan.Action == warmpool.Release || plan.Action == warmpool.DeleteENI {
+		// Counted apart: a node whose releases keep failing must not
+		// have its next growth failure held at the backoff's cap.
+		p.shrinkStrikes++
+		return backoff(genericBackoff, p.shrinkStrikes), false
+	}
 	p.strikes[0]++
 	return backoff(genericBackoff, p.strikes[0]), false
 }

@@ -34,7 +34,7 @@ func (s *apiServer) handler() http.Handler {
 	})
 	mux.HandleFunc("POST /v1/check", func(w http.ResponseWriter, r *http.Request) {
 		var req api.CheckRequest
-		if !decode(w, r, &req, func() error { return checkKeyed(req.Version, req.Key) }) {
+		if !decode(w, r, &req, func() error { return errors.Join(checkKeyed(req.Version, req.Key), req.Pod.Check()) }) {
 			return
 		}
 		a, err := s.Check(req)

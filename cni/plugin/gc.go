@@ -66,7 +66,13 @@ func (p *Plugin) GC(args *skel.CmdArgs) error {
 		for _, v := range in.recordedVeths(asg) {
 			names = append(names, lockNames(asg.Key, v)...)
 		}
-		unlock, skipped, lerr := lockAttachment(lockDir(in.conf.IPAMDSocket), names, gcLockWait)
+		wait := gcLockWait
+		if dl, ok := ctx.Deadline(); ok {
+			// Several busy ones in a row must leave the GC time for its
+			// release: at most a quarter of what is left each.
+			wait = min(wait, time.Until(dl)/4)
+		}
+		unlock, skipped, lerr := lockAttachment(lockDir(in.conf.IPAMDSocket), names, wait)
 		if lerr != nil {
 			in.log.Info("stale attachment busy (its pod's lock is held); kept for the next GC", "key", asg.Key.String(), "address", asg.Address.String(), "error", lerr)
 			kept = append(kept, types.GCAttachment{ContainerID: asg.Key.ContainerID, IfName: asg.Key.IfName})
@@ -111,7 +117,8 @@ func (p *Plugin) GC(args *skel.CmdArgs) error {
 	return nil
 }
 
-// gcLockWait is how long GC waits for a stale attachment's lock.
+// gcLockWait is how long GC waits for a stale attachment's lock, at most
+// a quarter of the GC's time left.
 const gcLockWait = 5 * time.Second
 
 // stillHolds reports whether asg's key holds its address at vpcipd now;

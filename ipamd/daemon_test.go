@@ -377,16 +377,14 @@ func TestAbandonedADDDoesNotUndoARepeatedADDsAnswer(t *testing.T) {
 	n := newNode(t, c, itypeSmall, nil)
 	n.start()
 	gate, entered := make(chan struct{}), make(chan struct{}, 1)
-	n.d.ckpt.mu.Lock()
-	n.d.ckpt.save = func(p string, st checkpoint.State) error {
+	n.setSave(func(p string, st checkpoint.State) error {
 		select {
 		case entered <- struct{}{}:
 			<-gate // the first write is slow
 		default:
 		}
 		return checkpoint.Save(p, st)
-	}
-	n.d.ckpt.mu.Unlock()
+	})
 	k := key("same")
 	pod := api.Pod{Namespace: "default", Name: "p-same"}
 	first := make(chan error, 1)

@@ -482,12 +482,7 @@ func TestUnwritableCheckpointMakesTheDaemonNotReady(t *testing.T) {
 	n := newNode(t, c, itypeSmall, nil)
 	n.start()
 	n.mustAdd("c1")
-	setSave := func(save func(string, checkpoint.State) error) {
-		n.d.ckpt.mu.Lock()
-		n.d.ckpt.save = save
-		n.d.ckpt.mu.Unlock()
-	}
-	setSave(func(string, checkpoint.State) error { return fmt.Errorf("open checkpoint: read-only file system") })
+	n.setSave(func(string, checkpoint.State) error { return fmt.Errorf("open checkpoint: read-only file system") })
 	if _, err := n.add("c2"); err == nil {
 		t.Fatal("ADD succeeded with an unwritable checkpoint")
 	}
@@ -495,7 +490,7 @@ func TestUnwritableCheckpointMakesTheDaemonNotReady(t *testing.T) {
 	if st.Ready || !strings.Contains(st.Reason, "read-only file system") || !strings.Contains(st.Reason, "every ADD fails") {
 		t.Errorf("status with an unwritable checkpoint: ready %v, reason %q; want not ready naming the failure", st.Ready, st.Reason)
 	}
-	setSave(checkpoint.Save)
+	n.setSave(checkpoint.Save)
 	n.reconcile()
 	if st := n.status(); !st.Ready || st.Reason != "" {
 		t.Errorf("status after the checkpoint was written again: ready %v, reason %q; want ready", st.Ready, st.Reason)
@@ -515,17 +510,19 @@ func TestUnwritableCheckpointRecoversOnAQuietNode(t *testing.T) {
 			n := newNode(t, c, itypeSmall, env)
 			n.start()
 			n.mustAdd("c1")
-			setSave := func(save func(string, checkpoint.State) error) {
-				n.d.ckpt.mu.Lock()
-				n.d.ckpt.save = save
-				n.d.ckpt.mu.Unlock()
-			}
-			setSave(func(string, checkpoint.State) error { return fmt.Errorf("read-only file system") })
+			n.setSave(func(string, checkpoint.State) error { return fmt.Errorf("read-only file system") })
 			if _, err := n.add("c2"); err == nil {
 				t.Fatal("ADD succeeded with an unwritable checkpoint")
 			}
-			setSave(checkpoint.Save)
+			n.setSave(checkpoint.Save)
 			eventually(t, "ready again without an ADD", func() bool { return n.status().Ready })
 		})
 	}
+}
+
+// setSave replaces the daemon's checkpoint write (checkpoint.Save).
+func (n *node) setSave(save func(string, checkpoint.State) error) {
+	n.d.ckpt.mu.Lock()
+	n.d.ckpt.save = save
+	n.d.ckpt.mu.Unlock()
 }

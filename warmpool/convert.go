@@ -121,13 +121,19 @@ func (s *state) makeRoom(why string, other Plan) (Plan, bool) {
 	if len(best) == 0 {
 		return Plan{}, false
 	}
+	return s.pacedRelease(why+", the node's slots all taken and pods short", " for /28s in their slots", best, from, other), true
+}
+
+// pacedRelease is the release of a conversion's single addresses rel from
+// ENI from, or Nothing until releaseDue allows it (other's Until kept).
+func (s *state) pacedRelease(why, what string, rel []netip.Prefix, from string, other Plan) Plan {
 	if due := s.releaseDue(); !due.IsZero() {
 		return Plan{Action: Nothing, Until: earliest(due, other.Until),
-			Reason: why + ", the node's slots all taken and pods short: release allowed at " + stamp(due) + " (" + s.poolText() + ")"}, true
+			Reason: why + ": release allowed at " + stamp(due) + " (" + s.poolText() + ")"}
 	}
-	slices.SortFunc(best, comparePrefix)
-	return Plan{Action: Release, ENI: from, Release: best,
-		Reason: why + ", the node's slots all taken and pods short: release " + count(len(best), "address") + " from " + from + " for /28s in their slots (" + s.poolText() + ")"}, true
+	slices.SortFunc(rel, comparePrefix)
+	return Plan{Action: Release, ENI: from, Release: rel,
+		Reason: why + ": release " + count(len(rel), "address") + " from " + from + what + " (" + s.poolText() + ")"}
 }
 
 // spareSlot reports a single address no pod holds and none cools down.
@@ -172,11 +178,5 @@ func (s *state) releaseSpares(why string, other Plan) (Plan, bool) {
 	if len(best) == 0 {
 		return Plan{}, false // each is needed for a target (MINIMUM_IP_TARGET counts them)
 	}
-	if due := s.releaseDue(); !due.IsZero() {
-		return Plan{Action: Nothing, Until: earliest(due, other.Until),
-			Reason: why + ", the pool at target without them: release allowed at " + stamp(due) + " (" + s.poolText() + ")"}, true
-	}
-	slices.SortFunc(best, comparePrefix)
-	return Plan{Action: Release, ENI: from, Release: best,
-		Reason: why + ", the pool at target without them: release " + count(len(best), "address") + " from " + from + " (" + s.poolText() + ")"}, true
+	return s.pacedRelease(why+", the pool at target without them", "", best, from, other), true
 }

@@ -128,6 +128,32 @@ func newBudgetRig(t *testing.T, o Options, budget provider.RequestBudget) *rig {
 
 func (r *rig) calls(op string) int { return r.cloud.Cloud.Faults().Calls(op) }
 
+// resync is the daemon's resync on the rig: EC2's ENIs applied to the
+// datastore (Options.Resync).
+func (r *rig) resync(ctx context.Context) error {
+	enis, err := r.pool.o.Provider.ENIs(ctx)
+	if err != nil {
+		return err
+	}
+	r.store.Cloud().Sync(enis, r.clock.Now())
+	return nil
+}
+
+// surplus assigns n addresses more on the primary ENI behind the pool's
+// back (through the provider) and has the datastore learn them.
+func (r *rig) surplus(t *testing.T, n int) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := r.pool.o.Provider.AssignAddresses(ctx, r.store.ENIs()[0].ID, n, false); err != nil {
+		t.Fatal(err)
+	}
+	enis, err := r.pool.o.Provider.ENIs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.store.Cloud().Sync(enis, r.clock.Now())
+}
+
 // TestCycleWarmsANewNode: one Cycle brings a new node to WARM_ENI_TARGET=1
 // on the virtual clock; the next makes no cloud change and returns the
 // interval.
@@ -271,14 +297,7 @@ func sdkConfig(t *testing.T, cloud *vpcsimtest.Local, instanceID string) aws.Con
 func TestENILimitRefusalLearnsTheENIsEC2Holds(t *testing.T) {
 	r := newRig(t, Options{Config: warmpool.Config{WarmIPTarget: 25}})
 	ctx := context.Background()
-	r.pool.o.Resync = func(ctx context.Context) error {
-		enis, err := r.pool.o.Provider.ENIs(ctx)
-		if err != nil {
-			return err
-		}
-		r.store.Cloud().Sync(enis, r.clock.Now())
-		return nil
-	}
+	r.pool.o.Resync = r.resync
 	// Two ENIs attached behind the pool's back fill the m5.large's three.
 	for range 2 {
 		if _, err := r.pool.o.Provider.CreateENI(ctx, provider.CreateENIRequest{Addresses: 9}); err != nil {
@@ -313,15 +332,7 @@ func TestCycleBacksOffAThrottledRelease(t *testing.T) {
 	r.pool.Cycle(ctx)
 	// 6 addresses more on the primary ENI, assigned behind the pool's back:
 	// a surplus under WARM_IP_TARGET=2.
-	primary := r.store.ENIs()[0].ID
-	if _, err := r.pool.o.Provider.AssignAddresses(ctx, primary, 6, false); err != nil {
-		t.Fatal(err)
-	}
-	enis, err := r.pool.o.Provider.ENIs(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.store.Cloud().Sync(enis, r.clock.Now())
+	r.surplus(t, 6)
 	r.clock.Advance(2 * time.Minute) // beyond the release interval after the growth
 	r.cloud.Cloud.Faults().SetErrorRate("UnassignPrivateIpAddresses", 1, "RequestLimitExceeded")
 	next := r.pool.Cycle(ctx)
@@ -376,25 +387,10 @@ func TestLostReleaseAnswerHandsOutNothingEC2TookBack(t *testing.T) {
 			ctx := context.Background()
 			r.pool.o.Provider = lostAnswer{r.pool.o.Provider}
 			if withResync {
-				r.pool.o.Resync = func(ctx context.Context) error {
-					enis, err := r.pool.o.Provider.ENIs(ctx)
-					if err != nil {
-						return err
-					}
-					r.store.Cloud().Sync(enis, r.clock.Now())
-					return nil
-				}
+				r.pool.o.Resync = r.resync
 			}
 			r.pool.Cycle(ctx)
-			primary := r.store.ENIs()[0].ID
-			if _, err := r.pool.o.Provider.AssignAddresses(ctx, primary, 6, false); err != nil {
-				t.Fatal(err)
-			}
-			enis, err := r.pool.o.Provider.ENIs(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			r.store.Cloud().Sync(enis, r.clock.Now())
+			r.surplus(t, 6)
 			before := r.calls("UnassignPrivateIpAddresses")
 			r.clock.Advance(2 * time.Minute)
 			r.pool.Cycle(ctx)
@@ -488,15 +484,7 @@ func TestReleaseFailuresDoNotLengthenAGrowthHold(t *testing.T) {
 	r := newRig(t, Options{Config: warmpool.Config{WarmIPTarget: 2}, Pending: d})
 	ctx := context.Background()
 	r.pool.Cycle(ctx)
-	primary := r.store.ENIs()[0].ID
-	if _, err := r.pool.o.Provider.AssignAddresses(ctx, primary, 6, false); err != nil {
-		t.Fatal(err)
-	}
-	enis, err := r.pool.o.Provider.ENIs(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.store.Cloud().Sync(enis, r.clock.Now())
+	r.surplus(t, 6)
 	r.cloud.Cloud.Faults().SetErrorRate("UnassignPrivateIpAddresses", 1, "UnauthorizedOperation")
 	for range 8 {
 		r.clock.Advance(3 * time.Minute)

@@ -401,11 +401,11 @@ func (s *apiServer) noAddress(now time.Time) (e *api.Error, final bool) {
 	case !active[warmpool.RefusedENILimit].IsZero():
 		return mk(api.CauseENILimit, "EC2 refused another ENI (AttachmentLimitExceeded); %s", tail), false
 	}
-	if f, ok := s.pool.LastFailure(now); ok {
-		return mk(api.CauseWaitingCloud, "the pool's last %s failed (%v), retried after %s; %s", f.Action, f.Err, f.Until.UTC().Format(time.RFC3339), tail), false
-	}
 	if p := s.placement().Problem; p != "" {
 		return mk(api.CauseWaitingCloud, "no new ENI can be placed (%s); %s", p, tail), false
+	}
+	if f, ok := s.pool.LastFailure(now); ok {
+		return mk(api.CauseWaitingCloud, "the pool's last %s failed (%v), retried after %s; %s", f.Action, f.Err, f.Until.UTC().Format(time.RFC3339), tail), false
 	}
 	return mk(api.CauseWaitingCloud, "pool refill in flight; %s", tail), false
 }

@@ -175,7 +175,7 @@ func TestNoPrefixRequestWhileTheViewShowsNoWholeBlock(t *testing.T) {
 	if calls := cloud.Cloud.Faults().Calls("AssignPrivateIpAddresses") - refused; calls != 0 {
 		t.Errorf("%d AssignPrivateIpAddresses calls in 10 minutes with no whole /28 in the subnet; want none", calls)
 	}
-	if n.pool.prefixHeld == 0 {
+	if n.pool.prefix.held == 0 {
 		t.Errorf("no /28 request held back; the plan should have asked for one after each backoff")
 	}
 	// .96/28 is whole again.
@@ -201,7 +201,7 @@ func TestPrefixHoldLiftsWhenTheViewCannotBeRead(t *testing.T) {
 		n.pool.Cycle(ctx)
 		clock.Advance(10 * time.Second)
 	}
-	if n.pool.prefixHeld == 0 {
+	if n.pool.prefix.held == 0 {
 		t.Fatalf("setup: no /28 request held back")
 	}
 	cloud.Cloud.Faults().SetErrorRate("DescribeNetworkInterfaces", 1, "UnauthorizedOperation")

@@ -308,8 +308,8 @@ func runFragScenario(t *testing.T, d time.Duration, aware, scatter, convert bool
 	res.ebbSingles = prefixSingles(nodes)
 	for _, n := range nodes {
 		res.namedRefused += n.pool.namedRefused
-		res.prefixNo += n.pool.prefixNo
-		res.prefixHeld += n.pool.prefixHeld
+		res.prefixNo += n.pool.prefix.sent
+		res.prefixHeld += n.pool.prefix.held
 	}
 	res.assigns = cloud.Cloud.Faults().Calls("AssignPrivateIpAddresses")
 	res.describes = cloud.Cloud.Faults().Calls("DescribeNetworkInterfaces")

@@ -132,33 +132,50 @@ type Pool struct {
 
 	mu       sync.Mutex // guards the fields below
 	refusals []warmpool.Refusal
-	strikes  map[warmpool.RefusalKind]int // consecutive refusals, for backoff (0: unclassified growth failures)
-	// shrinkStrikes: consecutive unclassified release or deletion failures.
-	shrinkStrikes int
-	lastRelease   time.Time
-	lastGrow      time.Time              // release pacing after growth (warmpool.Input.LastGrow)
-	history       warmpool.History       // arrivals and levels, for the adaptive policy
-	views         map[string]*subnetView // by subnet ID (Cycle's goroutine only)
-	namedRefused  int                    // named assignments EC2 refused (Cycle's goroutine only)
-	// noPrefixAt is when EC2 last refused a /28 (InsufficientCidrBlocks),
-	// or the subnet view last stood in for that refusal; zero once a /28
-	// was assigned since (Cycle's goroutine only).
-	noPrefixAt time.Time
-	prefixHeld int        // /28 requests not sent: the subnet view showed no whole /28 after a refusal (Cycle's goroutine only)
-	prefixNo   int        // /28 requests sent that EC2 refused, InsufficientCidrBlocks (Cycle's goroutine only)
-	started    time.Time  // when New ran, on Options.Clock
-	deferred   []deferred // growth whose place in the fleet's budget is held (Cycle's goroutine only)
-	// shrinkHold: no release or ENI deletion before it, the backoff of a
-	// refused one or of throttling (Cycle's goroutine only).
-	shrinkHold time.Time
-	// growHold: no assign or ENI creation before it, the backoff of one
-	// that failed with an error that is no refusal (UnauthorizedOperation,
-	// InternalError, an invalid parameter: warmpool would plan the same
-	// call again) (Cycle's goroutine only).
-	growHold time.Time
-	// failure is the latest such growth error and when its backoff ends;
-	// zero once a growth succeeded (guarded by mu).
+	// strikes are consecutive refusals, for backoff; 0: unclassified
+	// growth failures, shrinkFailures: unclassified release or deletion
+	// failures (counted apart: a node whose releases keep failing must
+	// not have its next growth failure held at the backoff's cap).
+	strikes      map[warmpool.RefusalKind]int
+	lastRelease  time.Time
+	lastGrow     time.Time              // release pacing after growth (warmpool.Input.LastGrow)
+	history      warmpool.History       // arrivals and levels, for the adaptive policy
+	views        map[string]*subnetView // by subnet ID (Cycle's goroutine only)
+	namedRefused int                    // named assignments EC2 refused (Cycle's goroutine only)
+	prefix       prefixRefusals         // (Cycle's goroutine only)
+	started      time.Time              // when New ran, on Options.Clock
+	deferred     []deferred             // growth whose place in the fleet's budget is held (Cycle's goroutine only)
+	hold         holds                  // (Cycle's goroutine only)
+	// failure is the latest growth error that is no refusal and when its
+	// backoff ends; zero once a growth succeeded (guarded by mu).
 	failure Failure
+}
+
+// shrinkFailures is the strikes key of unclassified release and ENI
+// deletion failures (no warmpool.RefusalKind).
+const shrinkFailures warmpool.RefusalKind = -1
+
+// prefixRefusals is what the pool knows of EC2's /28 refusals.
+type prefixRefusals struct {
+	// at is when EC2 last refused a /28 (InsufficientCidrBlocks), or the
+	// subnet view last stood in for that refusal; zero once a /28 was
+	// assigned since.
+	at   time.Time
+	held int // /28 requests not sent: the subnet view showed no whole /28 after a refusal
+	sent int // /28 requests sent that EC2 refused, InsufficientCidrBlocks
+}
+
+// holds are the pool's own backoffs, beyond warmpool's refusals (which
+// hold growth only, and only for the errors warmpool plans around).
+type holds struct {
+	// shrink: no release or ENI deletion before it, the backoff of a
+	// refused or failed one or of throttling.
+	shrink time.Time
+	// grow: no assign or ENI creation before it, the backoff of one that
+	// failed with an error that is no refusal (UnauthorizedOperation,
+	// InternalError, an invalid parameter: warmpool would plan the same
+	// call again).
+	grow time.Time
 }
 
 // Failure is a growth that failed with a cloud error that is no refusal
@@ -270,16 +287,16 @@ func (p *Pool) Cycle(ctx context.Context) time.Duration {
 		if plan.Action == warmpool.CreateENI && len(due) > 0 {
 			due = due[1:]
 		}
-		if (plan.Action == warmpool.Release || plan.Action == warmpool.DeleteENI) && now.Before(p.shrinkHold) {
+		if (plan.Action == warmpool.Release || plan.Action == warmpool.DeleteENI) && now.Before(p.hold.shrink) {
 			// warmpool's refusals hold growth only: a shrink refused
 			// or throttled waits here until its backoff ends.
-			return min(next, max(p.shrinkHold.Sub(now), 10*time.Millisecond))
+			return min(next, max(p.hold.shrink.Sub(now), 10*time.Millisecond))
 		}
-		if (plan.Action == warmpool.Assign || plan.Action == warmpool.CreateENI) && now.Before(p.growHold) {
+		if (plan.Action == warmpool.Assign || plan.Action == warmpool.CreateENI) && now.Before(p.hold.grow) {
 			// A growth that failed with no refusal warmpool plans
 			// around would be planned again as it was: it waits out
 			// its backoff, whatever ADDs wait (B08).
-			return min(next, max(p.growHold.Sub(now), 10*time.Millisecond))
+			return min(next, max(p.hold.grow.Sub(now), 10*time.Millisecond))
 		}
 		p.o.Logger.Info("pool action", "action", plan.Action.String(), "eni", plan.ENI, "count", plan.Count,
 			"prefixes", plan.Prefixes, "release", plan.Release, "reason", plan.Reason)
@@ -290,19 +307,19 @@ func (p *Pool) Cycle(ctx context.Context) time.Duration {
 		if p.noWholePrefix(ctx, plan) {
 			// EC2 refused a /28 and the subnet's view still shows none
 			// whole: the answer would be the same refusal. Counted as one.
-			p.prefixHeld++
+			p.prefix.held++
 			p.o.Observe(plan.Action.String(), "held")
 			p.o.Logger.Info("pool action not sent: EC2 refused a /28 and the subnet view shows no whole /28 since", "action", plan.Action.String(), "eni", plan.ENI,
-				"refusedAt", p.noPrefixAt)
+				"refusedAt", p.prefix.at)
 			p.refuse(fmt.Errorf("%w: the subnet view shows no whole /28", provider.ErrInsufficientCIDR), plan, now)
 			continue
 		}
 		err := p.execute(ctx, plan)
 		if err == nil && plan.Prefixes {
-			p.noPrefixAt = time.Time{}
+			p.prefix.at = time.Time{}
 		}
 		if errors.Is(err, provider.ErrInsufficientCIDR) {
-			p.prefixNo++
+			p.prefix.sent++
 		}
 		var d *provider.DeferredError
 		if errors.As(err, &d) {
@@ -349,10 +366,10 @@ func (p *Pool) Cycle(ctx context.Context) time.Duration {
 				return wait
 			}
 			if plan.Action == warmpool.Release || plan.Action == warmpool.DeleteENI {
-				p.shrinkHold = now.Add(wait)
+				p.hold.shrink = now.Add(wait)
 				return wait
 			}
-			p.growHold = now.Add(wait)
+			p.hold.grow = now.Add(wait)
 			p.mu.Lock()
 			p.failure = Failure{Action: plan.Action.String(), Err: err, Until: now.Add(wait)}
 			p.mu.Unlock()
@@ -364,7 +381,7 @@ func (p *Pool) Cycle(ctx context.Context) time.Duration {
 			// change growth only). Either ends the cycle, and shrinks wait
 			// out the backoff; other growth refusals change the next plan
 			// (a smaller request, single addresses), which goes at once.
-			p.shrinkHold = now.Add(wait)
+			p.hold.shrink = now.Add(wait)
 			return min(next, max(wait, 10*time.Millisecond))
 		}
 	}
@@ -654,6 +671,6 @@ func (p *Pool) deleteENI(ctx context.Context, id string) error {
 func (p *Pool) released() {
 	p.mu.Lock()
 	p.lastRelease = p.o.Clock()
-	p.shrinkStrikes = 0
+	delete(p.strikes, shrinkFailures)
 	p.mu.Unlock()
 }

@@ -55,7 +55,7 @@ func (p *Pool) refuse(err error, plan warmpool.Plan, now time.Time) (time.Durati
 		}
 		p.strikes[k.kind]++
 		if k.kind == warmpool.RefusedNoPrefix {
-			p.noPrefixAt = now
+			p.prefix.at = now
 		}
 		wait := backoff(refusalBackoff[k.kind], p.strikes[k.kind])
 		r := warmpool.Refusal{Kind: k.kind, Until: now.Add(wait)}
@@ -79,8 +79,8 @@ func (p *Pool) refuse(err error, plan warmpool.Plan, now time.Time) (time.Durati
 	if plan.Action == warmpool.Release || plan.Action == warmpool.DeleteENI {
 		// Counted apart: a node whose releases keep failing must not
 		// have its next growth failure held at the backoff's cap.
-		p.shrinkStrikes++
-		return backoff(genericBackoff, p.shrinkStrikes), false
+		p.strikes[shrinkFailures]++
+		return backoff(genericBackoff, p.strikes[shrinkFailures]), false
 	}
 	p.strikes[0]++
 	return backoff(genericBackoff, p.strikes[0]), false

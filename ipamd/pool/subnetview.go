@@ -217,7 +217,7 @@ func (p *Pool) chooseRelease(ctx context.Context, plan warmpool.Plan) []netip.Pr
 }
 
 // noWholePrefix reports that plan asks for /28 prefixes on an ENI whose
-// subnet refused one (EC2 InsufficientCidrBlocks, Pool.noPrefixAt) and
+// subnet refused one (EC2 InsufficientCidrBlocks, Pool.prefix.at) and
 // whose view, read since or kept current with the pool's own changes,
 // shows no aligned /28 that no one holds an address of (none of EC2's
 // reserved addresses in it): EC2 would refuse again. False without a view
@@ -229,7 +229,7 @@ func (p *Pool) chooseRelease(ctx context.Context, plan warmpool.Plan) []netip.Pr
 // /28 request EC2 refuses is a mutating call), so a /28 another node gave
 // back is asked for at most that late, plus the refusal's backoff.
 func (p *Pool) noWholePrefix(ctx context.Context, plan warmpool.Plan) bool {
-	if !plan.Prefixes || plan.Action != warmpool.Assign || p.noPrefixAt.IsZero() {
+	if !plan.Prefixes || plan.Action != warmpool.Assign || p.prefix.at.IsZero() {
 		return false
 	}
 	subnetID, cidr, held := p.subnetOf(plan.ENI)

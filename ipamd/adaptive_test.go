@@ -43,10 +43,14 @@ func TestAdaptiveDefault(t *testing.T) {
 		enis[r.a.ENIID]++
 	}
 	f := c.Cloud.Faults()
-	// A second ENI may be attached for room for the next such burst; the
-	// pods themselves share the primary ENI's nine secondary addresses.
-	if st := n.status(); st.Assigned != 8 || st.ENIs > 2 || len(enis) != 1 {
-		t.Errorf("after 8 pods: %+v, pods per ENI %v; want 8 assigned on one ENI, at most 2 ENIs", st, enis)
+	// ENIs may be attached for room for the next such burst, as many as
+	// the arrival rate measured on the real clock asks for (a loaded
+	// machine spreads the ADDs: 3 ENIs were seen under CI's load), so they
+	// are not counted here (warmpool's tests size them on a virtual
+	// clock); the pods themselves share the primary ENI's nine secondary
+	// addresses, from one assign call.
+	if st := n.status(); st.Assigned != 8 || len(enis) != 1 {
+		t.Errorf("after 8 pods: %+v, pods per ENI %v; want 8 assigned on one ENI", st, enis)
 	}
 	if got := f.Calls("AssignPrivateIpAddresses"); got != 1 {
 		t.Errorf("%d assign calls for a new node and 8 pods; want 1", got)

@@ -26,10 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/netip"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -149,58 +146,6 @@ type Pool struct {
 	// failure is the latest growth error that is no refusal and when its
 	// backoff ends; zero once a growth succeeded (guarded by mu).
 	failure Failure
-}
-
-// shrinkFailures is the strikes key of unclassified release and ENI
-// deletion failures (no warmpool.RefusalKind).
-const shrinkFailures warmpool.RefusalKind = -1
-
-// prefixRefusals is what the pool knows of EC2's /28 refusals.
-type prefixRefusals struct {
-	// at is when EC2 last refused a /28 (InsufficientCidrBlocks), or the
-	// subnet view last stood in for that refusal; zero once a /28 was
-	// assigned since.
-	at   time.Time
-	held int // /28 requests not sent: the subnet view showed no whole /28 after a refusal
-	sent int // /28 requests sent that EC2 refused, InsufficientCidrBlocks
-}
-
-// holds are the pool's own backoffs, beyond warmpool's refusals (which
-// hold growth only, and only for the errors warmpool plans around).
-type holds struct {
-	// shrink: no release or ENI deletion before it, the backoff of a
-	// refused or failed one or of throttling.
-	shrink time.Time
-	// grow: no assign or ENI creation before it, the backoff of one that
-	// failed with an error that is no refusal (UnauthorizedOperation,
-	// InternalError, an invalid parameter: warmpool would plan the same
-	// call again).
-	grow time.Time
-}
-
-// Failure is a growth that failed with a cloud error that is no refusal
-// warmpool plans around, and the end of its backoff (a failed release only
-// holds releases: it is logged, and pods are not told of it).
-type Failure struct {
-	Action string    // warmpool action: assign or create_eni
-	Err    error     // the provider's error (EC2's code and message)
-	Until  time.Time // no such action is sent before it
-}
-
-// LastFailure is the latest unclassified failure of a growth whose backoff
-// has not ended at now (ok false: none), for ADD errors and status.
-func (p *Pool) LastFailure(now time.Time) (Failure, bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.failure, p.failure.Err != nil && p.failure.Until.After(now)
-}
-
-// deferred is a growth plan whose EC2 call the fleet's shared budget holds
-// until until (provider.DeferredError): planned on as if made, and made
-// again once due.
-type deferred struct {
-	plan  warmpool.Plan
-	until time.Time
 }
 
 // New returns a pool; it does no I/O.
@@ -386,102 +331,6 @@ func (p *Pool) Cycle(ctx context.Context) time.Duration {
 		}
 	}
 	return next
-}
-
-// withDeferred is in with the growth still deferred (not yet due at now)
-// counted as made: a deferred Assign's addresses (or prefixes) on its ENI,
-// a deferred CreateENI's new ENI, as free slots with placeholder prefixes
-// (0.0.0.0/8, which no VPC holds) and ENI IDs deferredENI+N. Entries due by
-// now are dropped (returned in due): their plans are made again, and take
-// the places held. until is the earliest due time left (zero: none).
-func (p *Pool) withDeferred(in warmpool.Input, now time.Time) (_ warmpool.Input, until time.Time, due []deferred) {
-	p.deferred = slices.DeleteFunc(p.deferred, func(d deferred) bool {
-		if !d.until.After(now) {
-			due = append(due, d)
-			return true
-		}
-		return false
-	})
-	if len(p.deferred) == 0 {
-		return in, time.Time{}, due
-	}
-	in.ENIs = slices.Clone(in.ENIs)
-	n := 0
-	placeholders := func(count int, prefixes bool) []warmpool.Slot {
-		out := make([]warmpool.Slot, 0, count)
-		for range count {
-			n++
-			a := netip.AddrFrom4([4]byte{0, byte(n >> 12), byte(n >> 4), byte(n << 4)})
-			bits := 32
-			if prefixes {
-				bits = 28
-			}
-			out = append(out, warmpool.Slot{Prefix: netip.PrefixFrom(a, bits)})
-		}
-		return out
-	}
-	for i, d := range p.deferred {
-		if until.IsZero() || d.until.Before(until) {
-			until = d.until
-		}
-		switch d.plan.Action {
-		case warmpool.Assign:
-			for j := range in.ENIs {
-				if in.ENIs[j].ID == d.plan.ENI {
-					in.ENIs[j].Slots = append(slices.Clone(in.ENIs[j].Slots), placeholders(d.plan.Count, d.plan.Prefixes)...)
-				}
-			}
-		case warmpool.CreateENI:
-			in.ENIs = append(in.ENIs, warmpool.ENI{ID: deferredENI + strconv.Itoa(i), Attached: now, Slots: placeholders(d.plan.Count, d.plan.Prefixes)})
-		}
-	}
-	return in, until, due
-}
-
-// deferredENI starts the IDs of ENIs withDeferred counts before they exist.
-// It sorts after every EC2 ID ("eni-…"): warmpool grows on the first ENI
-// with room in ID order, and a placeholder ahead of a real ENI with room
-// held the growth due on the real one until the create came due.
-const deferredENI = "~deferred-"
-
-// plannable reports whether plan may be made while growth is deferred:
-// growth on an ENI that exists (or a new one); no release, no deletion.
-func (p *Pool) plannable(plan warmpool.Plan) bool {
-	switch plan.Action {
-	case warmpool.Assign:
-		return !strings.HasPrefix(plan.ENI, deferredENI)
-	case warmpool.CreateENI:
-		return true
-	}
-	return false
-}
-
-// planPriority is the priority of plan's cloud calls in a fleet sharing
-// one EC2 budget (provider.Priority): growth while more pods wait for an
-// address (ADDs waiting, or pods bound here without one) than the pool has
-// free goes first, growth of the warm pool next, releases last. Pods the
-// free addresses serve do not make growth urgent: a node whose pods were
-// just bound, their ADDs not yet come, would otherwise queue its warm
-// refill ahead of another node's pod that has no address at all.
-func planPriority(in warmpool.Input, plan warmpool.Plan) provider.Priority {
-	switch {
-	case plan.Action == warmpool.Release || plan.Action == warmpool.DeleteENI:
-		return provider.PriorityRelease
-	case max(in.Pending, in.Demand.Unaddressed) > freeAddresses(in.ENIs):
-		return provider.PriorityPodWaiting
-	}
-	return provider.PriorityRefill
-}
-
-// freeAddresses is how many addresses of enis a pod could get now.
-func freeAddresses(enis []warmpool.ENI) int {
-	n := 0
-	for _, e := range enis {
-		for _, sl := range e.Slots {
-			n += sl.Free()
-		}
-	}
-	return n
 }
 
 // Arrived records an address request (a CNI ADD for a key holding no

@@ -30,6 +30,50 @@ func RetryBackoff(n int) time.Duration { return backoff(genericBackoff, n) }
 // cap): provider.RetryWait.
 func backoff(b [2]time.Duration, n int) time.Duration { return provider.RetryWait(b[0], b[1], n) }
 
+// shrinkFailures is the strikes key of unclassified release and ENI
+// deletion failures (no warmpool.RefusalKind).
+const shrinkFailures warmpool.RefusalKind = -1
+
+// prefixRefusals is what the pool knows of EC2's /28 refusals.
+type prefixRefusals struct {
+	// at is when EC2 last refused a /28 (InsufficientCidrBlocks), or the
+	// subnet view last stood in for that refusal; zero once a /28 was
+	// assigned since.
+	at   time.Time
+	held int // /28 requests not sent: the subnet view showed no whole /28 after a refusal
+	sent int // /28 requests sent that EC2 refused, InsufficientCidrBlocks
+}
+
+// holds are the pool's own backoffs, beyond warmpool's refusals (which
+// hold growth only, and only for the errors warmpool plans around).
+type holds struct {
+	// shrink: no release or ENI deletion before it, the backoff of a
+	// refused or failed one or of throttling.
+	shrink time.Time
+	// grow: no assign or ENI creation before it, the backoff of one that
+	// failed with an error that is no refusal (UnauthorizedOperation,
+	// InternalError, an invalid parameter: warmpool would plan the same
+	// call again).
+	grow time.Time
+}
+
+// Failure is a growth that failed with a cloud error that is no refusal
+// warmpool plans around, and the end of its backoff (a failed release only
+// holds releases: it is logged, and pods are not told of it).
+type Failure struct {
+	Action string    // warmpool action: assign or create_eni
+	Err    error     // the provider's error (EC2's code and message)
+	Until  time.Time // no such action is sent before it
+}
+
+// LastFailure is the latest unclassified failure of a growth whose backoff
+// has not ended at now (ok false: none), for ADD errors and status.
+func (p *Pool) LastFailure(now time.Time) (Failure, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.failure, p.failure.Err != nil && p.failure.Until.After(now)
+}
+
 // refusalKinds maps the provider's refusal errors to warmpool's kinds.
 var refusalKinds = []struct {
 	err  error

@@ -57,31 +57,13 @@ func (p *Plugin) GC(args *skel.CmdArgs) error {
 	// Attachments whose host state stays keep their IPv4 egress address.
 	kept := slices.Clone(in.conf.ValidAttachments)
 	for _, asg := range plan.Released {
-		// The pod's lock (lockAttachment): a new sandbox of the pod,
-		// whose ADD replaces the veth by the same name, must not have it
-		// deleted between removeHostSide's look at its owner and the
-		// deletion. Held by another invocation past gcLockWait: kept for
-		// the next GC, which is no failure.
-		var names []string
-		for _, v := range in.recordedVeths(asg) {
-			names = append(names, lockNames(asg.Key, v)...)
-		}
-		wait := gcLockWait
-		if dl, ok := ctx.Deadline(); ok {
-			// Several busy ones in a row must leave the GC time for its
-			// release: at most a quarter of what is left each.
-			wait = min(wait, time.Until(dl)/4)
-		}
-		unlock, skipped, lerr := lockAttachment(lockDir(in.conf.IPAMDSocket), names, wait)
-		if lerr != nil {
-			in.log.Info("stale attachment busy (its pod's lock is held); kept for the next GC", "key", asg.Key.String(), "address", asg.Address.String(), "error", lerr)
+		veths := in.recordedVeths(asg)
+		unlock, ok := in.lockStale(ctx, asg, veths)
+		if !ok {
 			kept = append(kept, types.GCAttachment{ContainerID: asg.Key.ContainerID, IfName: asg.Key.IfName})
 			continue
 		}
-		if skipped != nil {
-			in.log.Warn("running without the attachment lock", "key", asg.Key.String(), "error", skipped)
-		}
-		err := removeHostSide(in, asg.Address, asg.Key, in.recordedVeths(asg)...)
+		err := removeHostSide(in, asg.Address, asg.Key, veths...)
 		unlock()
 		if err != nil {
 			if errors.Is(err, errRoutedElsewhere) && !in.stillHolds(ctx, asg) {
@@ -120,6 +102,33 @@ func (p *Plugin) GC(args *skel.CmdArgs) error {
 // gcLockWait is how long GC waits for a stale attachment's lock, at most
 // a quarter of the GC's time left.
 const gcLockWait = 5 * time.Second
+
+// lockStale takes a stale attachment's lock (lockAttachment: its key and
+// its pod's host veth names, veths) around the removal of its host state:
+// a new sandbox of the pod, whose ADD replaces the veth by the same name,
+// must not have it deleted between removeHostSide's look at its owner and
+// the deletion. false: another invocation holds it past the wait (several
+// busy ones in a row must leave the GC time for its release), and the
+// attachment stays for the next GC, which is no failure.
+func (in *invocation) lockStale(ctx context.Context, asg api.Assignment, veths []string) (unlock func(), ok bool) {
+	var names []string
+	for _, v := range veths {
+		names = append(names, lockNames(asg.Key, v)...)
+	}
+	wait := gcLockWait
+	if dl, ok := ctx.Deadline(); ok {
+		wait = min(wait, time.Until(dl)/4)
+	}
+	unlock, skipped, err := lockAttachment(lockDir(in.conf.IPAMDSocket), names, wait)
+	if err != nil {
+		in.log.Info("stale attachment busy (its pod's lock is held); kept for the next GC", "key", asg.Key.String(), "address", asg.Address.String(), "error", err)
+		return nil, false
+	}
+	if skipped != nil {
+		in.log.Warn("running without the attachment lock", "key", asg.Key.String(), "error", skipped)
+	}
+	return unlock, true
+}
 
 // stillHolds reports whether asg's key holds its address at vpcipd now;
 // true when the daemon cannot tell (the attachment then stays for the
